@@ -1,0 +1,1 @@
+"""Typer sub-apps of the `reprise` CLI, one module per command group."""
