@@ -1,0 +1,62 @@
+"""The key layout of the blob store. Every key the service writes is built here.
+
+    entries/<entry_id>/final.latent     the final latent of a cache entry
+    entries/<entry_id>/k005.latent      the intermediate latent at step k (zero-padded: lists sort by k)
+    jobs/<job_id>/image.<format>        an encoded image served for a job
+
+All of one entry's blobs sit under `entry_prefix(entry_id)`, so deleting an entry is
+`store.delete_prefix(entry_prefix(entry_id))`; likewise a job's under `job_prefix(job_id)`.
+The layout is part of the stored format: keys are also recorded in Postgres
+(CacheEntry.final_latent_key, CacheState.blob_key, Job.image_keys), so changing it must keep
+old keys readable.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+ENTRIES = "entries"
+JOBS = "jobs"
+LATENT_SUFFIX = ".latent"
+MAX_K = 999  # three digits keep lexicographic order = numeric order; Settings caps steps at 1000
+
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+_FORMAT = re.compile(r"[a-z0-9]+")
+
+
+def _id_segment(value: uuid.UUID | str, what: str) -> str:
+    text = str(value)
+    if not _ID.fullmatch(text):
+        raise ValueError(f"{what} {text!r} is not a usable key segment (letters, digits, '-', '_')")
+    return text
+
+
+def entry_prefix(entry_id: uuid.UUID | str) -> str:
+    """'entries/<entry_id>/': the prefix shared by all of one cache entry's blobs."""
+    return f"{ENTRIES}/{_id_segment(entry_id, 'entry id')}/"
+
+
+def state_key(entry_id: uuid.UUID | str, k: int) -> str:
+    """'entries/<entry_id>/k005.latent': the intermediate latent captured after step k (1..999)."""
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+        raise ValueError(f"step k must be an integer in 1..{MAX_K}, got {k!r}")
+    return f"{entry_prefix(entry_id)}k{k:03d}{LATENT_SUFFIX}"
+
+
+def final_latent_key(entry_id: uuid.UUID | str) -> str:
+    """'entries/<entry_id>/final.latent': the latent after the last step, before VAE decode."""
+    return f"{entry_prefix(entry_id)}final{LATENT_SUFFIX}"
+
+
+def job_prefix(job_id: uuid.UUID | str) -> str:
+    """'jobs/<job_id>/': the prefix shared by all of one job's blobs."""
+    return f"{JOBS}/{_id_segment(job_id, 'job id')}/"
+
+
+def image_key(job_id: uuid.UUID | str, fmt: str) -> str:
+    """'jobs/<job_id>/image.<fmt>': a job's image in one format (an ImageFormat, e.g. 'png')."""
+    fmt_text = str(fmt)
+    if not _FORMAT.fullmatch(fmt_text):
+        raise ValueError(f"image format {fmt_text!r} must be lowercase letters and digits, e.g. 'png'")
+    return f"{job_prefix(job_id)}image.{fmt_text}"

@@ -1,0 +1,1 @@
+"""The servers Reprise needs (Postgres + pgvector, Redis): external when configured, else embedded."""

@@ -1,0 +1,54 @@
+"""Session fixtures: the real services (embedded or configured), a fresh migrated database per run."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from db import migrate
+from db.engine import engine_for
+from reprise.services import manager
+from reprise.settings import Settings, load_settings
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def _admin_dsn(settings: Settings, dbname: str) -> str:
+    url = settings.sqlalchemy_url.replace("postgresql+psycopg://", "postgresql://", 1)
+    base, _, _ = url.rpartition("/")
+    return f"{base}/{dbname}"
+
+
+@pytest.fixture(scope="session")
+def service_settings() -> Settings:
+    """Settings of this machine's stack, with Postgres and Redis up (started when embedded)."""
+    settings = load_settings()
+    manager.up(settings)
+    return settings
+
+
+@pytest.fixture(scope="session")
+def db_settings(service_settings: Settings) -> Iterator[Settings]:
+    """Settings pointing at a fresh database, migrated to head, dropped after the session."""
+    name = f"reprise_test_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    with psycopg.connect(_admin_dsn(service_settings, "postgres"), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = _admin_dsn(service_settings, name).replace("postgresql://", "postgresql+psycopg://", 1)
+    settings = service_settings.model_copy(update={"database_url": url})
+    migrate.upgrade(settings)
+    yield settings
+    engine_for(url).dispose()
+    with psycopg.connect(_admin_dsn(service_settings, "postgres"), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def redis_url(service_settings: Settings) -> str:
+    """A Redis database number of its own for this test run, so queues never mix with a dev stack."""
+    base = service_settings.broker_url.rsplit("/", 1)[0]
+    return f"{base}/{1 + os.getpid() % 15}"

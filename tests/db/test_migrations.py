@@ -1,0 +1,82 @@
+"""Migrations upgrade and downgrade cleanly against the real database."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from sqlalchemy import inspect, text
+
+from db import migrate
+from db.engine import engine_for
+from reprise.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+EXPECTED_TABLES = {
+    "tenants",
+    "api_keys",
+    "jobs",
+    "cache_entries",
+    "cache_states",
+    "interval_stats",
+    "webhook_deliveries",
+    "worker_roles",
+    "predictor_fits",
+}
+
+
+@pytest.fixture()
+def scratch_settings(service_settings: Settings) -> Iterator[Settings]:
+    name = f"reprise_mig_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    admin = service_settings.sqlalchemy_url.replace("postgresql+psycopg://", "postgresql://", 1)
+    admin = admin.rpartition("/")[0] + "/postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = admin.rpartition("/")[0].replace("postgresql://", "postgresql+psycopg://", 1) + f"/{name}"
+    yield service_settings.model_copy(update={"database_url": url, "text_embedding_dim": 16})
+    engine_for(url).dispose()
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _tables(settings: Settings) -> set[str]:
+    return set(inspect(engine_for(settings.sqlalchemy_url)).get_table_names()) - {"alembic_version"}
+
+
+def test_upgrade_creates_schema_with_vector_columns_and_hnsw_indexes(scratch_settings: Settings) -> None:
+    migrate.upgrade(scratch_settings)
+    assert _tables(scratch_settings) == EXPECTED_TABLES
+    with engine_for(scratch_settings.sqlalchemy_url).connect() as conn:
+        assert conn.execute(text("SELECT 1 FROM pg_extension WHERE extname = 'vector'")).scalar() == 1
+        indexes = conn.execute(
+            text("SELECT indexdef FROM pg_indexes WHERE tablename = 'cache_entries' AND indexdef LIKE '%hnsw%'")
+        ).scalars().all()
+        typmods = dict(
+            conn.execute(
+                text(
+                    "SELECT attname, atttypmod FROM pg_attribute WHERE attrelid = 'cache_entries'::regclass "
+                    "AND attname IN ('text_embedding', 'image_embedding')"
+                )
+            ).all()
+        )
+    assert len(indexes) == 2 and all("vector_cosine_ops" in index for index in indexes)
+    assert typmods == {"text_embedding": 16, "image_embedding": scratch_settings.image_embedding_dim}
+
+
+def test_downgrade_removes_everything_and_upgrade_again_works(scratch_settings: Settings) -> None:
+    migrate.upgrade(scratch_settings)
+    migrate.downgrade(scratch_settings, "base")
+    assert _tables(scratch_settings) == set()
+    migrate.upgrade(scratch_settings)
+    assert _tables(scratch_settings) == EXPECTED_TABLES
+
+
+def test_dimension_mismatch_is_refused_with_the_variable_to_set(scratch_settings: Settings) -> None:
+    migrate.upgrade(scratch_settings)
+    other = scratch_settings.model_copy(update={"text_embedding_dim": 384})
+    with pytest.raises(migrate.EmbeddingDimensionMismatch, match="REPRISE_TEXT_EMBEDDING_DIM=16"):
+        migrate.check_embedding_dims(other)
