@@ -1,7 +1,34 @@
-"""The `reprise` command line."""
+"""The `reprise` command line. Each group lives in reprise/commands/; this module only gathers them."""
 
 from __future__ import annotations
 
+import os
+
 import typer
 
-app = typer.Typer(help="Reprise: diffusion serving with an approximate cache.", no_args_is_help=True)
+from reprise.commands.bench import bench_app
+from reprise.commands.services import migrate_command, services_app
+from reprise.settings import SettingsError, get_settings
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # weights come from configured paths, never a download here
+
+app = typer.Typer(
+    help="Reprise: text-to-image serving with an approximate cache of earlier work.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _check_settings() -> None:
+    """Fail at start, naming the variable and the fix, when settings are invalid."""
+    try:
+        get_settings()
+    except SettingsError as error:
+        typer.echo(str(error), err=True)
+        raise typer.Exit(2) from None
+
+
+app.add_typer(services_app, name="services")
+app.command("migrate")(migrate_command)
+app.add_typer(bench_app, name="bench")

@@ -228,8 +228,9 @@ def describe_validation_error(error: ValidationError) -> str:
         if loc:
             var = ENV_PREFIX + loc[0].upper()
             field = Settings.model_fields.get(loc[0])
-            hint = f" ({field.description})" if field is not None and field.description else ""
-            lines.append(f"  {var}={item.get('input')!r}: {msg}. Fix: set {var} to a valid value{hint}.")
+            about = f" {var}: {field.description}" if field is not None and field.description else ""
+            default = f" Unset it for the default ({field.default!r})." if field is not None else ""
+            lines.append(f"  {var}={item.get('input')!r}: {msg}.{about} Fix: set a valid value.{default}")
         else:
             lines.append(f"  {msg}")
     return "\n".join(lines)

@@ -1,0 +1,39 @@
+# The two commands a newcomer needs: `make run` and `make test`. Everything else is `reprise --help`.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test env services lint typecheck pytest clean
+
+# The environment: a venv at the project root, installed from pyproject.toml pinned by requirements.lock.
+$(STAMP): pyproject.toml requirements.lock
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -c requirements.lock -e '.[test]'
+	@touch $(STAMP)
+
+env: $(STAMP)
+
+services: env
+	$(BIN)/reprise services up
+	$(BIN)/reprise migrate
+
+run: services
+	$(BIN)/reprise models tiny
+	$(BIN)/reprise run
+
+lint: env
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: env
+	$(BIN)/mypy .
+
+pytest: services
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/pytest
+
+test: lint typecheck pytest
+
+clean:
+	-$(BIN)/reprise services down
+	rm -rf .reprise
