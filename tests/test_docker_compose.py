@@ -1,0 +1,48 @@
+"""docker-compose.yml cannot run here (no Docker engine): check its structure against the code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from jobs.roles import Role
+from reprise.settings import ENV_PREFIX, Settings
+
+COMPOSE = Path(__file__).resolve().parents[1] / "docker-compose.yml"
+
+
+def _compose() -> dict[str, Any]:
+    data = yaml.safe_load(COMPOSE.read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def test_every_pool_and_infrastructure_service_is_declared() -> None:
+    services = _compose()["services"]
+    expected = {"postgres", "redis", "minio", "migrate", "api", "beat", "flower"}
+    expected |= {f"worker-{role.value}" for role in Role}
+    assert expected <= set(services)
+    assert services["postgres"]["image"].startswith("pgvector/pgvector")
+
+
+def test_each_worker_runs_its_role() -> None:
+    services = _compose()["services"]
+    for role in Role:
+        assert services[f"worker-{role.value}"]["command"] == ["reprise", "worker", "--role", role.value]
+
+
+def test_settings_variables_exist_in_the_settings_class() -> None:
+    environment = _compose()["services"]["api"]["environment"]
+    names = {name.removeprefix(ENV_PREFIX).lower() for name in environment if name.startswith(ENV_PREFIX)}
+    assert names, "the api service carries no REPRISE_ settings"
+    assert names <= set(Settings.model_fields), names - set(Settings.model_fields)
+    assert {"database_url", "redis_url", "blob_backend", "s3_bucket", "s3_endpoint_url"} <= names
+
+
+def test_stateful_services_have_healthchecks_and_volumes() -> None:
+    services = _compose()["services"]
+    for name in ("postgres", "redis", "minio", "api"):
+        assert "healthcheck" in services[name], name
+    assert set(_compose()["volumes"]) >= {"pgdata", "redisdata", "miniodata"}
