@@ -43,3 +43,19 @@ class SourceVanished(RepriseError):
 
 class CodecError(RepriseError):
     """A stored blob cannot be decoded (unknown format version, corrupt header). Not recoverable."""
+
+
+class ImageFormatError(InvalidInput):
+    """An image format the service does not encode (accepted: png, webp, jpeg)."""
+
+
+class GenerationCanceled(RepriseError):
+    """The job was canceled while its model ran: the runtime stopped after `step` denoising steps
+    of the schedule (counted from its start, so a resume from k stops at k or later).
+
+    Not recoverable: the job ends as canceled; the partial work is dropped.
+    """
+
+    def __init__(self, message: str, *, step: int) -> None:
+        super().__init__(message)
+        self.step = step

@@ -92,5 +92,5 @@ class BlobStore(ABC):
         """
         return len(self.get(key))
 
-    def check(self) -> None:
+    def check(self) -> None:  # noqa: B027 - an optional hook, not part of the abstract contract
         """Startup probe: raise BlobStoreMisconfigured if the store cannot be used. Default: no-op."""

@@ -85,7 +85,9 @@ class LocalBlobStore(BlobStore):
             relative = Path(dirpath).relative_to(self.root).as_posix()
             base = "" if relative == "." else relative + "/"
             keys.extend(
-                base + name for name in filenames if not name.startswith(".") and (base + name).startswith(prefix)
+                base + name
+                for name in filenames
+                if not name.startswith(".") and (base + name).startswith(prefix)
             )
         return iter(sorted(keys))
 
