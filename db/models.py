@@ -137,6 +137,9 @@ class Job(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     error: Mapped[str | None] = mapped_column(Text)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Who runs it now, and until when: a redelivered task waits for the lease instead of running twice.
+    lease_owner: Mapped[str | None] = mapped_column(String(255))
+    lease_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     final_latent_key: Mapped[str | None] = mapped_column(Text)
     image_keys: Mapped[dict[str, str]] = mapped_column(JSONB, default=dict)  # format -> blob key
 

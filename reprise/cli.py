@@ -7,7 +7,10 @@ import os
 import typer
 
 from reprise.commands.bench import bench_app
+from reprise.commands.keys import keys_app
+from reprise.commands.models import models_app
 from reprise.commands.services import migrate_command, services_app
+from reprise.commands.stack import api_command, beat_command, flower_command, run_command, worker_command
 from reprise.settings import SettingsError, get_settings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # weights come from configured paths, never a download here
@@ -32,3 +35,10 @@ def _check_settings() -> None:
 app.add_typer(services_app, name="services")
 app.command("migrate")(migrate_command)
 app.add_typer(bench_app, name="bench")
+app.add_typer(keys_app, name="keys")
+app.add_typer(models_app, name="models")
+app.command("api")(api_command)
+app.command("worker")(worker_command)
+app.command("beat")(beat_command)
+app.command("flower")(flower_command)
+app.command("run")(run_command)

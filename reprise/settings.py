@@ -117,6 +117,12 @@ class Settings(BaseSettings):
         default_factory=lambda: [5, 10, 15, 20, 25],
         description="Steps K whose latents are cached (NIRVANA 5.3: K = {5,10,15,20,25}). Comma list.",
     )
+    default_size: int | None = Field(
+        None,
+        ge=8,
+        description="Width and height of a request that gives none. Unset: 512 (SD 1.5's native size) "
+        "with configured models, 64 with the tiny models.",
+    )
     max_prompt_chars: int = Field(2000, ge=1, description="Longest prompt accepted.")
     max_steps: int = Field(150, ge=1, description="Most denoising steps a request may ask for.")
     max_side: int = Field(1024, ge=8, description="Largest width or height accepted, in pixels.")
@@ -138,10 +144,89 @@ class Settings(BaseSettings):
     hnsw_ef_search: int = Field(40, ge=1, le=1000, description="pgvector hnsw.ef_search (pgvector default).")
     predictor_enabled: bool = Field(True, description="Use the match predictor (NIRVANA 5.2).")
     predictor_nu: float = Field(0.001, gt=0, le=1, description="SGDOneClassSVM nu (NIRVANA 6: 0.001).")
+    predictor_audit_rate: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        description="Share of predicted misses searched anyway (not routed) to measure the predictor's recall.",
+    )
     predictor_retrain_change: float = Field(
         0.05, gt=0, le=1, description="Retrain when the cache changed by more than this (NIRVANA 5.2: 5%)."
     )
     cache_all: bool = Field(False, description="Also cache results of hits (MoDM 5.4 caches both models).")
+
+    # --- queues and reliability -------------------------------------------------------------
+    task_time_limit_s: int = Field(
+        900, ge=10, description="Hard limit of one generation task; the worker kills the child past it."
+    )
+    visibility_timeout_s: int = Field(
+        1800,
+        ge=5,
+        description="Redis visibility timeout: an unacked task is redelivered after it. Must exceed "
+        "task_time_limit_s, or a slow task would run twice.",
+    )
+    max_attempts: int = Field(3, ge=1, le=20, description="Deliveries of a job's task before it fails.")
+    stuck_after_s: int = Field(
+        120, ge=5, description="The reconciler re-enqueues a queued job untouched for this long."
+    )
+    decode_wait_s: float = Field(30.0, gt=0, description="How long an image read waits on the decode pool.")
+    beat_period_s: float = Field(30.0, gt=0, description="Period of eviction, retraining and reconciling.")
+
+    # --- HTTP API ----------------------------------------------------------------------------
+    public_base_url: str | None = Field(
+        None,
+        description="Base URL clients reach the API at (https://api.example.com), used in job URLs and "
+        "webhook payloads. Unset: the request's own base URL; webhook payloads then carry relative URLs.",
+    )
+    max_body_bytes: int = Field(65536, ge=1024, description="Largest request body accepted; larger: 413.")
+    queue_depth_limit: int = Field(
+        1000, ge=1, description="Admit-queue length above which new jobs get 503 + Retry-After (backpressure)."
+    )
+    retry_after_s: int = Field(
+        5, ge=1, le=3600, description="Retry-After seconds sent with 429 (in-flight limit) and 503 responses."
+    )
+
+    # --- webhooks (Standard Webhooks) --------------------------------------------------------
+    webhook_allow_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Hosts, IPs or CIDRs that webhooks may reach although they are loopback, private or "
+        "link-local (e.g. 127.0.0.1,10.0.0.0/8). Comma list. Default: none (SSRF protection).",
+    )
+    webhook_retry_delays_s: Annotated[list[float], NoDecode] = Field(
+        default_factory=lambda: [0.0, 5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0],
+        description="Seconds to wait before each delivery attempt, the first included; its length is the "
+        "attempt limit. Default: the Standard Webhooks (Svix) schedule: immediately, 5 s, 5 min, 30 min, "
+        "2 h, 5 h, 10 h, 10 h. Comma list.",
+    )
+    webhook_timeout_s: float = Field(10.0, gt=0, le=120, description="Timeout of one webhook POST, seconds.")
+
+    @field_validator("webhook_allow_hosts", mode="before")
+    @classmethod
+    def _parse_allow_hosts(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("webhook_retry_delays_s", mode="before")
+    @classmethod
+    def _parse_retry_delays(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [float(part) for part in value.replace(" ", "").split(",") if part]
+        return value
+
+    @field_validator("webhook_retry_delays_s")
+    @classmethod
+    def _check_retry_delays(cls, value: list[float]) -> list[float]:
+        if not value or any(delay < 0 for delay in value):
+            raise ValueError("give at least one delay, none negative, e.g. 0,5,300,1800")
+        return value
+
+    @field_validator("public_base_url")
+    @classmethod
+    def _check_public_base_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL, e.g. https://api.example.com")
+        return value.rstrip("/") if value is not None else None
 
     @field_validator("capture_steps", mode="before")
     @classmethod
@@ -180,6 +265,11 @@ class Settings(BaseSettings):
                 f"capture_steps {self.capture_steps} must all be below steps={self.steps}: "
                 "set REPRISE_CAPTURE_STEPS to steps inside 1..T-1"
             )
+        if self.visibility_timeout_s <= self.task_time_limit_s:
+            raise ValueError(
+                f"visibility_timeout_s={self.visibility_timeout_s} must exceed task_time_limit_s="
+                f"{self.task_time_limit_s}: raise REPRISE_VISIBILITY_TIMEOUT_S or lower REPRISE_TASK_TIME_LIMIT_S"
+            )
         if self.pg_port == self.redis_port:
             raise ValueError("pg_port and redis_port must differ: set REPRISE_PG_PORT or REPRISE_REDIS_PORT")
         return self
@@ -203,6 +293,12 @@ class Settings(BaseSettings):
     @property
     def broker_url(self) -> str:
         return self.redis_url if self.redis_url is not None else f"redis://127.0.0.1:{self.redis_port}/0"
+
+    @property
+    def effective_default_size(self) -> int:
+        if self.default_size is not None:
+            return self.default_size
+        return 512 if self.large_model is not None else 64
 
     @property
     def blob_root(self) -> Path:

@@ -127,6 +127,8 @@ def upgrade() -> None:
         sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
         sa.Column("error", sa.Text, nullable=True),
         sa.Column("cancel_requested", sa.Boolean, nullable=False, server_default=sa.false()),
+        sa.Column("lease_owner", sa.String(255), nullable=True),
+        sa.Column("lease_until", sa.DateTime(timezone=True), nullable=True),
         sa.Column("final_latent_key", sa.Text, nullable=True),
         sa.Column("image_keys", pg.JSONB, nullable=False, server_default="{}"),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now(),

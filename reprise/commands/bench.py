@@ -2,6 +2,172 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import typer
 
+from reprise.settings import get_settings
+
 bench_app = typer.Typer(help="Benchmarks (runtime, cache, replay, simulate).", no_args_is_help=True)
+
+
+@bench_app.command("runtime")
+def runtime_command(
+    json_path: Path | None = typer.Option(None, "--json", help="Also write the results to this JSON file."),
+    repeats: int = typer.Option(3, min=1, help="Timed generations per model (after one warm-up)."),
+) -> None:
+    """Time the configured models per denoising step and per decode; codec ratio, entry and PNG bytes."""
+    from bench.runtime import format_table, measure_runtime  # torch loads only for this command
+
+    report = measure_runtime(get_settings(), repeats=repeats)
+    typer.echo(format_table(report))
+    if json_path is not None:
+        json_path.write_text(json.dumps(report.as_json(), indent=2) + "\n")
+        typer.echo(f"wrote {json_path}")
+
+
+@bench_app.command("cache")
+def cache_command(
+    entries: int = typer.Option(10_000, "--entries", min=1, help="Cache entries to fill a bench scope with."),
+    queries: int = typer.Option(200, "--queries", min=1, help="Near-duplicate lookups to time."),
+    json_path: Path | None = typer.Option(None, "--json", help="Also write the results to this JSON file."),
+) -> None:
+    """Lookup latency and recall@1 of the HNSW index, and one eviction pass, on the configured database."""
+    from bench.cache import format_table, measure_cache
+
+    result = measure_cache(get_settings(), entries=entries, queries=queries)
+    typer.echo(format_table(result))
+    if json_path is not None:
+        json_path.write_text(json.dumps(result.as_json(), indent=2) + "\n")
+        typer.echo(f"wrote {json_path}")
+
+
+@bench_app.command("replay")
+def replay_command(
+    trace: Path | None = typer.Option(
+        None, "--trace", help="Prompts file, one per line (default: shared 5k)."
+    ),
+    arrivals: Path | None = typer.Option(None, "--arrivals", help="CSV of arrival_ms,prompt_idx."),
+    process: str | None = typer.Option(
+        None, "--process", help="closed, poisson or file (default: from options)."
+    ),
+    order: str = typer.Option(
+        "trace", "--order", help="trace (keeps locality) or file-index (low locality)."
+    ),
+    rate: float | None = typer.Option(None, "--rate", min=0.0, help="Poisson arrivals per second."),
+    concurrency: int = typer.Option(4, "--concurrency", min=1, help="Closed-loop clients."),
+    time_scale: float = typer.Option(1.0, "--time-scale", help="Multiply the arrivals file's times by this."),
+    limit: int | None = typer.Option(None, "--limit", min=0, help="Send only the first N requests."),
+    profile: str = typer.Option("configured", "--profile", help="vanilla, nirvana, modm or configured."),
+    base_url: str = typer.Option("http://127.0.0.1:8000", "--base-url", help="The stack's API."),
+    api_key: str | None = typer.Option(
+        None, "--api-key", envvar="REPRISE_API_KEY", help="Default: a new key."
+    ),
+    tenant: str = typer.Option("bench", "--tenant", help="Tenant to issue a key for when no --api-key."),
+    costs: Path | None = typer.Option(None, "--costs", help="`reprise bench runtime --json` output."),
+    steps: int | None = typer.Option(None, "--steps", min=1, help="T per request (default: the server's)."),
+    fetch_images: int = typer.Option(5, "--fetch-images", min=0, help="PNGs to download for png_bytes."),
+    json_path: Path | None = typer.Option(None, "--json", help="Write the report to this JSON file."),
+    plots: Path | None = typer.Option(None, "--plots", help="Write PNG figures into this directory."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the Poisson arrivals."),
+) -> None:
+    """Replay a trace through a running stack's HTTP API and report hit rate, k, compute saved, latency."""
+    from bench.runner import ReplayCliOptions, guarded, replay_main, workload_options
+
+    raise typer.Exit(
+        guarded(
+            lambda: replay_main(
+                get_settings(),
+                ReplayCliOptions(
+                    workload=workload_options(
+                        trace, arrivals, process, order, rate, concurrency, time_scale, limit, seed
+                    ),
+                    profile=profile,
+                    base_url=base_url,
+                    api_key=api_key,
+                    tenant=tenant,
+                    costs=costs,
+                    steps=steps,
+                    fetch_images=fetch_images,
+                    json_path=json_path,
+                    plots=plots,
+                ),
+            )
+        )
+    )
+
+
+@bench_app.command("simulate")
+def simulate_command(
+    trace: Path | None = typer.Option(
+        None, "--trace", help="Prompts file, one per line (default: shared 5k)."
+    ),
+    arrivals: Path | None = typer.Option(None, "--arrivals", help="CSV of arrival_ms,prompt_idx."),
+    process: str | None = typer.Option(
+        None, "--process", help="closed, poisson or file (default: from options)."
+    ),
+    order: str = typer.Option(
+        "trace", "--order", help="trace (keeps locality) or file-index (low locality)."
+    ),
+    rate: float | None = typer.Option(None, "--rate", min=0.0, help="Poisson arrivals per second."),
+    concurrency: int = typer.Option(4, "--concurrency", min=1, help="Closed-loop clients."),
+    time_scale: float = typer.Option(1.0, "--time-scale", help="Multiply the arrivals file's times by this."),
+    limit: int | None = typer.Option(None, "--limit", min=0, help="Simulate only the first N requests."),
+    profile: str = typer.Option(
+        "nirvana", "--profile", help="vanilla, nirvana, modm, configured; a comma list."
+    ),
+    costs: Path | None = typer.Option(None, "--costs", help="`reprise bench runtime --json` output."),
+    cache_bytes: str | None = typer.Option(
+        None, "--cache-bytes", help="Budget, e.g. 1GiB (default: settings)."
+    ),
+    large_workers: int = typer.Option(3, "--large-workers", min=0, help="GPUs hosting the large model."),
+    small_workers: int = typer.Option(1, "--small-workers", min=0, help="GPUs hosting the small model."),
+    sweep: bool = typer.Option(
+        False, "--sweep", help="Sweep cache sizes and policies (adds cache_bytes, policy)."
+    ),
+    sizes: str | None = typer.Option(None, "--sizes", help="Sweep budgets, e.g. 16MiB,256MiB,4GiB."),
+    policies: str | None = typer.Option(None, "--policies", help="Sweep policies, a comma list, or all."),
+    rates: str | None = typer.Option(
+        None, "--rates", help="Poisson rates (per second) to sweep, a comma list."
+    ),
+    k_table: str | None = typer.Option(None, "--k-table", help="Threshold table for the simulated lookup."),
+    switch_s: float = typer.Option(
+        0.0, "--switch-s", min=0.0, help="Seconds a worker takes to change model."
+    ),
+    json_path: Path | None = typer.Option(None, "--json", help="Write the report(s) to this JSON file."),
+    plots: Path | None = typer.Option(None, "--plots", help="Write PNG figures into this directory."),
+    compare: Path | None = typer.Option(None, "--compare", help="A replay's JSON to validate against."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the Poisson arrivals."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on stderr."),
+) -> None:
+    """Simulate a trace with profiled costs and the service's own policies (no GPU, no images)."""
+    from bench.runner import SimulateOptions, guarded, parse_list, parse_size, simulate_main, workload_options
+
+    raise typer.Exit(
+        guarded(
+            lambda: simulate_main(
+                get_settings(),
+                SimulateOptions(
+                    workload=workload_options(
+                        trace, arrivals, process, order, rate, concurrency, time_scale, limit, seed
+                    ),
+                    profiles=tuple(parse_list(profile)),
+                    costs=costs,
+                    cache_bytes=parse_size(cache_bytes) if cache_bytes else None,
+                    large_workers=large_workers,
+                    small_workers=small_workers,
+                    sweep=sweep,
+                    sizes=tuple(parse_size(size) for size in parse_list(sizes or "")),
+                    policies=tuple(parse_list(policies or "")),
+                    rates=tuple(float(r) for r in parse_list(rates or "")),
+                    k_table=k_table,
+                    switch_s=switch_s,
+                    json_path=json_path,
+                    plots=plots,
+                    compare=compare,
+                    progress=progress,
+                ),
+            )
+        )
+    )

@@ -1,0 +1,184 @@
+"""A job's life on the workers: admission, claiming a run under a lease, completion, failure.
+
+Every change is conditional on the row's current state, so a redelivered task (at-least-once
+delivery) never runs a job twice at once, never completes it twice, and never revives a job that
+ended. The functions take a session and leave committing to the caller.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from db.models import TERMINAL_STATUSES, Job, JobStatus
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class ClaimOutcome(StrEnum):
+    CLAIMED = "claimed"  # this worker runs it now
+    DONE = "done"  # ended already (succeeded, failed, canceled): nothing to do
+    LEASED = "leased"  # another worker holds a live lease: try again when it expires
+    CANCELED = "canceled"  # cancel was requested before it started: now canceled
+    EXHAUSTED = "exhausted"  # too many attempts: now failed with the reason
+    MISSING = "missing"  # no such job (deleted with its tenant)
+
+
+@dataclass(frozen=True)
+class Claim:
+    outcome: ClaimOutcome
+    job: Job | None = None
+    retry_in_s: float = 0.0
+
+
+def claim_run(session: Session, job_id: uuid.UUID, *, owner: str, lease_s: float, max_attempts: int) -> Claim:
+    """Take the job for one run attempt under a lease of lease_s seconds.
+
+    Counts the attempt on the row; past max_attempts the job fails with a reason instead.
+    """
+    job = session.get(Job, job_id, with_for_update=True)
+    if job is None:
+        return Claim(ClaimOutcome.MISSING)
+    if job.status in TERMINAL_STATUSES:
+        return Claim(ClaimOutcome.DONE, job)
+    now = utcnow()
+    if job.cancel_requested:
+        _end(job, JobStatus.CANCELED, now, error=None)
+        return Claim(ClaimOutcome.CANCELED, job)
+    if job.lease_owner not in (None, owner) and job.lease_until is not None and job.lease_until > now:
+        return Claim(ClaimOutcome.LEASED, job, retry_in_s=(job.lease_until - now).total_seconds() + 1.0)
+    if job.attempts >= max_attempts:
+        reason = f"gave up after {job.attempts} attempts (the worker running it died or timed out each time)"
+        _end(job, JobStatus.FAILED, now, error=reason)
+        return Claim(ClaimOutcome.EXHAUSTED, job)
+    job.attempts += 1
+    job.status = JobStatus.PROCESSING.value
+    job.started_at = job.started_at or now
+    job.lease_owner = owner
+    job.lease_until = now + timedelta(seconds=lease_s)
+    return Claim(ClaimOutcome.CLAIMED, job)
+
+
+def record_admission(
+    session: Session,
+    job_id: uuid.UUID,
+    *,
+    outcome: str,
+    predictor_said_hit: bool | None,
+    route: str,
+    similarity: float | None,
+    k: int | None,
+    source_entry_id: uuid.UUID | None,
+) -> bool:
+    """Write what admission decided, once. Returns False when the job is no longer waiting."""
+    result = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.status == JobStatus.STARTING.value, Job.cancel_requested.is_(False))
+        .values(
+            admission_outcome=outcome,
+            predictor_said_hit=predictor_said_hit,
+            route=route,
+            similarity=similarity,
+            k=k,
+            source_entry_id=source_entry_id,
+            admitted_at=utcnow(),
+        )
+    )
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def reroute_to_miss(session: Session, job_id: uuid.UUID, *, owner: str) -> None:
+    """A hit whose source vanished (evicted) runs as a miss: release the lease, keep the attempt count."""
+    session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.lease_owner == owner)
+        .values(
+            route="miss",
+            k=None,
+            source_entry_id=None,
+            admission_outcome="searched_miss",
+            status=JobStatus.STARTING.value,
+            lease_owner=None,
+            lease_until=None,
+            attempts=Job.attempts - 1,
+            error=None,
+        )
+    )
+
+
+def complete(
+    session: Session,
+    job_id: uuid.UUID,
+    *,
+    owner: str,
+    models_used: list[str],
+    denoiser_evals: dict[str, int],
+    final_latent_key: str,
+) -> bool:
+    """Mark the run succeeded. Only the lease holder's completion counts; returns whether it did."""
+    result = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.lease_owner == owner, Job.status == JobStatus.PROCESSING.value)
+        .values(
+            status=JobStatus.SUCCEEDED.value,
+            models_used=models_used,
+            denoiser_evals=denoiser_evals,
+            final_latent_key=final_latent_key,
+            finished_at=utcnow(),
+            lease_until=None,
+        )
+    )
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def finish(session: Session, job_id: uuid.UUID, status: JobStatus, *, error: str | None) -> bool:
+    """End a job that has not ended (failed with a reason, or canceled). Returns whether it changed."""
+    job = session.get(Job, job_id, with_for_update=True)
+    if job is None or job.status in TERMINAL_STATUSES:
+        return False
+    _end(job, status, utcnow(), error=error)
+    return True
+
+
+def _end(job: Job, status: JobStatus, now: datetime, *, error: str | None) -> None:
+    job.status = status.value
+    job.error = error
+    job.finished_at = now
+    job.lease_until = None
+
+
+def is_cancel_requested(session: Session, job_id: uuid.UUID) -> bool:
+    return bool(session.scalar(select(Job.cancel_requested).where(Job.id == job_id)))
+
+
+@dataclass(frozen=True)
+class StuckJob:
+    job_id: uuid.UUID
+    admitted: bool
+    route: str | None
+
+
+def find_stuck(session: Session, *, older_than_s: float, limit: int = 500) -> list[StuckJob]:
+    """Jobs whose task was lost (broker restart, worker death outside Celery's redelivery).
+
+    Waiting jobs untouched for older_than_s, and running jobs whose lease expired.
+    """
+    now = utcnow()
+    cutoff = now - timedelta(seconds=older_than_s)
+    waiting = select(Job.id, Job.admitted_at, Job.route).where(
+        Job.status == JobStatus.STARTING.value,
+        Job.created_at < cutoff,
+        (Job.admitted_at.is_(None)) | (Job.admitted_at < cutoff),
+    )
+    expired = select(Job.id, Job.admitted_at, Job.route).where(
+        Job.status == JobStatus.PROCESSING.value, Job.lease_until < now - timedelta(seconds=older_than_s)
+    )
+    rows = session.execute(waiting.union_all(expired).limit(limit)).all()
+    return [StuckJob(job_id=row[0], admitted=row[1] is not None, route=row[2]) for row in rows]

@@ -1,0 +1,71 @@
+"""Admission: from what the predictor said and what the lookup found, to a route and a k. Pure."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from db.models import AdmissionOutcome, Route
+from jobs.policies.k_selection import ThresholdTable, choose_k
+from reprise.settings import HitPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """The nearest cached entry the lookup found."""
+
+    entry_id: uuid.UUID
+    similarity: float
+    stored_ks: tuple[int, ...]  # intermediate latents still stored (NIRVANA); holes are absent
+    has_final_latent: bool  # MoDM refines the final latent
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionDecision:
+    outcome: AdmissionOutcome
+    route: Route
+    k: int | None = None
+    similarity: float | None = None
+    source_entry_id: uuid.UUID | None = None
+
+
+MISS_UNSEARCHED = AdmissionDecision(AdmissionOutcome.PREDICTED_MISS, Route.MISS)
+
+
+def cache_applies(*, cache_mode: str, hit_policy: HitPolicy, steps: int, capture_steps_t: int) -> bool:
+    """Whether a request can use the cache at all.
+
+    NIRVANA's intermediate latents belong to one schedule: they resume only a run of the same T
+    (the T the captures were made for). MoDM's final latents can be noised to any step of any T.
+    """
+    if cache_mode == "off":
+        return False
+    return hit_policy is HitPolicy.REFINE or steps == capture_steps_t
+
+
+def decide(
+    *,
+    candidate: Candidate | None,
+    table: ThresholdTable,
+    knob: int,
+    hit_policy: HitPolicy,
+    steps: int,
+) -> AdmissionDecision:
+    """Route a searched request: a hit with k when the candidate is similar enough and still holds
+    a usable state (NIRVANA Algorithm 1 / 5.3.1, holes per 5.4), otherwise a searched miss."""
+    if candidate is None:
+        return AdmissionDecision(AdmissionOutcome.SEARCHED_MISS, Route.MISS)
+    if hit_policy is HitPolicy.RESUME:
+        # States are only captured on runs of the configured T, and only such runs come here
+        # (cache_applies), so every stored k belongs to this request's schedule.
+        k = choose_k(candidate.similarity, table, candidate.stored_ks, knob)
+    else:
+        k = choose_k(candidate.similarity, table, None, knob) if candidate.has_final_latent else None
+        if k is not None:
+            # The tables are profiled at T = 50 (NIRVANA 6, MoDM 6): keep the skipped fraction.
+            k = min(max(1, round(k * steps / 50)), steps - 1) if steps > 1 else None
+    if k is None:
+        return AdmissionDecision(AdmissionOutcome.SEARCHED_MISS, Route.MISS, similarity=candidate.similarity)
+    return AdmissionDecision(
+        AdmissionOutcome.HIT, Route.HIT, k=k, similarity=candidate.similarity, source_entry_id=candidate.entry_id
+    )

@@ -1,0 +1,19 @@
+"""Every periodic task, in one place (run by `reprise beat`, the one scheduler)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jobs.queues import Queue, TaskName
+from reprise.settings import Settings
+
+
+def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
+    period = settings.beat_period_s
+    # Expire each run after one period: a backlog of identical maintenance runs helps nobody.
+    options = {"queue": Queue.MAINTENANCE.value, "expires": period}
+    return {
+        "evict": {"task": TaskName.EVICT.value, "schedule": period, "options": options},
+        "retrain-predictors": {"task": TaskName.RETRAIN_PREDICTORS.value, "schedule": period, "options": options},
+        "reconcile": {"task": TaskName.RECONCILE.value, "schedule": period, "options": options},
+    }

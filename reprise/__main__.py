@@ -1,0 +1,5 @@
+"""`python -m reprise` is the `reprise` command."""
+
+from reprise.cli import app
+
+app()

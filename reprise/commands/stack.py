@@ -1,0 +1,80 @@
+"""The processes of the stack: `reprise api|worker|beat|flower`, and `reprise run` for all of them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import typer
+
+from jobs.roles import Role
+from reprise.settings import get_settings
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+
+def api_command(
+    host: str = typer.Option("127.0.0.1", help="Interface to listen on."),
+    port: int = typer.Option(8000, help="Port to listen on."),
+    workers: int = typer.Option(1, help="uvicorn worker processes."),
+) -> None:
+    """Serve the HTTP API (OpenAPI docs at /docs)."""
+    import uvicorn
+
+    uvicorn.run(
+        "reprise.commands.stack:serving_app", factory=True, host=host, port=port, workers=workers,
+        log_level="info",
+    )  # fmt: skip
+
+
+def serving_app() -> FastAPI:
+    """The API wired to this deployment's decode pool."""
+    import redis
+
+    from api.main import create_app
+    from db.blobs.factory import blob_store_from_settings
+    from jobs.decoding import DecodePoolDecoder
+
+    settings = get_settings()
+    blobs = blob_store_from_settings(settings)
+    decoder = DecodePoolDecoder(settings, blobs, redis.Redis.from_url(settings.broker_url))
+    return create_app(settings, blob_store=blobs, decoder=decoder)
+
+
+def worker_command(
+    role: Role = typer.Option(..., help="admit, large, small, decode or io."),
+    name: str | None = typer.Option(None, help="Worker node name (default: <role>-<pid>@<host>)."),
+    concurrency: int = typer.Option(1, help="Processes; GPU roles use one process per GPU."),
+) -> None:
+    """Run a Celery worker that hosts one role and consumes that role's queues."""
+    from workers.bootstrap import run_worker
+
+    run_worker(role, name=name, concurrency=concurrency)
+
+
+def beat_command() -> None:
+    """Run the one periodic scheduler (eviction, predictor retraining, reconciling)."""
+    from jobs.celery_app import get_celery_app
+
+    settings = get_settings()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    schedule = settings.data_dir / "celerybeat-schedule"
+    get_celery_app().start(["beat", "--loglevel=INFO", f"--schedule={schedule}"])
+
+
+def flower_command(port: int = typer.Option(5555, help="Port of the Flower UI.")) -> None:
+    """Run Flower, the Celery monitor: every queue, task and worker."""
+    from jobs.celery_app import get_celery_app
+
+    get_celery_app().start(["flower", f"--port={port}", "--address=127.0.0.1"])
+
+
+def run_command(
+    port: int = typer.Option(8000, help="API port."),
+    flower_port: int = typer.Option(5555, help="Flower port."),
+    demo: int = typer.Option(100, help="Prompts of the shared trace to replay once the stack is up (0: none)."),
+) -> None:
+    """Bring the whole stack up in the foreground: API, one worker per role, beat, Flower. Ctrl-C stops it."""
+    from reprise.supervisor import run_stack
+
+    raise typer.Exit(run_stack(get_settings(), port=port, flower_port=flower_port, demo_prompts=demo))

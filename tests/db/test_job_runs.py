@@ -1,0 +1,111 @@
+"""A job's run under a lease on the real database: no double runs, no double completions."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+
+from db.engine import session_scope
+from db.job_runs import ClaimOutcome, claim_run, complete, find_stuck, finish, reroute_to_miss, utcnow
+from db.models import Job, JobStatus, Tenant
+from reprise.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+
+def _job(settings: Settings) -> uuid.UUID:
+    with session_scope(settings) as session:
+        tenant = Tenant(name=f"runs-{uuid.uuid4().hex[:8]}", webhook_secret="whsec_AAAA")
+        session.add(tenant)
+        session.flush()
+        job = Job(tenant_id=tenant.id, prompt="a fox", seed=1, steps=50, width=64, height=64, guidance=7.5)
+        session.add(job)
+        session.flush()
+        return job.id
+
+
+def _claim(settings: Settings, job_id: uuid.UUID, owner: str, max_attempts: int = 3) -> ClaimOutcome:
+    with session_scope(settings) as session:
+        return claim_run(session, job_id, owner=owner, lease_s=60, max_attempts=max_attempts).outcome
+
+
+def test_a_second_worker_waits_for_the_lease(db_settings: Settings) -> None:
+    job_id = _job(db_settings)
+    assert _claim(db_settings, job_id, "w1") is ClaimOutcome.CLAIMED
+    with session_scope(db_settings) as session:
+        claim = claim_run(session, job_id, owner="w2", lease_s=60, max_attempts=3)
+    assert claim.outcome is ClaimOutcome.LEASED and 55 < claim.retry_in_s <= 61
+
+
+def test_only_the_lease_holder_completes_and_a_redelivery_finds_it_done(db_settings: Settings) -> None:
+    job_id = _job(db_settings)
+    assert _claim(db_settings, job_id, "w1") is ClaimOutcome.CLAIMED
+    with session_scope(db_settings) as session:
+        assert not complete(session, job_id, owner="w2", models_used=["m"], denoiser_evals={"m": 50},
+                            final_latent_key="k")  # fmt: skip
+        assert complete(session, job_id, owner="w1", models_used=["m"], denoiser_evals={"m": 50},
+                        final_latent_key="k")  # fmt: skip
+        assert not complete(session, job_id, owner="w1", models_used=["m"], denoiser_evals={"m": 50},
+                            final_latent_key="k")  # fmt: skip
+    assert _claim(db_settings, job_id, "w2") is ClaimOutcome.DONE
+    with session_scope(db_settings) as session:
+        job = session.get(Job, job_id)
+        assert job is not None and job.status == JobStatus.SUCCEEDED and job.attempts == 1
+
+
+def test_attempts_are_counted_and_the_job_fails_with_a_reason_past_the_limit(db_settings: Settings) -> None:
+    job_id = _job(db_settings)
+    for owner in ("w1", "w2"):
+        assert _claim(db_settings, job_id, owner, max_attempts=2) is ClaimOutcome.CLAIMED
+        with session_scope(db_settings) as session:  # the worker died: its lease runs out
+            job = session.get(Job, job_id)
+            assert job is not None
+            job.lease_until = utcnow() - timedelta(seconds=1)
+    assert _claim(db_settings, job_id, "w3", max_attempts=2) is ClaimOutcome.EXHAUSTED
+    with session_scope(db_settings) as session:
+        job = session.get(Job, job_id)
+        assert job is not None and job.status == JobStatus.FAILED and "2 attempts" in (job.error or "")
+
+
+def test_cancel_before_start_ends_canceled_and_ended_jobs_stay_ended(db_settings: Settings) -> None:
+    job_id = _job(db_settings)
+    with session_scope(db_settings) as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        job.cancel_requested = True
+    assert _claim(db_settings, job_id, "w1") is ClaimOutcome.CANCELED
+    with session_scope(db_settings) as session:
+        assert not finish(session, job_id, JobStatus.FAILED, error="late")
+        job = session.get(Job, job_id)
+        assert job is not None and job.status == JobStatus.CANCELED and job.error is None
+
+
+def test_reroute_to_miss_gives_the_attempt_back(db_settings: Settings) -> None:
+    job_id = _job(db_settings)
+    assert _claim(db_settings, job_id, "w1") is ClaimOutcome.CLAIMED
+    with session_scope(db_settings) as session:
+        reroute_to_miss(session, job_id, owner="w1")
+    with session_scope(db_settings) as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        assert (job.status, job.route, job.attempts, job.lease_owner) == ("starting", "miss", 0, None)
+    assert _claim(db_settings, job_id, "w2") is ClaimOutcome.CLAIMED
+
+
+def test_stuck_jobs_are_found_for_the_reconciler(db_settings: Settings) -> None:
+    waiting, running = _job(db_settings), _job(db_settings)
+    assert _claim(db_settings, running, "w1") is ClaimOutcome.CLAIMED
+    with session_scope(db_settings) as session:
+        old = utcnow() - timedelta(minutes=10)
+        for job_id in (waiting, running):
+            job = session.get(Job, job_id)
+            assert job is not None
+            job.created_at = old
+        job = session.get(Job, running)
+        assert job is not None
+        job.lease_until = old
+    with session_scope(db_settings) as session:
+        stuck = {item.job_id for item in find_stuck(session, older_than_s=60)}
+    assert {waiting, running} <= stuck

@@ -1,0 +1,167 @@
+"""The admit task's body: embed, predict, look up, choose k, record, route (DESIGN: the request path)."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+import uuid
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from db import cache, predictor_store, stats
+from db.engine import session_scope
+from db.job_runs import record_admission
+from db.models import AdmissionOutcome, Job, JobStatus, Route, Tenant
+from jobs.admission import MISS_UNSEARCHED, AdmissionDecision, Candidate, cache_applies, decide
+from jobs.policies.k_selection import ThresholdTable, parse_table
+from jobs.policies.predictor import MatchPredictor, likely_hit
+from jobs.routing import send_route
+from reprise.settings import HitPolicy, LookupMode, Settings
+from workers.context import WorkerContext
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Request:
+    job_id: uuid.UUID
+    tenant_id: uuid.UUID
+    prompt: str
+    steps: int
+    cache_mode: str
+    shared_cache: bool
+
+
+def admit(context: WorkerContext, job_id: uuid.UUID) -> AdmissionDecision | None:
+    """Decide and route one waiting job. Idempotent: a job already admitted is only re-routed."""
+    settings = context.settings
+    with session_scope(settings) as session:
+        job = session.get(Job, job_id)
+        if job is None or job.status != JobStatus.STARTING.value:
+            return None
+        if job.admitted_at is not None and job.route is not None:
+            send_route(job_id, Route(job.route))  # redelivered after routing: the route task dedups
+            return None
+        tenant = session.get(Tenant, job.tenant_id)
+        request = _Request(
+            job_id=job.id,
+            tenant_id=job.tenant_id,
+            prompt=job.prompt,
+            steps=job.steps,
+            cache_mode=job.cache_mode,
+            shared_cache=bool(tenant and tenant.shared_cache and job.cache_mode == "shared"),
+        )
+    started = time.perf_counter()
+    decision, predicted = _decide(context, request)
+    with session_scope(settings) as session:
+        recorded = record_admission(
+            session,
+            job_id,
+            outcome=decision.outcome.value,
+            predictor_said_hit=predicted,
+            route=decision.route.value,
+            similarity=decision.similarity,
+            k=decision.k,
+            source_entry_id=decision.source_entry_id,
+        )
+        if recorded:
+            stats.record_admission(session, outcome=decision.outcome, k=decision.k)
+    if not recorded:  # canceled or admitted by a concurrent delivery meanwhile
+        return None
+    send_route(job_id, decision.route)
+    log.info(
+        "admitted %s: %s k=%s similarity=%s in %.1f ms",
+        job_id, decision.outcome.value, decision.k, decision.similarity, (time.perf_counter() - started) * 1e3,
+    )  # fmt: skip
+    return decision
+
+
+def _decide(context: WorkerContext, request: _Request) -> tuple[AdmissionDecision, bool | None]:
+    settings = context.settings
+    if not cache_applies(
+        cache_mode=request.cache_mode, hit_policy=settings.hit_policy, steps=request.steps,
+        capture_steps_t=settings.steps,
+    ):  # fmt: skip
+        return AdmissionDecision(AdmissionOutcome.CACHE_OFF, Route.MISS), None
+    embedding = embed_query(context, request.prompt)
+    scopes = cache.lookup_scopes(request.tenant_id, shared_cache=request.shared_cache)
+    family = lookup_family(settings)
+    predicted: bool | None = None
+    versions: list[int] = []
+    if settings.predictor_enabled:
+        loaded = [_predictor(context, scope, family) for scope in scopes]
+        versions = [version for version, _ in loaded if version is not None]
+        predicted = likely_hit([model for _, model in loaded], embedding)
+        # NIRVANA 5.2: a predicted miss skips the vector search. A sample of them is searched
+        # anyway (not used for routing) so the predictor's recall can be measured.
+        if not predicted and random.random() >= settings.predictor_audit_rate:
+            return MISS_UNSEARCHED, predicted
+    with session_scope(settings) as session:
+        found = cache.lookup(
+            session, query_embedding=embedding, mode=settings.lookup_mode, scopes=scopes,
+            model_family=family, ef_search=settings.hnsw_ef_search,
+        )  # fmt: skip
+    candidate = (
+        Candidate(found.entry_id, found.similarity, found.stored_ks, found.final_latent_key is not None)
+        if found is not None
+        else None
+    )
+    decision = decide(
+        candidate=candidate, table=threshold_table(settings), knob=settings.quality_knob,
+        hit_policy=settings.hit_policy, steps=request.steps,
+    )  # fmt: skip
+    if predicted is not None and versions:
+        actual = decision.route is Route.HIT
+        with session_scope(settings) as session:
+            for version in versions:
+                predictor_store.record_outcome(
+                    session, version=version, predicted_hit=predicted, actual_hit=actual
+                )
+    if predicted is False:
+        return MISS_UNSEARCHED, predicted  # the audit searched, but the predictor's miss stands
+    return decision, predicted
+
+
+def embed_query(context: WorkerContext, prompt: str) -> npt.NDArray[np.float32]:
+    """The prompt in the lookup's space: text space (NIRVANA) or CLIP's joint space (MoDM)."""
+    if context.settings.lookup_mode is LookupMode.TEXT_TO_IMAGE:
+        vectors = context.image_embedder().embed_text([prompt])
+    else:
+        vectors = context.text_embedder().embed_text([prompt])
+    return np.asarray(vectors[0], dtype=np.float32)
+
+
+def lookup_family(settings: Settings) -> str | None:
+    """Intermediate latents resume only in their own latent space; final latents refine anywhere."""
+    return settings.large_family if settings.hit_policy is HitPolicy.RESUME else None
+
+
+def threshold_table(settings: Settings) -> ThresholdTable:
+    return parse_table(settings.k_table)
+
+
+def _predictor(
+    context: WorkerContext, scope: str, family: str | None
+) -> tuple[int | None, MatchPredictor | None]:
+    """The newest fit for a scope, reloaded only when its version changed."""
+    settings = context.settings
+    key = (scope, family or settings.large_family, settings.lookup_mode.value)
+    with session_scope(settings) as session:
+        version = predictor_store.latest_version(
+            session, scope=scope, model_family=key[1], mode=settings.lookup_mode
+        )
+        if version is None:
+            return None, None
+        cached = context.predictors.get(key)
+        if cached is not None and cached[0] == version:
+            return version, cached[1]
+        loaded = predictor_store.load_predictor(
+            session, scope=scope, model_family=key[1], mode=settings.lookup_mode
+        )
+    if loaded is None:
+        return None, None
+    context.predictors[key] = (loaded.version, loaded.predictor)
+    return loaded.version, loaded.predictor

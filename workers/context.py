@@ -1,0 +1,68 @@
+"""What one worker process holds: settings, the blob store, and its models, each loaded once.
+
+The role's model is loaded on first use (or eagerly at process start, see bootstrap), so a
+process only pays for what its queues need.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from db.blobs.base import BlobStore
+from db.blobs.factory import blob_store_from_settings
+from jobs.roles import Role
+from reprise.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from workers.runtime.runtime import DiffusionRuntime
+
+
+class WorkerContext:
+    """Process-wide state of a worker. Not thread-safe: one task at a time (prefetch 1)."""
+
+    def __init__(self, settings: Settings, role: Role) -> None:
+        self.settings = settings
+        self.role = role
+        self.blobs: BlobStore = blob_store_from_settings(settings)
+        self._runtime: DiffusionRuntime | None = None
+        self._text_embedder: Any = None
+        self._image_embedder: Any = None
+        self.predictors: dict[tuple[str, str, str], Any] = {}  # (scope, family, mode) -> (version, model)
+
+    @property
+    def owner(self) -> str:
+        """Names this process in job leases."""
+        return f"{self.role.value}:{socket.gethostname()}:{os.getpid()}"
+
+    def runtime(self) -> DiffusionRuntime:
+        if self._runtime is None:
+            from workers.runtime.runtime import DiffusionRuntime
+
+            self._runtime = DiffusionRuntime(self.settings, self.role)
+        return self._runtime
+
+    def text_embedder(self) -> Any:
+        """The embedder of prompts for text-to-text lookup (MiniLM or open_clip's text tower)."""
+        if self._text_embedder is None:
+            from workers.runtime.embedders import build_text_embedder
+
+            self._text_embedder = build_text_embedder(self.settings)
+        return self._text_embedder
+
+    def image_embedder(self) -> Any:
+        """open_clip: images, and prompts in the image space for text-to-image lookup (MoDM)."""
+        if self._image_embedder is None:
+            from workers.runtime.embedders import build_image_embedder
+
+            self._image_embedder = build_image_embedder(self.settings)
+        return self._image_embedder
+
+
+@lru_cache(maxsize=1)
+def get_context() -> WorkerContext:
+    from workers.bootstrap import ROLE_ENV
+
+    return WorkerContext(get_settings(), Role(os.environ.get(ROLE_ENV, Role.LARGE.value)))

@@ -1,0 +1,253 @@
+"""The GPU task bodies: a miss generates and fills the cache; a hit reuses a cached entry.
+
+Each runs under a lease on the job row (db.job_runs): a redelivered task waits for the lease
+or finds the job ended, so a job is generated and completed once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image
+
+from db import cache, eviction, stats
+from db.blobs import keys
+from db.codec import decode_latent, encode_latent
+from db.engine import session_scope
+from db.job_runs import Claim, ClaimOutcome, claim_run, complete, finish, is_cancel_requested, reroute_to_miss
+from db.models import CacheEntry, Job, JobStatus, Route, Tenant
+from jobs.errors import GenerationCanceled, InvalidInput, SourceVanished
+from jobs.params import GenerationParams
+from jobs.routing import send_route
+from jobs.webhooks import WebhookEvent
+from reprise.settings import HitPolicy
+from workers.context import WorkerContext
+from workers.notify import notify
+from workers.runtime.results import GenerationResult
+
+log = logging.getLogger(__name__)
+
+# An entry per job, with an id derived from the job: a redelivered run inserts nothing twice.
+ENTRY_NAMESPACE = uuid.UUID("5d0f4a4e-52c4-4b8e-9a53-6d1f1c2f7a10")
+CANCEL_POLL_S = 0.25  # how often a running job re-reads its cancel flag
+
+
+class LeaseBusy(Exception):
+    """Another worker holds the job's lease; retry the task after `retry_in_s`. Recoverable."""
+
+    def __init__(self, retry_in_s: float) -> None:
+        super().__init__(f"job leased by another worker; retry in {retry_in_s:.0f}s")
+        self.retry_in_s = retry_in_s
+
+
+@dataclass(frozen=True)
+class _JobView:
+    id: uuid.UUID
+    tenant_id: uuid.UUID
+    params: GenerationParams
+    cache_mode: str
+    shared_cache: bool
+    k: int | None
+    source_entry_id: uuid.UUID | None
+
+
+def generate_job(context: WorkerContext, job_id: uuid.UUID) -> None:
+    """cache_miss: a full T-step generation with capture; store, cache, complete, notify."""
+    job = _claim(context, job_id)
+    if job is None:
+        return
+    settings = context.settings
+    capture = settings.capture_steps if job.cache_mode != "off" and job.params.steps == settings.steps else []
+    result = _run(
+        context, job, lambda stop: context.runtime().generate(job.params, capture=capture, should_stop=stop)
+    )
+    if result is None:
+        return
+    _finish_run(context, job, result, cache_it=job.cache_mode != "off")
+
+
+def reuse_job(context: WorkerContext, job_id: uuid.UUID) -> None:
+    """cache_hit: resume (NIRVANA) or refine (MoDM) from the cached entry for T-k steps.
+
+    When the entry or its state was evicted since admission, the job runs as a miss instead.
+    """
+    job = _claim(context, job_id)
+    if job is None:
+        return
+    if job.source_entry_id is None or job.k is None:
+        _reroute(context, job, "admitted as a hit without a source")
+        return
+    settings = context.settings
+    entry_id, k = job.source_entry_id, job.k
+    try:
+        with session_scope(settings) as session:
+            if settings.hit_policy is HitPolicy.RESUME:
+                blob = cache.read_state_blob(session, context.blobs, entry_id=entry_id, k=k)
+            else:
+                blob = cache.read_final_latent(session, context.blobs, entry_id=entry_id)
+    except SourceVanished as vanished:
+        _reroute(context, job, str(vanished))
+        return
+    source = decode_latent(blob)
+    runtime = context.runtime()
+    if settings.hit_policy is HitPolicy.RESUME and source.family != runtime.family:
+        _reroute(context, job, f"latent family {source.family} is not {runtime.family}'s")
+        return
+
+    def operation(stop: Callable[[], bool]) -> GenerationResult:
+        if settings.hit_policy is HitPolicy.RESUME:
+            return runtime.resume(job.params, source.array, k, family=source.family, should_stop=stop)
+        return runtime.refine(job.params, source.array, source.family, k, should_stop=stop)
+
+    result = _run(context, job, operation)
+    if result is None:
+        return
+    with session_scope(settings) as session:
+        cache.record_use(session, entry_id=entry_id, k=k if settings.hit_policy is HitPolicy.RESUME else None)
+    _finish_run(context, job, result, cache_it=settings.cache_all and job.cache_mode != "off")
+
+
+# --- steps shared by both ---------------------------------------------------------------------
+
+
+def _claim(context: WorkerContext, job_id: uuid.UUID) -> _JobView | None:
+    settings = context.settings
+    with session_scope(settings) as session:
+        claim: Claim = claim_run(
+            session, job_id, owner=context.owner, lease_s=settings.task_time_limit_s,
+            max_attempts=settings.max_attempts,
+        )  # fmt: skip
+        if claim.outcome is ClaimOutcome.LEASED:
+            raise LeaseBusy(claim.retry_in_s)
+        if claim.outcome is not ClaimOutcome.CLAIMED or claim.job is None:
+            ended_now = claim.outcome in (ClaimOutcome.CANCELED, ClaimOutcome.EXHAUSTED)
+            view = None
+        else:
+            ended_now = False
+            job: Job = claim.job
+            tenant = session.get(Tenant, job.tenant_id)
+            view = _JobView(
+                id=job.id,
+                tenant_id=job.tenant_id,
+                params=GenerationParams(
+                    prompt=job.prompt,
+                    seed=job.seed,
+                    steps=job.steps,
+                    width=job.width,
+                    height=job.height,
+                    guidance=job.guidance,
+                    negative_prompt=job.negative_prompt,
+                ),  # fmt: skip
+                cache_mode=job.cache_mode,
+                shared_cache=bool(tenant and tenant.shared_cache and job.cache_mode == "shared"),
+                k=job.k,
+                source_entry_id=job.source_entry_id,
+            )
+            first_start = job.attempts == 1
+    if ended_now:
+        notify(settings, job_id, WebhookEvent.COMPLETED)
+    if view is not None and first_start:
+        notify(settings, job_id, WebhookEvent.STARTED)
+    return view
+
+
+def _run(
+    context: WorkerContext, job: _JobView, operation: Callable[[Callable[[], bool]], GenerationResult]
+) -> GenerationResult | None:
+    settings = context.settings
+    last_poll = [0.0]
+
+    def should_stop() -> bool:
+        now = time.monotonic()
+        if now - last_poll[0] < CANCEL_POLL_S:
+            return False
+        last_poll[0] = now
+        with session_scope(settings) as session:
+            return is_cancel_requested(session, job.id)
+
+    try:
+        return operation(should_stop)
+    except GenerationCanceled:
+        _end(context, job.id, JobStatus.CANCELED, None)
+    except InvalidInput as invalid:
+        _end(context, job.id, JobStatus.FAILED, f"invalid input: {invalid}")
+    return None
+
+
+def _finish_run(context: WorkerContext, job: _JobView, result: GenerationResult, *, cache_it: bool) -> None:
+    settings = context.settings
+    final_blob = encode_latent(result.final_latent, family=result.family, k=None)
+    final_key = keys.job_prefix(job.id) + "final.latent"
+    context.blobs.put(final_key, final_blob)
+    if cache_it:
+        _insert_entry(context, job, result, final_blob)
+    with session_scope(settings) as session:
+        completed = complete(
+            session, job.id, owner=context.owner, models_used=[result.model],
+            denoiser_evals=result.denoiser_evals, final_latent_key=final_key,
+        )  # fmt: skip
+        if completed:
+            stats.record_service(
+                session, role=context.role.value, service_ms=result.wall_s * 1e3,
+                steps=result.steps_run, denoiser_evals=result.denoiser_evals,
+            )  # fmt: skip
+    if completed:
+        notify(settings, job.id, WebhookEvent.COMPLETED)
+    log.info(
+        "job %s done on %s: %d steps from %d in %.2fs", job.id, result.model, result.steps_run,
+        result.start_step, result.wall_s,
+    )  # fmt: skip
+
+
+def _insert_entry(context: WorkerContext, job: _JobView, result: GenerationResult, final_blob: bytes) -> None:
+    """Store the run's latents and index the entry, after making room in the scope's budget."""
+    settings = context.settings
+    entry_id = uuid.uuid5(ENTRY_NAMESPACE, str(job.id))
+    scope = cache.SHARED_SCOPE if job.shared_cache else cache.tenant_scope(job.tenant_id)
+    with session_scope(settings) as session:
+        if session.get(CacheEntry, entry_id) is not None:
+            return  # a previous delivery of this job cached it already
+    text_embedding = context.text_embedder().embed_text([job.params.prompt])[0]
+    image_embedding = _embed_image(context, result.image)
+    state_blobs = {
+        k: encode_latent(latent, family=result.family, k=k) for k, latent in sorted(result.captured.items())
+    }
+    incoming = len(final_blob) + sum(len(blob) for blob in state_blobs.values())
+    eviction.ensure_room(settings, context.blobs, scope=scope, incoming_bytes=incoming)
+    states = []
+    for k, blob in state_blobs.items():
+        key = keys.state_key(entry_id, k)
+        context.blobs.put(key, blob)
+        states.append(cache.NewState(k=k, blob_key=key, bytes=len(blob)))
+    final_key = keys.final_latent_key(entry_id)
+    context.blobs.put(final_key, final_blob)
+    with session_scope(settings) as session:
+        cache.insert_entry(
+            session, entry_id=entry_id, scope=scope, model_family=result.family, prompt=job.params.prompt,
+            text_embedding=text_embedding, image_embedding=image_embedding, final_latent_key=final_key,
+            final_bytes=len(final_blob), steps=result.steps, states=states, source_job_id=job.id,
+        )  # fmt: skip
+
+
+def _embed_image(context: WorkerContext, image: Image.Image) -> np.ndarray | None:
+    """The image in CLIP space, for text-to-image lookup (MoDM 5.2)."""
+    return np.asarray(context.image_embedder().embed_image([image])[0], dtype=np.float32)
+
+
+def _reroute(context: WorkerContext, job: _JobView, reason: str) -> None:
+    log.warning("job %s: cached source unusable (%s); running it as a miss", job.id, reason)
+    with session_scope(context.settings) as session:
+        reroute_to_miss(session, job.id, owner=context.owner)
+    send_route(job.id, Route.MISS)
+
+
+def _end(context: WorkerContext, job_id: uuid.UUID, status: JobStatus, error: str | None) -> None:
+    with session_scope(context.settings) as session:
+        changed = finish(session, job_id, status, error=error)
+    if changed:
+        notify(context.settings, job_id, WebhookEvent.COMPLETED)

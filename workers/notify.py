@@ -1,0 +1,28 @@
+"""Queue a job's webhook event when the job asked for it."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from db.engine import session_scope
+from db.models import Job
+from jobs.dispatch import enqueue_webhook
+from jobs.webhooks import WebhookEvent, wants_event
+from reprise.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def notify(settings: Settings, job_id: uuid.UUID, event: WebhookEvent) -> None:
+    with session_scope(settings) as session:
+        job = session.get(Job, job_id)
+        wanted = (
+            job is not None and job.webhook_url is not None and wants_event(job.webhook_events_filter, event)
+        )
+    if not wanted:
+        return
+    try:
+        enqueue_webhook(job_id, event)
+    except Exception:  # the broker is down: the reconciler sends undelivered events later
+        log.exception("could not queue webhook %s for job %s", event.value, job_id)
