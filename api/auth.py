@@ -1,0 +1,36 @@
+"""Authentication: `Authorization: Bearer <API key>`, one key per tenant (or several).
+
+Missing or unknown keys get 401 with WWW-Authenticate (RFC 6750). Authorization is by scoping:
+every query filters on the tenant, so another tenant's job answers 404, never 403.
+"""
+
+from __future__ import annotations
+
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.orm import Session
+
+from api.problems import Problem
+from db.models import Tenant
+from db.tenants import find_tenant_by_key
+
+REALM = "reprise"
+
+bearer_scheme = HTTPBearer(
+    auto_error=False,  # we answer 401 problem+json ourselves
+    scheme_name="ApiKey",
+    description="A tenant's API key (`reprise keys create --tenant NAME`): `Authorization: Bearer <key>`.",
+)
+
+
+def unauthorized(detail: str, *, error: str | None = None) -> Problem:
+    challenge = f'Bearer realm="{REALM}"' + (f', error="{error}"' if error else "")
+    return Problem(401, detail, slug="unauthorized", headers={"WWW-Authenticate": challenge})
+
+
+def tenant_for_credentials(*, session: Session, credentials: HTTPAuthorizationCredentials | None) -> Tenant:
+    if credentials is None or not credentials.credentials:
+        raise unauthorized("send an API key as 'Authorization: Bearer <key>'")
+    tenant = find_tenant_by_key(session=session, key=credentials.credentials)
+    if tenant is None:
+        raise unauthorized("the API key is unknown or revoked", error="invalid_token")
+    return tenant

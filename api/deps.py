@@ -1,0 +1,103 @@
+"""Dependencies of the routes, as Annotated aliases. What a route needs from outside comes from the
+AppState that create_app builds, so tests hand in their own settings, broker and decoder."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Annotated
+
+import redis
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials
+from sqlalchemy.orm import Session
+
+from api.auth import bearer_scheme, tenant_for_credentials
+from db.blobs.base import BlobStore
+from db.engine import engine_for
+from db.models import Tenant
+from jobs.dispatch import Dispatcher, ImageDecoder, dispatcher_for
+from jobs.params import Limits
+from jobs.webhooks import Resolver, system_resolver
+from reprise.settings import Settings
+
+BROKER_TIMEOUT_S = 1.0  # the API asks Redis only cheap questions (LLEN, PING): fail fast when it is down
+
+
+@dataclass
+class AppState:
+    """Everything the routes reach outside the process. Absent parts are built on first use."""
+
+    settings: Settings
+    dispatcher_: Dispatcher | None = None
+    blob_store_: BlobStore | None = None
+    decoder: ImageDecoder | None = None  # wired by the serving command to the decode pool
+    resolver: Resolver = system_resolver
+    redis_: redis.Redis | None = field(default=None, repr=False)
+
+    @property
+    def dispatcher(self) -> Dispatcher:
+        if self.dispatcher_ is None:
+            self.dispatcher_ = dispatcher_for(self.settings)
+        return self.dispatcher_
+
+    @property
+    def blob_store(self) -> BlobStore:
+        if self.blob_store_ is None:
+            from db.blobs.factory import blob_store_from_settings
+
+            self.blob_store_ = blob_store_from_settings(self.settings)
+        return self.blob_store_
+
+    @property
+    def redis(self) -> redis.Redis:
+        if self.redis_ is None:
+            self.redis_ = redis.Redis.from_url(
+                self.settings.broker_url,
+                socket_timeout=BROKER_TIMEOUT_S,
+                socket_connect_timeout=BROKER_TIMEOUT_S,
+            )
+        return self.redis_
+
+    @property
+    def limits(self) -> Limits:
+        s = self.settings
+        return Limits(max_prompt_chars=s.max_prompt_chars, max_steps=s.max_steps, max_side=s.max_side)
+
+
+def get_state(request: Request) -> AppState:
+    state = request.app.state.reprise
+    assert isinstance(state, AppState)
+    return state
+
+
+StateDep = Annotated[AppState, Depends(get_state)]
+
+
+def get_session(state: StateDep) -> Iterator[Session]:
+    """A session per request. Routes commit what they change; anything uncommitted is rolled back."""
+    session = Session(engine_for(state.settings.sqlalchemy_url), expire_on_commit=False)
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+SessionDep = Annotated[Session, Depends(get_session)]
+
+
+def base_url(request: Request, state: StateDep) -> str:
+    """Where clients reach us: REPRISE_PUBLIC_BASE_URL, else the request's own base URL."""
+    return state.settings.public_base_url or str(request.base_url).rstrip("/")
+
+
+BaseUrlDep = Annotated[str, Depends(base_url)]
+BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)]
+
+
+def get_tenant(credentials: BearerDep, session: SessionDep) -> Tenant:
+    """The tenant whose API key the request carries; 401 otherwise."""
+    return tenant_for_credentials(session=session, credentials=credentials)
+
+
+TenantDep = Annotated[Tenant, Depends(get_tenant)]

@@ -1,0 +1,84 @@
+"""Builds the FastAPI app. `uvicorn api.main:app` (or `--factory api.main:create_serving_app`) serves it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+
+from api.deps import AppState
+from api.middleware import BodyLimitMiddleware, MetricsMiddleware
+from api.problems import install_problem_handlers
+from api.routes import generations, health, stats
+from api.schemas import problem_media_types
+from db.blobs.base import BlobStore
+from jobs.dispatch import Dispatcher, ImageDecoder
+from jobs.webhooks import Resolver, system_resolver
+from reprise.settings import Settings, get_settings
+
+DESCRIPTION = """Text-to-image generation as asynchronous jobs, with an approximate cache of earlier work.
+
+Submit with `POST /v1/generations`, then poll the job, or receive a signed webhook (Standard Webhooks).
+Authenticate with `Authorization: Bearer <API key>`. Every error is `application/problem+json` (RFC 9457).
+"""
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    dispatcher: Dispatcher | None = None,
+    blob_store: BlobStore | None = None,
+    decoder: ImageDecoder | None = None,
+    resolver: Resolver = system_resolver,
+) -> FastAPI:
+    """The API app. Parts left out are built from settings on first use (Celery app, blob store);
+    `decoder` has no default: without one, images that exist only as latents answer 503."""
+    settings = settings or get_settings()
+    app = FastAPI(title="Reprise", version="0.1.0", description=DESCRIPTION)
+    app.state.reprise = AppState(
+        settings=settings, dispatcher_=dispatcher, blob_store_=blob_store, decoder=decoder, resolver=resolver
+    )
+    routers = (generations.router, stats.router, health.router)
+    for router in routers:
+        app.include_router(router)
+    install_problem_handlers(app, [r for router in routers for r in router.routes if isinstance(r, APIRoute)])
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(MetricsMiddleware)  # outermost: 413s are counted too
+    _document_problems(app)
+    return app
+
+
+def _document_problems(app: FastAPI) -> None:
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = problem_media_types(build())
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def create_serving_app() -> FastAPI:
+    """The app `reprise api` serves: settings from the environment, images decoded by the decode pool."""
+    from jobs.decoding import DecodePoolDecoder
+
+    app = create_app()
+    state = app.state.reprise
+    state.decoder = DecodePoolDecoder(state.settings, state.blob_store, state.redis)
+    return app
+
+
+def __getattr__(name: str) -> FastAPI:
+    """`api.main:app` for uvicorn's import string, built on first use, so importing this module reads
+    no settings and connects to nothing."""
+    if name == "app":
+        global _app
+        if _app is None:
+            _app = create_serving_app()
+        return _app
+    raise AttributeError(name)
+
+
+_app: FastAPI | None = None

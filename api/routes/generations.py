@@ -1,0 +1,274 @@
+"""/v1/generations: submit, read, list and cancel jobs, and fetch their images."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import uuid
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Header, Query, Response
+from starlette.datastructures import URL
+
+from api.deps import AppState, BaseUrlDep, SessionDep, StateDep, TenantDep
+from api.metrics import ENQUEUE_FAILURES, IDEMPOTENT_REPLAYS, JOBS_CREATED, JOBS_REJECTED
+from api.problems import Problem
+from api.schemas import Generation, GenerationCreate, GenerationList, problem_responses
+from db import jobs as jobs_db
+from db.blobs.base import BlobNotFound
+from db.models import Job, JobStatus, Tenant
+from jobs.dispatch import DecodeTimeout, queue_depth
+from jobs.errors import InvalidInput
+from jobs.params import GenerationParams, check_params
+from jobs.queues import Queue
+from jobs.representation import generation_object
+from jobs.webhooks import WebhookEvent, check_webhook_url, wants_event
+
+log = logging.getLogger(__name__)
+
+router = APIRouter(prefix="/v1/generations", tags=["generations"])
+
+ImageFormatParam = Literal["png", "webp", "jpeg"]
+MEDIA_TYPES: dict[str, str] = {"png": "image/png", "webp": "image/webp", "jpeg": "image/jpeg"}
+IMMUTABLE = "private, max-age=31536000, immutable"  # a job's image never changes once it exists
+
+
+def _not_found(job_id: str) -> Problem:
+    return Problem(404, f"no generation {job_id}", slug="not-found")
+
+
+def _load(session: SessionDep, tenant: Tenant, job_id: str) -> Job:
+    try:
+        parsed = uuid.UUID(job_id)
+    except ValueError:
+        raise _not_found(job_id) from None
+    job = jobs_db.get_job(session=session, tenant_id=tenant.id, job_id=parsed)
+    if job is None:
+        raise _not_found(job_id)
+    return job
+
+
+def _params(body: GenerationCreate, state: AppState) -> GenerationParams:
+    params = GenerationParams(
+        prompt=body.prompt,
+        negative_prompt=body.negative_prompt,
+        seed=body.seed if body.seed is not None else secrets.randbelow(2**32),
+        steps=body.steps if body.steps is not None else state.settings.steps,
+        width=body.width,
+        height=body.height,
+        guidance=body.guidance,
+    )
+    check_params(params, state.limits)
+    return params
+
+
+def _check_capacity(state: AppState) -> None:
+    """503 while the admit queue is longer than REPRISE_QUEUE_DEPTH_LIMIT. An unreachable broker is
+    no reason to refuse: the job waits in Postgres for the reconciler."""
+    depth = queue_depth(state.redis, Queue.ADMIT)
+    if depth is not None and depth > state.settings.queue_depth_limit:
+        JOBS_REJECTED.labels("backpressure").inc()
+        raise Problem(
+            503,
+            f"{depth} jobs are waiting for admission; retry later",
+            slug="overloaded",
+            headers={"Retry-After": str(state.settings.retry_after_s)},
+        )
+
+
+def _enqueue_admit(state: AppState, job_id: uuid.UUID) -> None:
+    try:
+        state.dispatcher.enqueue_admit(job_id)
+    except Exception:  # the broker is down: the job stays 'starting' and the reconciler re-enqueues it
+        ENQUEUE_FAILURES.labels("admit").inc()
+        log.warning("could not enqueue admission of job %s; the reconciler will", job_id, exc_info=True)
+
+
+@router.post(
+    "",
+    status_code=202,
+    responses={
+        200: {
+            "model": Generation,
+            "description": "An Idempotency-Key replay: the job the first request created.",
+        },
+        **problem_responses(400, 401, 413, 422, 429, 503),
+    },
+)
+def create_generation(
+    body: GenerationCreate,
+    tenant: TenantDep,
+    session: SessionDep,
+    state: StateDep,
+    base: BaseUrlDep,
+    response: Response,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            min_length=1,
+            max_length=255,
+            description="Repeat a request safely: the same key and body return the first job (200); the "
+            "same key with another body is refused (422).",
+        ),
+    ] = None,
+) -> Generation:
+    """Submit a job: 202 with the queued job, or 200 with the first job for a repeated Idempotency-Key."""
+    # 1. Check the request before touching anything.
+    params = _params(body, state)
+    if body.cache == "shared" and not tenant.shared_cache:
+        raise InvalidInput("this tenant has not opted in to the shared cache", field="cache")
+    if body.webhook is not None:
+        check_webhook_url(
+            body.webhook, allow_hosts=state.settings.webhook_allow_hosts, resolve=state.resolver
+        )
+    if idempotency_key is not None and "\x00" in idempotency_key:
+        raise InvalidInput("Idempotency-Key must not contain NUL characters", field="Idempotency-Key")
+    new = jobs_db.NewJob(
+        params=params,
+        cache_mode=body.cache,
+        webhook_url=body.webhook,
+        webhook_events_filter=body.events(),
+        idempotency_key=idempotency_key,
+        request_fingerprint=body.fingerprint() if idempotency_key is not None else None,
+    )
+    # 2. A replay answers with the first job even when we are busy now.
+    replayed = None
+    if idempotency_key is not None:
+        replayed = jobs_db.find_replay(session=session, tenant_id=tenant.id, new=new)
+    if replayed is None:
+        _check_capacity(state)
+        try:
+            result = jobs_db.create_job(session=session, tenant=tenant, new=new)
+        except jobs_db.InflightLimitExceeded as error:
+            JOBS_REJECTED.labels("inflight_limit").inc()
+            raise Problem(
+                429,
+                str(error),
+                slug="inflight-limit",
+                headers={"Retry-After": str(state.settings.retry_after_s)},
+            ) from None
+        session.commit()
+        job, created = result.job, result.created
+    else:
+        job, created = replayed, False
+    # 3. Queue it only once it is committed, so a worker never looks for a row that is not there.
+    if created:
+        JOBS_CREATED.inc()
+        _enqueue_admit(state, job.id)
+    else:
+        IDEMPOTENT_REPLAYS.inc()
+        response.status_code = 200
+        response.headers["Idempotent-Replayed"] = "true"
+    generation = generation_object(job, base_url=base)
+    response.headers["Location"] = generation.urls.self_
+    return generation
+
+
+@router.get("", responses=problem_responses(401, 422))
+def list_generations(
+    tenant: TenantDep,
+    session: SessionDep,
+    base: BaseUrlDep,
+    status: Annotated[JobStatus | None, Query(description="Only jobs in this status.")] = None,
+    limit: Annotated[int, Query(ge=1, le=100, description="Jobs per page.")] = 20,
+    cursor: Annotated[
+        str | None, Query(max_length=200, description="The `next` of the previous page.")
+    ] = None,
+) -> GenerationList:
+    """List your jobs, newest first, a page at a time (follow `next`)."""
+    after = jobs_db.Cursor.decode(cursor) if cursor is not None else None
+    page = jobs_db.list_jobs(session=session, tenant_id=tenant.id, status=status, limit=limit, after=after)
+    next_url = None
+    if page.next_cursor is not None:
+        query = {"limit": str(limit), "cursor": page.next_cursor.encode()}
+        if status is not None:
+            query["status"] = status.value
+        next_url = str(URL(f"{base}{router.prefix}").include_query_params(**query))
+    return GenerationList(results=[generation_object(job, base_url=base) for job in page.jobs], next=next_url)
+
+
+@router.get("/{job_id}", responses=problem_responses(401, 404))
+def get_generation(job_id: str, tenant: TenantDep, session: SessionDep, base: BaseUrlDep) -> Generation:
+    """Read a job: status, input, output (once succeeded), error and metrics."""
+    return generation_object(_load(session, tenant, job_id), base_url=base)
+
+
+@router.post("/{job_id}/cancel", responses=problem_responses(401, 404))
+def cancel_generation(
+    job_id: str, tenant: TenantDep, session: SessionDep, state: StateDep, base: BaseUrlDep
+) -> Generation:
+    """Cancel a job: a queued one at once, a running one at its next step; a finished one stays as is."""
+    job = _load(session, tenant, job_id)
+    result = jobs_db.request_cancel(session=session, tenant_id=tenant.id, job_id=job.id)
+    if result is None:  # deleted between the two statements
+        raise _not_found(job_id)
+    session.commit()
+    canceled = result.job
+    if (
+        result.canceled_now
+        and canceled.webhook_url
+        and wants_event(canceled.webhook_events_filter, WebhookEvent.COMPLETED)
+    ):
+        try:
+            state.dispatcher.enqueue_webhook(canceled.id, WebhookEvent.COMPLETED)
+        except Exception:
+            ENQUEUE_FAILURES.labels("webhook").inc()
+            log.warning("could not enqueue the webhook of canceled job %s", canceled.id, exc_info=True)
+    return generation_object(canceled, base_url=base)
+
+
+@router.get(
+    "/{job_id}/image",
+    response_class=Response,
+    responses={
+        200: {"content": {media: {} for media in MEDIA_TYPES.values()}, "description": "The image."},
+        **problem_responses(401, 404, 409, 410, 503),
+    },
+)
+def get_generation_image(
+    job_id: str,
+    tenant: TenantDep,
+    session: SessionDep,
+    state: StateDep,
+    format: Annotated[ImageFormatParam, Query(description="Image format.")] = "png",
+) -> Response:
+    """Download a succeeded job's image, decoded from its stored latent when not stored in this format."""
+    job = _load(session, tenant, job_id)
+    if job.status != JobStatus.SUCCEEDED:
+        raise Problem(
+            409,
+            f"generation {job.id} is {job.status}; its image exists once it has succeeded",
+            slug="not-ready",
+        )
+    key = (job.image_keys or {}).get(format)
+    if key is not None:
+        try:
+            return _image(state.blob_store.get(key), format)
+        except BlobNotFound:
+            log.info("image %s of job %s is gone; decoding from the latent", key, job.id)
+    if job.final_latent_key is None:
+        raise _gone(job.id)
+    if state.decoder is None:
+        raise Problem(503, "image decoding is not configured on this server", slug="decode-unavailable")
+    try:
+        return _image(state.decoder.decode(job.id, format), format)
+    except DecodeTimeout:
+        raise Problem(
+            503,
+            "the decode pool is busy; retry shortly",
+            slug="decode-timeout",
+            headers={"Retry-After": str(state.settings.retry_after_s)},
+        ) from None
+    except BlobNotFound:
+        raise _gone(job.id) from None
+
+
+def _image(data: bytes, fmt: str) -> Response:
+    return Response(content=data, media_type=MEDIA_TYPES[fmt], headers={"Cache-Control": IMMUTABLE})
+
+
+def _gone(job_id: uuid.UUID) -> Problem:
+    return Problem(
+        410, f"the image of generation {job_id} and its latent are no longer stored", slug="image-gone"
+    )

@@ -1,0 +1,50 @@
+"""Liveness, readiness and Prometheus metrics: for orchestrators and scrapers, no authentication."""
+
+from __future__ import annotations
+
+import logging
+
+import redis
+from fastapi import APIRouter, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
+
+from api.deps import SessionDep, StateDep
+from api.problems import Problem
+from api.schemas import problem_responses
+
+log = logging.getLogger(__name__)
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+def healthz() -> dict[str, str]:
+    """The process is alive (checks nothing else)."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz", responses=problem_responses(503))
+def readyz(session: SessionDep, state: StateDep) -> dict[str, str]:
+    """The database and the broker answer; 503 problem naming what does not."""
+    down = []
+    try:
+        session.execute(text("SELECT 1"))
+    except SQLAlchemyError:
+        log.warning("readiness: database unreachable", exc_info=True)
+        down.append("database")
+    try:
+        state.redis.ping()
+    except redis.RedisError:
+        log.warning("readiness: broker unreachable", exc_info=True)
+        down.append("broker")
+    if down:
+        raise Problem(503, f"unreachable: {', '.join(down)}", slug="not-ready", title="Not ready")
+    return {"status": "ready"}
+
+
+@router.get("/metrics", include_in_schema=False)
+def metrics() -> Response:
+    """Prometheus metrics in the text exposition format."""
+    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,75 @@
+"""/v1/stats: what the cache and the pools are doing, read from Postgres and the broker."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from sqlalchemy import func, select
+
+from api.deps import SessionDep, StateDep, TenantDep
+from api.schemas import CacheStats, ComputeStats, IntervalRow, Stats, problem_responses
+from db import jobs as jobs_db
+from db.models import IntervalStats, WorkerRole
+from jobs.dispatch import queue_depth
+from jobs.queues import Queue
+
+router = APIRouter(prefix="/v1/stats", tags=["stats"])
+
+RECENT_INTERVALS = 12
+
+
+def _ratio(part: int, whole: int) -> float | None:
+    return round(part / whole, 4) if whole else None
+
+
+@router.get("", responses=problem_responses(401, 422))
+def get_stats(
+    _tenant: TenantDep,
+    session: SessionDep,
+    state: StateDep,
+    window_s: Annotated[int, Query(ge=60, le=30 * 86400, description="Look back this many seconds.")] = 3600,
+) -> Stats:
+    """Service-wide statistics: hit rate, k histogram, compute saved, queue depths and pool sizes."""
+    since = datetime.now(UTC) - timedelta(seconds=window_s)
+    outcomes = jobs_db.cache_outcomes(session=session, since=since)
+    pools = {
+        role: int(count)
+        for role, count in session.execute(
+            select(WorkerRole.role, func.count()).group_by(WorkerRole.role).order_by(WorkerRole.role)
+        )
+    }
+    intervals = session.scalars(
+        select(IntervalStats).order_by(IntervalStats.period_start.desc()).limit(RECENT_INTERVALS)
+    ).all()
+    return Stats(
+        window_s=window_s,
+        since=since,
+        jobs=jobs_db.status_counts(session=session, since=since),
+        cache=CacheStats(
+            hits=outcomes.hits,
+            misses=outcomes.misses,
+            hit_rate=_ratio(outcomes.hits, outcomes.hits + outcomes.misses),
+            k_histogram={str(k): n for k, n in outcomes.k_histogram.items()},
+        ),
+        compute=ComputeStats(
+            steps_requested=outcomes.steps_requested,
+            steps_skipped=outcomes.steps_skipped,
+            saved_fraction=_ratio(outcomes.steps_skipped, outcomes.steps_requested),
+            denoiser_evaluations=outcomes.denoiser_evaluations,
+        ),
+        queues={queue.value: queue_depth(state.redis, queue) for queue in Queue},
+        pools=pools,
+        intervals=[
+            IntervalRow(
+                period_start=row.period_start,
+                period_seconds=row.period_seconds,
+                arrivals=row.arrivals,
+                hits=row.hits,
+                misses=row.misses,
+                predicted_misses=row.predicted_misses,
+            )
+            for row in intervals
+        ],
+    )

@@ -1,0 +1,167 @@
+"""Request and response bodies. The job object itself (Generation) is jobs.representation's, shared
+with the webhooks; it is re-exported here so the API's schemas sit in one place."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from jobs.representation import Generation
+from jobs.webhooks import EventFilter
+
+__all__ = ["Generation", "GenerationCreate", "GenerationList", "ProblemDetails", "Stats"]
+
+CacheMode = Literal["auto", "off", "shared"]
+EventFilterName = Literal["start", "completed"]
+
+
+def _no_nul(value: str | None) -> str | None:
+    # Postgres text cannot hold NUL: refuse it here rather than fail at insert time.
+    if value is not None and "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    return value
+
+
+class GenerationCreate(BaseModel):
+    """A text-to-image request. Sizes and steps are checked against the server's limits."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        json_schema_extra={
+            "examples": [
+                {
+                    "prompt": "a lighthouse on a cliff at dusk, oil painting",
+                    "steps": 50,
+                    "width": 512,
+                    "height": 512,
+                    "webhook": "https://example.com/hooks/reprise",
+                    "webhook_events_filter": ["completed"],
+                }
+            ]
+        },
+    )
+
+    # Bounds that hold on every server are in the schema; the configured maxima are checked per request.
+    prompt: str = Field(
+        min_length=1, description="What to draw. Not blank; at most REPRISE_MAX_PROMPT_CHARS characters."
+    )
+    negative_prompt: str | None = Field(None, description="What to steer away from.")
+    seed: int | None = Field(None, ge=0, lt=2**63, description="Random seed; random when omitted.")
+    steps: int | None = Field(
+        None, description="Denoising steps T, 1..REPRISE_MAX_STEPS. Default REPRISE_STEPS."
+    )
+    width: int = Field(512, description="Pixels, a multiple of 8, at most REPRISE_MAX_SIDE.")
+    height: int = Field(512, description="Pixels, a multiple of 8, at most REPRISE_MAX_SIDE.")
+    guidance: float = Field(7.5, allow_inf_nan=False, description="Classifier-free guidance scale, 0..50.")
+    cache: CacheMode = Field(
+        "auto",
+        description="auto: reuse this tenant's earlier work; off: generate from scratch and cache nothing; "
+        "shared: also reuse the shared scope (the tenant must have opted in).",
+    )
+    webhook: str | None = Field(
+        None,
+        max_length=2048,
+        description="URL to POST signed events to (Standard Webhooks). Loopback, private and link-local "
+        "hosts are refused.",
+    )
+    webhook_events_filter: list[EventFilterName] | None = Field(
+        None,
+        min_length=1,
+        description="Events to send: start, completed (succeeded, failed or canceled). Default: both.",
+    )
+
+    @field_validator("prompt", "negative_prompt", "webhook")
+    @classmethod
+    def _check_text(cls, value: str | None) -> str | None:
+        return _no_nul(value)
+
+    def events(self) -> list[str]:
+        chosen = self.webhook_events_filter or [event.value for event in EventFilter]
+        return sorted(set(chosen))
+
+    def fingerprint(self) -> str:
+        """sha256 of the request as understood (defaults filled in), to compare Idempotency-Key replays."""
+        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class GenerationList(BaseModel):
+    results: list[Generation]
+    next: str | None = Field(description="URL of the next page (older jobs); null on the last page.")
+
+
+class ProblemDetails(BaseModel):
+    """RFC 9457 problem details: the body of every error response."""
+
+    type: str = Field(description="urn:reprise:problem:<kind>, or about:blank for plain HTTP errors.")
+    title: str
+    status: int
+    detail: str
+    instance: str = Field(description="The request path.")
+    errors: list[dict[str, str]] | None = Field(
+        None, description="For invalid input: {location: body|query|header|path, field, detail} per field."
+    )
+
+
+class CacheStats(BaseModel):
+    hits: int
+    misses: int
+    hit_rate: float | None = Field(description="hits / (hits + misses); null before any admission.")
+    k_histogram: dict[str, int] = Field(description="Hits per k (steps skipped).")
+
+
+class ComputeStats(BaseModel):
+    steps_requested: int = Field(
+        description="Σ T over admitted jobs: the all-large-model baseline, in steps."
+    )
+    steps_skipped: int = Field(description="Σ k over hits: steps the cache saved.")
+    saved_fraction: float | None = Field(description="steps_skipped / steps_requested.")
+    denoiser_evaluations: dict[str, int] = Field(description="Evaluations actually run, per model.")
+
+
+class IntervalRow(BaseModel):
+    period_start: datetime
+    period_seconds: int
+    arrivals: int
+    hits: int
+    misses: int
+    predicted_misses: int
+
+
+class Stats(BaseModel):
+    window_s: int
+    since: datetime
+    jobs: dict[str, int] = Field(description="Jobs created in the window, per status.")
+    cache: CacheStats
+    compute: ComputeStats
+    queues: dict[str, int | None] = Field(
+        description="Messages waiting per queue; null when the broker is down."
+    )
+    pools: dict[str, int] = Field(description="Workers per role (worker_roles).")
+    intervals: list[IntervalRow] = Field(description="The latest interval aggregates, newest first.")
+
+
+def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` entries for the problem statuses a route can answer (see problem_media_types)."""
+    return {status: {"model": ProblemDetails} for status in statuses}
+
+
+PROBLEM_CONTENT = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/ProblemDetails"}}}
+
+
+def problem_media_types(spec: dict[str, Any]) -> dict[str, Any]:
+    """Document every 4xx/5xx as application/problem+json with ProblemDetails, which is what is sent
+    (FastAPI files `responses` models under application/json and adds its own 422 schema)."""
+    for path in spec.get("paths", {}).values():
+        for operation in path.values():
+            for code, response in operation.get("responses", {}).items():
+                if code[:1] in ("4", "5"):
+                    response["content"] = PROBLEM_CONTENT
+    for unused in ("HTTPValidationError", "ValidationError"):
+        spec.get("components", {}).get("schemas", {}).pop(unused, None)
+    return spec

@@ -1,0 +1,296 @@
+"""Jobs as the API sees them: create (idempotent, within the tenant's in-flight limit), read, list,
+cancel. Every read is scoped by tenant: another tenant's job does not exist for you.
+
+Functions flush but do not commit: the caller owns the transaction.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import case, func, select, text, tuple_, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.orm import Session
+
+from db.models import Job, JobStatus, Tenant
+from jobs.errors import InvalidInput, RepriseError
+from jobs.params import GenerationParams
+
+ACTIVE_STATUSES = (JobStatus.STARTING.value, JobStatus.PROCESSING.value)
+
+
+class IdempotencyConflict(InvalidInput):
+    """The Idempotency-Key was used before with another body. Not recoverable: use a new key."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(
+            f"Idempotency-Key {key!r} was already used with a different request body", field="Idempotency-Key"
+        )
+
+
+class InflightLimitExceeded(RepriseError):
+    """The tenant has as many unfinished jobs as it may. Recoverable: retry when some finish."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"{limit} jobs are already starting or processing, the limit of this tenant")
+        self.limit = limit
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    params: GenerationParams
+    cache_mode: str = "auto"
+    webhook_url: str | None = None
+    webhook_events_filter: list[str] = field(default_factory=list)
+    idempotency_key: str | None = None
+    request_fingerprint: str | None = None  # sha256 of the canonical request body
+
+
+@dataclass(frozen=True, slots=True)
+class CreatedJob:
+    job: Job
+    created: bool  # False: an earlier job with the same Idempotency-Key
+
+
+def _by_idempotency_key(session: Session, tenant_id: uuid.UUID, key: str) -> Job | None:
+    return session.scalars(
+        select(Job)
+        .where(Job.tenant_id == tenant_id, Job.idempotency_key == key)
+        .execution_options(populate_existing=True)
+    ).one_or_none()
+
+
+def _replay(existing: Job, new: NewJob) -> CreatedJob:
+    if existing.request_fingerprint != new.request_fingerprint:
+        raise IdempotencyConflict(new.idempotency_key or "")
+    return CreatedJob(job=existing, created=False)
+
+
+def find_replay(*, session: Session, tenant_id: uuid.UUID, new: NewJob) -> Job | None:
+    """The earlier job under new.idempotency_key, or None. IdempotencyConflict if its body differed."""
+    if new.idempotency_key is None:
+        return None
+    existing = _by_idempotency_key(session, tenant_id, new.idempotency_key)
+    return None if existing is None else _replay(existing, new).job
+
+
+def count_active(*, session: Session, tenant_id: uuid.UUID) -> int:
+    """Jobs of the tenant still starting or processing (what the in-flight limit counts)."""
+    return (
+        session.scalar(
+            select(func.count())
+            .select_from(Job)
+            .where(Job.tenant_id == tenant_id, Job.status.in_(ACTIVE_STATUSES))
+        )
+        or 0
+    )
+
+
+def create_job(*, session: Session, tenant: Tenant, new: NewJob) -> CreatedJob:
+    """Insert a 'starting' job, or return the earlier job with the same Idempotency-Key.
+
+    Raises IdempotencyConflict (same key, other body) and InflightLimitExceeded.
+    """
+    # 1. A replay answers with the first job whatever the limits say now.
+    replayed = find_replay(session=session, tenant_id=tenant.id, new=new)
+    if replayed is not None:
+        return CreatedJob(job=replayed, created=False)
+    # 2. Serialize this tenant's submissions so that concurrent requests cannot both pass the count.
+    #    FOR NO KEY UPDATE does not block the KEY SHARE lock that inserting a job takes on its tenant.
+    session.execute(select(Tenant.id).where(Tenant.id == tenant.id).with_for_update(key_share=True))
+    # A duplicate that committed while we waited for the lock is a replay, not a job over the limit.
+    replayed = find_replay(session=session, tenant_id=tenant.id, new=new)
+    if replayed is not None:
+        return CreatedJob(job=replayed, created=False)
+    if count_active(session=session, tenant_id=tenant.id) >= tenant.inflight_limit:
+        raise InflightLimitExceeded(tenant.inflight_limit)
+    # 3. Insert; a concurrent duplicate that committed first makes this a no-op, then we read its row.
+    params = new.params
+    job_id = uuid.uuid4()
+    inserted = session.scalar(
+        pg_insert(Job)
+        .values(
+            id=job_id,
+            tenant_id=tenant.id,
+            status=JobStatus.STARTING.value,
+            prompt=params.prompt,
+            negative_prompt=params.negative_prompt,
+            seed=params.seed,
+            steps=params.steps,
+            width=params.width,
+            height=params.height,
+            guidance=params.guidance,
+            cache_mode=new.cache_mode,
+            webhook_url=new.webhook_url,
+            webhook_events_filter=list(new.webhook_events_filter),
+            idempotency_key=new.idempotency_key,
+            request_fingerprint=new.request_fingerprint,
+        )
+        .on_conflict_do_nothing(constraint="uq_jobs_tenant_idempotency_key")
+        .returning(Job.id)
+    )
+    if inserted is None:
+        existing = _by_idempotency_key(session, tenant.id, new.idempotency_key or "")
+        if existing is None:  # pragma: no cover - the conflicting row cannot vanish within a transaction
+            raise RuntimeError("idempotency conflict without a conflicting row")
+        return _replay(existing, new)
+    job = session.get(Job, inserted)
+    assert job is not None
+    return CreatedJob(job=job, created=True)
+
+
+def get_job(*, session: Session, tenant_id: uuid.UUID, job_id: uuid.UUID) -> Job | None:
+    """The tenant's job, fresh from the database, or None (also when another tenant owns it)."""
+    return session.scalars(
+        select(Job)
+        .where(Job.id == job_id, Job.tenant_id == tenant_id)
+        .execution_options(populate_existing=True)
+    ).one_or_none()
+
+
+# --- listing -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """Position after the last job of a page (newest first): (created_at, id) of that job."""
+
+    created_at: datetime
+    job_id: uuid.UUID
+
+    def encode(self) -> str:
+        raw = f"{self.created_at.isoformat()}|{self.job_id}".encode()
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    @classmethod
+    def decode(cls, text: str) -> Cursor:
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
+            created_at, _, job_id = raw.partition("|")
+            cursor = cls(datetime.fromisoformat(created_at), uuid.UUID(job_id))
+        except (binascii.Error, UnicodeDecodeError, ValueError):
+            raise InvalidInput("cursor is not one this API returned", field="cursor") from None
+        if cursor.created_at.tzinfo is None:
+            raise InvalidInput("cursor is not one this API returned", field="cursor")
+        return cursor
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    jobs: list[Job]
+    next_cursor: Cursor | None
+
+
+def list_jobs(
+    *,
+    session: Session,
+    tenant_id: uuid.UUID,
+    status: JobStatus | None = None,
+    limit: int = 20,
+    after: Cursor | None = None,
+) -> JobPage:
+    """The tenant's jobs, newest first, `limit` at a time; pass the page's next_cursor for the next."""
+    query = select(Job).where(Job.tenant_id == tenant_id)
+    if status is not None:
+        query = query.where(Job.status == status.value)
+    if after is not None:
+        query = query.where(tuple_(Job.created_at, Job.id) < tuple_(after.created_at, after.job_id))
+    rows = list(session.scalars(query.order_by(Job.created_at.desc(), Job.id.desc()).limit(limit + 1)))
+    jobs = rows[:limit]
+    next_cursor = Cursor(jobs[-1].created_at, jobs[-1].id) if len(rows) > limit else None
+    return JobPage(jobs=jobs, next_cursor=next_cursor)
+
+
+# --- cancel --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CancelResult:
+    job: Job
+    canceled_now: bool  # True when this call moved the job to 'canceled' (it was still 'starting')
+
+
+def request_cancel(*, session: Session, tenant_id: uuid.UUID, job_id: uuid.UUID) -> CancelResult | None:
+    """Ask a job to stop. A 'starting' job is canceled at once; a 'processing' one keeps running
+    until its worker sees cancel_requested; a finished job is left as it is. None: no such job."""
+    was_starting = Job.status == JobStatus.STARTING.value
+    new_status = session.scalar(
+        update(Job)
+        .where(Job.id == job_id, Job.tenant_id == tenant_id, Job.status.in_(ACTIVE_STATUSES))
+        .values(
+            cancel_requested=True,
+            status=case((was_starting, JobStatus.CANCELED.value), else_=Job.status),
+            finished_at=case((was_starting, func.now()), else_=Job.finished_at),
+        )
+        .returning(Job.status)
+        .execution_options(synchronize_session=False)
+    )
+    job = get_job(session=session, tenant_id=tenant_id, job_id=job_id)
+    if job is None:
+        return None
+    return CancelResult(job=job, canceled_now=new_status == JobStatus.CANCELED.value)
+
+
+# --- statistics ----------------------------------------------------------------------------------
+
+
+def status_counts(*, session: Session, since: datetime | None = None) -> dict[str, int]:
+    """Jobs per status, all tenants (for /v1/stats)."""
+    query = select(Job.status, func.count()).group_by(Job.status)
+    if since is not None:
+        query = query.where(Job.created_at >= since)
+    return {status: count for status, count in session.execute(query)}
+
+
+@dataclass(frozen=True, slots=True)
+class CacheOutcomes:
+    hits: int
+    misses: int
+    k_histogram: dict[int, int]
+    steps_requested: int  # Σ T over admitted jobs: the all-large-model baseline, in steps
+    steps_skipped: int  # Σ k over hits
+    denoiser_evaluations: dict[str, int]  # model -> evaluations actually run
+
+
+def cache_outcomes(*, session: Session, since: datetime) -> CacheOutcomes:
+    """Routing and compute accounting of the jobs admitted since `since`, all tenants."""
+    admitted = (Job.created_at >= since, Job.route.is_not(None))
+    hits, misses, steps, skipped = session.execute(
+        select(
+            func.count().filter(Job.route == "hit"),
+            func.count().filter(Job.route == "miss"),
+            func.coalesce(func.sum(Job.steps), 0),
+            func.coalesce(func.sum(Job.k).filter(Job.route == "hit"), 0),
+        ).where(*admitted)
+    ).one()
+    histogram = {
+        k: int(n)
+        for k, n in session.execute(
+            select(Job.k, func.count())
+            .where(*admitted, Job.route == "hit", Job.k.is_not(None))
+            .group_by(Job.k)
+        )
+        if k is not None
+    }
+    evals = {
+        str(model): int(total)
+        for model, total in session.execute(
+            text(
+                "SELECT e.key, sum(e.value::bigint) FROM jobs, jsonb_each_text(jobs.denoiser_evals) AS e "
+                "WHERE jobs.created_at >= :since GROUP BY e.key ORDER BY e.key"
+            ),
+            {"since": since},
+        )
+    }
+    return CacheOutcomes(
+        hits=int(hits),
+        misses=int(misses),
+        k_histogram=dict(sorted(histogram.items())),
+        steps_requested=int(steps or 0),
+        steps_skipped=int(skipped or 0),
+        denoiser_evaluations=evals,
+    )

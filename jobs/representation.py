@@ -1,0 +1,131 @@
+"""The public JSON form of a job, a "generation": one serializer for the API's responses and the
+webhooks' `data`, so that a receiver sees exactly what GET /v1/generations/{id} returns.
+
+It lives in jobs/ (not api/) because the webhook worker needs it too and workers do not import api/.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from db.models import Job, JobStatus
+
+ImageFormatName = Literal["png", "webp", "jpeg"]
+DEFAULT_IMAGE_FORMAT: ImageFormatName = "png"
+
+
+class GenerationInput(BaseModel):
+    prompt: str
+    negative_prompt: str | None
+    seed: int
+    steps: int
+    width: int
+    height: int
+    guidance: float
+    cache: str
+    webhook: str | None
+    webhook_events_filter: list[str]
+
+
+class GenerationOutput(BaseModel):
+    image: str = Field(description="URL of the image; add ?format=png|webp|jpeg for another format.")
+    format: ImageFormatName
+
+
+class GenerationMetrics(BaseModel):
+    route: Literal["hit", "miss"] | None = Field(
+        description="Whether the cache served it; null until admitted."
+    )
+    similarity: float | None = Field(description="Similarity of the cached entry that was reused.")
+    k: int | None = Field(description="Denoising steps skipped thanks to the cache.")
+    source_entry: uuid.UUID | None = Field(description="The cache entry reused, on a hit.")
+    models: list[str] = Field(description="Models that ran.")
+    denoiser_evaluations: dict[str, int] = Field(description="Denoiser evaluations, per model.")
+    queue_time_s: float | None = Field(description="From creation to the start of generation.")
+    run_time_s: float | None = Field(description="From the start of generation to completion.")
+
+
+class GenerationUrls(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
+
+    self_: str = Field(alias="self")
+    cancel: str
+    image: str
+
+
+class Generation(BaseModel):
+    id: uuid.UUID
+    status: JobStatus
+    input: GenerationInput
+    output: GenerationOutput | None = Field(description="Null until the job has succeeded.")
+    error: str | None
+    metrics: GenerationMetrics
+    created_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+    urls: GenerationUrls
+
+
+def _seconds(start: datetime | None, end: datetime | None) -> float | None:
+    if start is None or end is None:
+        return None
+    return round((end - start).total_seconds(), 3)
+
+
+def generation_urls(job_id: uuid.UUID, *, base_url: str) -> GenerationUrls:
+    own = f"{base_url.rstrip('/')}/v1/generations/{job_id}"
+    return GenerationUrls.model_validate({"self": own, "cancel": f"{own}/cancel", "image": f"{own}/image"})
+
+
+def generation_object(job: Job, *, base_url: str) -> Generation:
+    """The job as clients see it. `base_url` prefixes the URLs ('' gives relative URLs)."""
+    urls = generation_urls(job.id, base_url=base_url)
+    output = None
+    if job.status == JobStatus.SUCCEEDED:
+        output = GenerationOutput(
+            image=f"{urls.image}?format={DEFAULT_IMAGE_FORMAT}", format=DEFAULT_IMAGE_FORMAT
+        )
+    route: Literal["hit", "miss"] | None = (
+        "hit" if job.route == "hit" else "miss" if job.route == "miss" else None
+    )
+    return Generation(
+        id=job.id,
+        status=JobStatus(job.status),
+        input=GenerationInput(
+            prompt=job.prompt,
+            negative_prompt=job.negative_prompt,
+            seed=job.seed,
+            steps=job.steps,
+            width=job.width,
+            height=job.height,
+            guidance=job.guidance,
+            cache=job.cache_mode,
+            webhook=job.webhook_url,
+            webhook_events_filter=list(job.webhook_events_filter or []),
+        ),
+        output=output,
+        error=job.error,
+        metrics=GenerationMetrics(
+            route=route,
+            similarity=job.similarity,
+            k=job.k,
+            source_entry=job.source_entry_id,
+            models=list(job.models_used or []),
+            denoiser_evaluations=dict(job.denoiser_evals or {}),
+            queue_time_s=_seconds(job.created_at, job.started_at),
+            run_time_s=_seconds(job.started_at, job.finished_at),
+        ),
+        created_at=job.created_at,
+        started_at=job.started_at,
+        completed_at=job.finished_at,
+        urls=urls,
+    )
+
+
+def generation_json(job: Job, *, base_url: str) -> dict[str, Any]:
+    """generation_object as plain JSON types (what a webhook body's `data` holds)."""
+    return generation_object(job, base_url=base_url).model_dump(mode="json", by_alias=True)
