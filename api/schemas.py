@@ -55,8 +55,12 @@ class GenerationCreate(BaseModel):
     steps: int | None = Field(
         None, description="Denoising steps T, 1..REPRISE_MAX_STEPS. Default REPRISE_STEPS."
     )
-    width: int = Field(512, description="Pixels, a multiple of 8, at most REPRISE_MAX_SIDE.")
-    height: int = Field(512, description="Pixels, a multiple of 8, at most REPRISE_MAX_SIDE.")
+    width: int | None = Field(
+        None, description="Pixels, a multiple of 8, at most REPRISE_MAX_SIDE. Default REPRISE_DEFAULT_SIZE."
+    )
+    height: int | None = Field(
+        None, description="Pixels, a multiple of 8, at most REPRISE_MAX_SIDE. Default REPRISE_DEFAULT_SIZE."
+    )
     guidance: float = Field(7.5, allow_inf_nan=False, description="Classifier-free guidance scale, 0..50.")
     cache: CacheMode = Field(
         "auto",

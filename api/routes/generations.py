@@ -54,8 +54,8 @@ def _params(body: GenerationCreate, state: AppState) -> GenerationParams:
         negative_prompt=body.negative_prompt,
         seed=body.seed if body.seed is not None else secrets.randbelow(2**32),
         steps=body.steps if body.steps is not None else state.settings.steps,
-        width=body.width,
-        height=body.height,
+        width=body.width if body.width is not None else state.settings.effective_default_size,
+        height=body.height if body.height is not None else state.settings.effective_default_size,
         guidance=body.guidance,
     )
     check_params(params, state.limits)

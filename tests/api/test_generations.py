@@ -63,10 +63,13 @@ def test_create_answers_202_with_the_job_and_queues_its_admission(
     assert message["headers"]["argsrepr"] == repr([job["id"]])
 
 
-def test_defaults_fill_steps_and_a_random_seed(client: TestClient, tenant: TenantCredentials) -> None:
+def test_defaults_fill_steps_size_and_a_random_seed(
+    client: TestClient, tenant: TenantCredentials, db_settings: Settings
+) -> None:
     first, second = submit(client, tenant), submit(client, tenant)
     inputs = [job["input"] for job in (first, second)]
-    assert all(isinstance(i, dict) and i["steps"] == 50 and i["width"] == 512 for i in inputs)
+    size = db_settings.effective_default_size  # 64 with the tiny models, 512 with configured ones
+    assert all(isinstance(i, dict) and i["steps"] == 50 and i["width"] == i["height"] == size for i in inputs)
     seeds = {i["seed"] for i in inputs if isinstance(i, dict)}
     assert len(seeds) == 2  # random per request (a collision has odds 1 in 2^32)
 
