@@ -48,7 +48,10 @@ def check_embedding_dims(settings: Settings) -> None:
             )
         ).all()
     found = {name: int(typmod) for name, typmod in rows}
-    expected = {"text_embedding": settings.text_embedding_dim, "image_embedding": settings.image_embedding_dim}
+    expected = {
+        "text_embedding": settings.text_embedding_dim,
+        "image_embedding": settings.image_embedding_dim,
+    }
     for column, dim in expected.items():
         if found.get(column) not in (None, -1, dim):
             variable = "REPRISE_" + column.upper() + "_DIM"

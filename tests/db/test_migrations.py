@@ -52,9 +52,15 @@ def test_upgrade_creates_schema_with_vector_columns_and_hnsw_indexes(scratch_set
     assert _tables(scratch_settings) == EXPECTED_TABLES
     with engine_for(scratch_settings.sqlalchemy_url).connect() as conn:
         assert conn.execute(text("SELECT 1 FROM pg_extension WHERE extname = 'vector'")).scalar() == 1
-        indexes = conn.execute(
-            text("SELECT indexdef FROM pg_indexes WHERE tablename = 'cache_entries' AND indexdef LIKE '%hnsw%'")
-        ).scalars().all()
+        indexes = (
+            conn.execute(
+                text(
+                    "SELECT indexdef FROM pg_indexes WHERE tablename = 'cache_entries' AND indexdef LIKE '%hnsw%'"
+                )
+            )
+            .scalars()
+            .all()
+        )
         typmods = dict(
             conn.execute(
                 text(

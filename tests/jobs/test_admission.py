@@ -20,11 +20,17 @@ def _candidate(similarity: float, ks: tuple[int, ...] = (5, 10, 15, 20, 25), fin
 
 def test_no_candidate_is_a_searched_miss() -> None:
     decision = decide(candidate=None, table=NIRVANA, knob=0, hit_policy=HitPolicy.RESUME, steps=50)
-    assert (decision.outcome, decision.route, decision.k) == (AdmissionOutcome.SEARCHED_MISS, Route.MISS, None)
+    assert (decision.outcome, decision.route, decision.k) == (
+        AdmissionOutcome.SEARCHED_MISS,
+        Route.MISS,
+        None,
+    )
 
 
 def test_resume_takes_the_table_k_and_names_the_source() -> None:
-    decision = decide(candidate=_candidate(0.93), table=NIRVANA, knob=0, hit_policy=HitPolicy.RESUME, steps=50)
+    decision = decide(
+        candidate=_candidate(0.93), table=NIRVANA, knob=0, hit_policy=HitPolicy.RESUME, steps=50
+    )
     assert (decision.route, decision.k, decision.source_entry_id) == (Route.HIT, 20, ENTRY)
     assert decision.similarity == 0.93
 
@@ -47,7 +53,10 @@ def test_refine_scales_k_to_the_request_steps_and_needs_a_final_latent() -> None
     at_20 = decide(candidate=_candidate(0.30), table=MODM, knob=0, hit_policy=HitPolicy.REFINE, steps=20)
     assert (at_50.k, at_20.k) == (30, 12)  # 30 of 50 steps skipped = 12 of 20
     no_final = _candidate(0.30, final=False)
-    assert decide(candidate=no_final, table=MODM, knob=0, hit_policy=HitPolicy.REFINE, steps=50).route is Route.MISS
+    assert (
+        decide(candidate=no_final, table=MODM, knob=0, hit_policy=HitPolicy.REFINE, steps=50).route
+        is Route.MISS
+    )
 
 
 def test_cache_applies_only_to_runs_whose_schedule_the_latents_fit() -> None:

@@ -39,7 +39,9 @@ def test_up_is_idempotent_and_down_stops_only_what_it_started(scratch: Settings)
     assert [s.detail for s in second] == [s.detail for s in first]  # same pids: servers reused
 
     with psycopg.connect(scratch.sqlalchemy_url.replace("+psycopg", "")) as conn:
-        assert conn.execute("SELECT extname FROM pg_extension WHERE extname = 'vector'").fetchone() == ("vector",)
+        assert conn.execute("SELECT extname FROM pg_extension WHERE extname = 'vector'").fetchone() == (
+            "vector",
+        )
     assert redis.Redis.from_url(scratch.broker_url).ping()
 
     assert manager.down(scratch) == ["postgres", "redis"]
@@ -66,7 +68,9 @@ def test_a_taken_port_is_reported_with_the_fix(scratch: Settings) -> None:
 
 def test_unreachable_external_database_says_what_is_missing(tmp_path: Path) -> None:
     settings = load_settings(
-        data_dir=tmp_path, database_url=f"postgresql://nobody@127.0.0.1:{_free_port()}/x", redis_port=_free_port()
+        data_dir=tmp_path,
+        database_url=f"postgresql://nobody@127.0.0.1:{_free_port()}/x",
+        redis_port=_free_port(),
     )
     with pytest.raises(ServiceError, match="REPRISE_DATABASE_URL is set but the server is not reachable"):
         manager.up(settings)

@@ -1,0 +1,317 @@
+"""The cache index in Postgres: nearest-neighbour lookup (pgvector HNSW), insertion, use counters,
+and the guarded reads a hit makes of its source.
+
+Scopes: "tenant:<uuid>" per tenant, and "shared" for tenants that opted in; a lookup names the
+scopes it may see (`lookup_scopes`), so one tenant's entries never reach another unless both opted
+in to the shared scope. Only live entries are found; an entry being evicted is dirty and invisible.
+
+Functions take the caller's session, flush but do not commit: the caller owns the transaction.
+Eviction, which must commit before deleting blobs, lives in db/eviction.py.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from sqlalchemy import ColumnElement, func, select, text, update
+from sqlalchemy.orm import InstrumentedAttribute, Session
+
+from db.blobs.base import BlobNotFound, BlobStore
+from db.models import CacheEntry, CacheState, EntryState
+from jobs.errors import SourceVanished
+from reprise.settings import LookupMode
+
+SHARED_SCOPE = "shared"
+TENANT_SCOPE_PREFIX = "tenant:"
+
+Embedding = npt.ArrayLike
+
+
+def tenant_scope(tenant_id: uuid.UUID) -> str:
+    """The private cache scope of one tenant."""
+    return f"{TENANT_SCOPE_PREFIX}{tenant_id}"
+
+
+def lookup_scopes(tenant_id: uuid.UUID, *, shared_cache: bool) -> tuple[str, ...]:
+    """The scopes a tenant's lookup may read: its own, plus the shared one when it opted in."""
+    own = tenant_scope(tenant_id)
+    return (own, SHARED_SCOPE) if shared_cache else (own,)
+
+
+@dataclass(frozen=True, slots=True)
+class LookupResult:
+    """The nearest live entry: similarity = 1 - cosine distance; stored_ks = its states left, ascending."""
+
+    entry_id: uuid.UUID
+    similarity: float
+    stored_ks: tuple[int, ...]
+    scope: str
+    model_family: str
+    final_latent_key: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class NewState:
+    """An intermediate latent already written to the blob store under blob_key."""
+
+    k: int
+    blob_key: str
+    bytes: int
+
+
+def _vector(embedding: Embedding) -> npt.NDArray[np.float32]:
+    vector = np.asarray(embedding, dtype=np.float32).ravel()
+    if vector.size == 0 or not np.all(np.isfinite(vector)):
+        raise ValueError("a query embedding must be a non-empty vector of finite numbers")
+    return vector
+
+
+def _embedding_column(mode: LookupMode) -> InstrumentedAttribute[object]:
+    if mode is LookupMode.TEXT_TO_TEXT:
+        return CacheEntry.text_embedding
+    return CacheEntry.image_embedding
+
+
+def _nearest(
+    session: Session,
+    *,
+    query_embedding: Embedding,
+    mode: LookupMode,
+    scopes: Sequence[str],
+    model_family: str | None,
+) -> LookupResult | None:
+    if not scopes:
+        return None
+    column = _embedding_column(mode)
+    distance = column.cosine_distance(_vector(query_embedding))
+    filters: list[ColumnElement[bool]] = [
+        CacheEntry.scope.in_(list(scopes)),
+        CacheEntry.state == EntryState.LIVE.value,
+        column.is_not(None),
+    ]
+    if model_family is not None:
+        filters.append(CacheEntry.model_family == model_family)
+    best = (
+        select(
+            CacheEntry.id,
+            distance.label("distance"),
+            CacheEntry.scope,
+            CacheEntry.model_family,
+            CacheEntry.final_latent_key,
+        )
+        .where(*filters)
+        .order_by(distance)
+        .limit(1)
+        .subquery()
+    )
+    ks = select(func.array_agg(CacheState.k)).where(CacheState.entry_id == best.c.id).scalar_subquery()
+    row = session.execute(select(best, ks.label("ks"))).one_or_none()
+    if row is None:
+        return None
+    return LookupResult(
+        entry_id=row.id,
+        similarity=1.0 - float(row.distance),
+        stored_ks=tuple(sorted(int(k) for k in row.ks or ())),
+        scope=row.scope,
+        model_family=row.model_family,
+        final_latent_key=row.final_latent_key,
+    )
+
+
+def _set_local(session: Session, values: Mapping[str, str]) -> None:
+    """SET LOCAL each setting (this transaction only), in one round trip."""
+    session.execute(select(*(func.set_config(name, value, True) for name, value in values.items())))
+
+
+def lookup(
+    session: Session,
+    *,
+    query_embedding: Embedding,
+    mode: LookupMode,
+    scopes: Sequence[str],
+    model_family: str | None,
+    ef_search: int,
+) -> LookupResult | None:
+    """The nearest live entry in `scopes` (and `model_family`; None: any family, for reuse of final
+    images across models) by cosine distance, through the HNSW index, or None when there is none.
+
+    ef_search is set for this transaction only (SET LOCAL hnsw.ef_search). Filters are applied
+    while the index is walked (hnsw.iterative_scan = strict_order, pgvector 0.8), so a small scope
+    inside a large table still finds its nearest entry instead of an empty result.
+    Image mode compares the query with cached image embeddings (MoDM 5.2); entries without one
+    are skipped.
+    """
+    if not 1 <= ef_search <= 1000:
+        raise ValueError(f"ef_search must be in 1..1000 (pgvector's range), got {ef_search}")
+    _set_local(session, {"hnsw.ef_search": str(int(ef_search)), "hnsw.iterative_scan": "strict_order"})
+    return _nearest(
+        session, query_embedding=query_embedding, mode=mode, scopes=scopes, model_family=model_family
+    )
+
+
+def lookup_exact(
+    session: Session,
+    *,
+    query_embedding: Embedding,
+    mode: LookupMode,
+    scopes: Sequence[str],
+    model_family: str | None,
+) -> LookupResult | None:
+    """The same question as `lookup`, answered by an exact scan (no index): the benchmark's ground truth."""
+    _set_local(session, {"enable_indexscan": "off"})
+    try:
+        return _nearest(
+            session, query_embedding=query_embedding, mode=mode, scopes=scopes, model_family=model_family
+        )
+    finally:
+        _set_local(session, {"enable_indexscan": "on"})
+
+
+def insert_entry(
+    session: Session,
+    *,
+    entry_id: uuid.UUID,
+    scope: str,
+    model_family: str,
+    prompt: str,
+    text_embedding: Embedding,
+    image_embedding: Embedding | None,
+    final_latent_key: str | None,
+    final_bytes: int,
+    steps: int,
+    states: Sequence[NewState],
+    source_job_id: uuid.UUID | None = None,
+) -> CacheEntry:
+    """Index an entry whose blobs are already stored. entry_id is chosen by the caller, since the
+    blob keys contain it (db/blobs/keys.py). `final_bytes` counts the entry's own blobs; each
+    state counts its own. Call eviction's `ensure_room` first when the scope may be full.
+    """
+    ks = [state.k for state in states]
+    if len(set(ks)) != len(ks):
+        raise ValueError(f"states repeat a k: {sorted(ks)}")
+    if any(not 1 <= k < steps for k in ks):
+        raise ValueError(f"every state's k must be in 1..{steps - 1}, got {sorted(ks)}")
+    entry = CacheEntry(
+        id=entry_id,
+        scope=scope,
+        model_family=model_family,
+        prompt=prompt,
+        text_embedding=_vector(text_embedding),
+        image_embedding=None if image_embedding is None else _vector(image_embedding),
+        final_latent_key=final_latent_key,
+        bytes=final_bytes,
+        steps=steps,
+        source_job_id=source_job_id,
+        access_count=0,
+        state=EntryState.LIVE.value,
+    )
+    entry.states = [CacheState(k=s.k, blob_key=s.blob_key, bytes=s.bytes, access_count=0) for s in states]
+    session.add(entry)
+    session.flush()
+    return entry
+
+
+def record_use(session: Session, *, entry_id: uuid.UUID, k: int | None) -> bool:
+    """Count one use of the entry and of its state k (None: the final latent only), stamping the
+    last access with the transaction's time. Returns False when the entry is gone or dirty (the
+    counters of evicted work do not matter); never raises for that.
+    """
+    touched = session.execute(
+        update(CacheEntry)
+        .where(CacheEntry.id == entry_id, CacheEntry.state == EntryState.LIVE.value)
+        .values(access_count=CacheEntry.access_count + 1, last_access_at=func.now())
+        .returning(CacheEntry.id)
+    ).first()
+    if touched is None:
+        return False
+    if k is not None:
+        session.execute(
+            update(CacheState)
+            .where(CacheState.entry_id == entry_id, CacheState.k == k)
+            .values(access_count=CacheState.access_count + 1, last_access_at=func.now())
+        )
+    return True
+
+
+def get_live_entry(session: Session, *, entry_id: uuid.UUID) -> CacheEntry:
+    """The entry a hit was routed to, or SourceVanished when it was evicted (gone or dirty)."""
+    entry = session.scalars(
+        select(CacheEntry).where(CacheEntry.id == entry_id).execution_options(populate_existing=True)
+    ).one_or_none()
+    if entry is None or entry.state != EntryState.LIVE.value:
+        raise SourceVanished(f"cache entry {entry_id} was evicted; run the job as a miss")
+    return entry
+
+
+def get_state(session: Session, *, entry_id: uuid.UUID, k: int) -> CacheState:
+    """The state (entry, k) a hit was routed to, or SourceVanished when it (or its entry) was evicted."""
+    state = session.scalars(
+        select(CacheState)
+        .join(CacheEntry, CacheEntry.id == CacheState.entry_id)
+        .where(CacheState.entry_id == entry_id, CacheState.k == k, CacheEntry.state == EntryState.LIVE.value)
+        .execution_options(populate_existing=True)
+    ).one_or_none()
+    if state is None:
+        raise SourceVanished(f"cache state k={k} of entry {entry_id} was evicted; run the job as a miss")
+    return state
+
+
+def read_state_blob(session: Session, blobs: BlobStore, *, entry_id: uuid.UUID, k: int) -> bytes:
+    """The stored latent of (entry, k). SourceVanished if the row or the blob is gone: eviction deletes
+    the row, commits, then deletes the blob, so a reader can see the row and miss the blob.
+    """
+    state = get_state(session, entry_id=entry_id, k=k)
+    try:
+        return blobs.get(state.blob_key)
+    except BlobNotFound:
+        raise SourceVanished(
+            f"cache state k={k} of entry {entry_id} was evicted; run the job as a miss"
+        ) from None
+
+
+def read_final_latent(session: Session, blobs: BlobStore, *, entry_id: uuid.UUID) -> bytes:
+    """The entry's final latent (MoDM's refine source). SourceVanished if the entry or the blob is gone."""
+    entry = get_live_entry(session, entry_id=entry_id)
+    if entry.final_latent_key is None:
+        raise SourceVanished(f"cache entry {entry_id} keeps no final latent; run the job as a miss")
+    try:
+        return blobs.get(entry.final_latent_key)
+    except BlobNotFound:
+        raise SourceVanished(f"cache entry {entry_id} was evicted; run the job as a miss") from None
+
+
+def scope_bytes_by_state(session: Session, *, scope: str) -> tuple[int, int]:
+    """(live bytes, dirty bytes) of a scope: entries' own bytes plus their states'. Dirty entries
+    still count: their blobs exist until the next eviction pass removes them."""
+    rows = session.execute(
+        text(
+            "SELECT e.state, sum(e.bytes + COALESCE(st.total, 0)) FROM cache_entries e "
+            "LEFT JOIN (SELECT s.entry_id, sum(s.bytes) AS total FROM cache_states s "
+            "JOIN cache_entries se ON se.id = s.entry_id WHERE se.scope = :scope GROUP BY s.entry_id) st "
+            "ON st.entry_id = e.id WHERE e.scope = :scope GROUP BY e.state"
+        ),
+        {"scope": scope},
+    ).all()
+    totals = {state: int(total or 0) for state, total in rows}
+    return totals.get(EntryState.LIVE.value, 0), totals.get(EntryState.DIRTY.value, 0)
+
+
+def scope_bytes(session: Session, *, scope: str) -> int:
+    """Bytes a scope holds, live and dirty entries together (what the budget is compared with)."""
+    return sum(scope_bytes_by_state(session, scope=scope))
+
+
+def live_entry_count(session: Session, *, scope: str, model_family: str | None = None) -> int:
+    """Live entries of a scope (of one family when given)."""
+    query = (
+        select(func.count())
+        .select_from(CacheEntry)
+        .where(CacheEntry.scope == scope, CacheEntry.state == EntryState.LIVE.value)
+    )
+    if model_family is not None:
+        query = query.where(CacheEntry.model_family == model_family)
+    return int(session.scalar(query) or 0)

@@ -1,0 +1,6 @@
+"""Pure policies: plain functions and classes with no I/O, one concept per module.
+
+k_selection  similarity -> how many steps to skip (NIRVANA 5.3.1, MoDM 5.2)
+eviction     which cached states to forget first (NIRVANA 5.4, MoDM 5.4, FlexCache 4.2.3)
+predictor    will the vector search find a match? (NIRVANA 5.2)
+"""
