@@ -83,6 +83,7 @@ def _nearest(
     mode: LookupMode,
     scopes: Sequence[str],
     model_family: str | None,
+    size: tuple[int, int] | None = None,
 ) -> LookupResult | None:
     if not scopes:
         return None
@@ -95,6 +96,8 @@ def _nearest(
     ]
     if model_family is not None:
         filters.append(CacheEntry.model_family == model_family)
+    if size is not None:  # a latent only continues a run of its own spatial shape
+        filters.extend((CacheEntry.width == size[0], CacheEntry.height == size[1]))
     best = (
         select(
             CacheEntry.id,
@@ -135,6 +138,7 @@ def lookup(
     scopes: Sequence[str],
     model_family: str | None,
     ef_search: int,
+    size: tuple[int, int] | None = None,
 ) -> LookupResult | None:
     """The nearest live entry in `scopes` (and `model_family`; None: any family, for reuse of final
     images across models) by cosine distance, through the HNSW index, or None when there is none.
@@ -143,14 +147,16 @@ def lookup(
     while the index is walked (hnsw.iterative_scan = strict_order, pgvector 0.8), so a small scope
     inside a large table still finds its nearest entry instead of an empty result.
     Image mode compares the query with cached image embeddings (MoDM 5.2); entries without one
-    are skipped.
+    are skipped. `size` (width, height) keeps only entries generated at that size: a cached latent
+    continues only a run of its own spatial shape.
     """
     if not 1 <= ef_search <= 1000:
         raise ValueError(f"ef_search must be in 1..1000 (pgvector's range), got {ef_search}")
     _set_local(session, {"hnsw.ef_search": str(int(ef_search)), "hnsw.iterative_scan": "strict_order"})
     return _nearest(
-        session, query_embedding=query_embedding, mode=mode, scopes=scopes, model_family=model_family
-    )
+        session, query_embedding=query_embedding, mode=mode, scopes=scopes, model_family=model_family,
+        size=size,
+    )  # fmt: skip
 
 
 def lookup_exact(
@@ -160,13 +166,15 @@ def lookup_exact(
     mode: LookupMode,
     scopes: Sequence[str],
     model_family: str | None,
+    size: tuple[int, int] | None = None,
 ) -> LookupResult | None:
     """The same question as `lookup`, answered by an exact scan (no index): the benchmark's ground truth."""
     _set_local(session, {"enable_indexscan": "off"})
     try:
         return _nearest(
-            session, query_embedding=query_embedding, mode=mode, scopes=scopes, model_family=model_family
-        )
+            session, query_embedding=query_embedding, mode=mode, scopes=scopes, model_family=model_family,
+            size=size,
+        )  # fmt: skip
     finally:
         _set_local(session, {"enable_indexscan": "on"})
 
@@ -185,6 +193,7 @@ def insert_entry(
     steps: int,
     states: Sequence[NewState],
     source_job_id: uuid.UUID | None = None,
+    size: tuple[int, int] = (512, 512),
 ) -> CacheEntry:
     """Index an entry whose blobs are already stored. entry_id is chosen by the caller, since the
     blob keys contain it (db/blobs/keys.py). `final_bytes` counts the entry's own blobs; each
@@ -205,6 +214,8 @@ def insert_entry(
         final_latent_key=final_latent_key,
         bytes=final_bytes,
         steps=steps,
+        width=size[0],
+        height=size[1],
         source_job_id=source_job_id,
         access_count=0,
         state=EntryState.LIVE.value,

@@ -162,6 +162,8 @@ class CacheEntry(Base):
     final_latent_key: Mapped[str | None] = mapped_column(Text)
     bytes: Mapped[int] = mapped_column(BigInteger, default=0)  # final latent (+ image); states count apart
     steps: Mapped[int] = mapped_column(Integer, default=50)  # T of the generation that produced it
+    width: Mapped[int] = mapped_column(Integer, default=512)  # size of that generation: latents fit
+    height: Mapped[int] = mapped_column(Integer, default=512)  # only runs of the same shape
     source_job_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=_now())
     last_access_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=_now())

@@ -31,6 +31,7 @@ class _Request:
     tenant_id: uuid.UUID
     prompt: str
     steps: int
+    size: tuple[int, int]
     cache_mode: str
     shared_cache: bool
 
@@ -51,6 +52,7 @@ def admit(context: WorkerContext, job_id: uuid.UUID) -> AdmissionDecision | None
             tenant_id=job.tenant_id,
             prompt=job.prompt,
             steps=job.steps,
+            size=(job.width, job.height),
             cache_mode=job.cache_mode,
             shared_cache=bool(tenant and tenant.shared_cache and job.cache_mode == "shared"),
         )
@@ -102,7 +104,7 @@ def _decide(context: WorkerContext, request: _Request) -> tuple[AdmissionDecisio
     with session_scope(settings) as session:
         found = cache.lookup(
             session, query_embedding=embedding, mode=settings.lookup_mode, scopes=scopes,
-            model_family=family, ef_search=settings.hnsw_ef_search,
+            model_family=family, ef_search=settings.hnsw_ef_search, size=request.size,
         )  # fmt: skip
     candidate = (
         Candidate(found.entry_id, found.similarity, found.stored_ks, found.final_latent_key is not None)

@@ -62,7 +62,12 @@ def generate_job(context: WorkerContext, job_id: uuid.UUID) -> None:
     if job is None:
         return
     settings = context.settings
-    capture = settings.capture_steps if job.cache_mode != "off" and job.params.steps == settings.steps else []
+    # Intermediate latents only serve NIRVANA's resume, and only runs of the configured T.
+    capture = (
+        settings.capture_steps
+        if settings.hit_policy is HitPolicy.RESUME and job.cache_mode != "off" and job.params.steps == settings.steps
+        else []
+    )
     result = _run(
         context, job, lambda stop: context.runtime().generate(job.params, capture=capture, should_stop=stop)
     )
@@ -231,6 +236,7 @@ def _insert_entry(context: WorkerContext, job: _JobView, result: GenerationResul
             session, entry_id=entry_id, scope=scope, model_family=result.family, prompt=job.params.prompt,
             text_embedding=text_embedding, image_embedding=image_embedding, final_latent_key=final_key,
             final_bytes=len(final_blob), steps=result.steps, states=states, source_job_id=job.id,
+            size=(job.params.width, job.params.height),
         )  # fmt: skip
 
 

@@ -68,6 +68,8 @@ def upgrade() -> None:
         sa.Column("final_latent_key", sa.Text, nullable=True),
         sa.Column("bytes", sa.BigInteger, nullable=False, server_default="0"),
         sa.Column("steps", sa.Integer, nullable=False, server_default="50"),
+        sa.Column("width", sa.Integer, nullable=False, server_default="512"),
+        sa.Column("height", sa.Integer, nullable=False, server_default="512"),
         sa.Column("source_job_id", pg.UUID(as_uuid=True), nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
         sa.Column("last_access_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
@@ -139,6 +141,9 @@ def upgrade() -> None:
                            name="ck_jobs_status"),
         sa.CheckConstraint("route IS NULL OR route IN ('hit','miss')", name="ck_jobs_route"),
     )
+    # Listing a tenant's jobs newest first, and counting its in-flight ones.
+    op.create_index("ix_jobs_tenant_created", "jobs", ["tenant_id", "created_at", "id"])
+    op.create_index("ix_jobs_tenant_status", "jobs", ["tenant_id", "status"])
     op.create_table(
         "interval_stats",
         sa.Column("period_start", sa.DateTime(timezone=True), primary_key=True),
@@ -165,6 +170,7 @@ def upgrade() -> None:
         sa.Column("next_attempt_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
     )
+    op.create_index("ix_webhook_deliveries_message_attempt", "webhook_deliveries", ["message_id", "attempt"])
     op.create_table(
         "worker_roles",
         sa.Column("worker_name", sa.String(255), primary_key=True),

@@ -45,6 +45,7 @@ def insert(
     text: Vector,
     image: Vector | None = None,
     ks: Sequence[int] = (5, 10, 15, 20, 25),
+    size: tuple[int, int] = (512, 512),
 ) -> uuid.UUID:
     entry_id = uuid.uuid4()
     with session_scope(settings) as session:
@@ -60,6 +61,7 @@ def insert(
             final_bytes=1000,
             steps=50,
             states=[cache.NewState(k, keys.state_key(entry_id, k), 100) for k in ks],
+            size=size,
         )
     return entry_id
 
@@ -138,6 +140,22 @@ def test_lookup_filters_by_model_family(db_settings: Settings, rng: np.random.Ge
     assert found is not None and found.entry_id == mine and found.model_family == family
     any_family = lookup(db_settings, query, (scope,), None)
     assert any_family is not None and any_family.entry_id == exact_other
+
+
+def test_lookup_filters_by_size(db_settings: Settings, rng: np.random.Generator, family: str) -> None:
+    dim = db_settings.text_embedding_dim
+    scope = cache.tenant_scope(uuid.uuid4())
+    query = unit(rng, dim)
+    exact_but_large = insert(db_settings, scope=scope, family=family, text=query, size=(512, 512))
+    small = insert(db_settings, scope=scope, family=family, text=towards(query, unit(rng, dim), 0.4), size=(64, 64))
+    with session_scope(db_settings) as session:
+        found = cache.lookup(
+            session, query_embedding=query, mode=TEXT, scopes=(scope,), model_family=family, ef_search=40,
+            size=(64, 64),
+        )  # fmt: skip
+    assert found is not None and found.entry_id == small
+    assert (unsized := lookup(db_settings, query, (scope,), family)) is not None
+    assert unsized.entry_id == exact_but_large
 
 
 def test_similarity_is_one_minus_cosine_distance_and_ks_are_listed(

@@ -1,0 +1,51 @@
+"""Build the configured embedders and check their dimension against the settings.
+
+The vector columns are created with settings.text_embedding_dim / image_embedding_dim, so an
+embedder of another dimension must fail at start, naming the variable to change.
+"""
+
+from __future__ import annotations
+
+from reprise.settings import Settings, SettingsError, TextEmbedderKind
+from workers.runtime.embedders.base import ImageEmbedder, TextEmbedder
+from workers.runtime.embedders.clip import OpenClipEmbedder
+from workers.runtime.embedders.minilm import MiniLMTextEmbedder
+from workers.runtime.loading import resolve_device
+from workers.runtime.tiny import TINY_CLIP_NAME, ensure_tiny_models, register_tiny_clip
+
+
+def open_clip_source(settings: Settings) -> tuple[str, str | None]:
+    """(model name, pretrained tag or checkpoint path) for open_clip; the tiny CLIP when unset."""
+    if settings.open_clip_model is not None:
+        return settings.open_clip_model, settings.open_clip_pretrained
+    tiny = ensure_tiny_models(settings)
+    register_tiny_clip(tiny.clip_config)
+    return TINY_CLIP_NAME, str(tiny.clip_checkpoint)
+
+
+def build_image_embedder(settings: Settings) -> ImageEmbedder:
+    """The open_clip embedder (image tower, and text tower for prompt-vs-image lookup)."""
+    model_name, pretrained = open_clip_source(settings)
+    embedder = OpenClipEmbedder(model_name, pretrained, device=resolve_device(settings.device))
+    _check_dim(embedder, settings.image_embedding_dim, "REPRISE_IMAGE_EMBEDDING_DIM")
+    return embedder
+
+
+def build_text_embedder(settings: Settings) -> TextEmbedder:
+    """The text embedder settings.text_embedder names (minilm or open_clip's text tower)."""
+    embedder: TextEmbedder
+    if settings.text_embedder is TextEmbedderKind.MINILM:
+        embedder = MiniLMTextEmbedder(device=str(resolve_device(settings.device)))
+    else:
+        model_name, pretrained = open_clip_source(settings)
+        embedder = OpenClipEmbedder(model_name, pretrained, device=resolve_device(settings.device))
+    _check_dim(embedder, settings.text_embedding_dim, "REPRISE_TEXT_EMBEDDING_DIM")
+    return embedder
+
+
+def _check_dim(embedder: TextEmbedder, configured: int, variable: str) -> None:
+    if embedder.dim != configured:
+        raise SettingsError(
+            f"embedder {embedder.name} produces {embedder.dim}-dimensional vectors but "
+            f"{variable}={configured}: set {variable}={embedder.dim} (the vector index has that dimension)"
+        )

@@ -1,0 +1,56 @@
+"""What the runtime's operations return. Plain dataclasses: the job layer stores and reports them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy.typing as npt
+from PIL import Image
+
+from jobs.roles import Role
+
+Latent = npt.NDArray[Any]
+"""One latent as a (C, H/8, W/8) numpy array in the model's compute dtype (float32 on a CPU,
+float16 on CUDA): the latent the UNet works on, i.e. the VAE encoder's output already multiplied
+by the VAE's scaling factor. Kept in that dtype so that resume is exact; `db.codec.encode_latent`
+takes it as is."""
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationResult:
+    """The outcome of generate, resume or refine.
+
+    image: the decoded final latent. final_latent: the latent after the last step.
+    captured: step k -> latent after k scheduler steps (the input of step k+1); generate only.
+    start_step: the step the run began at (0 for generate, k for resume and refine).
+    denoiser_evals: model name -> UNet evaluations run; a classifier-free-guidance batch
+    (unconditional + conditional in one forward pass) counts as one evaluation.
+    step_ms: wall time of each denoising step, in order. wall_s: the whole call.
+    """
+
+    image: Image.Image
+    final_latent: Latent
+    captured: dict[int, Latent]
+    family: str
+    model: str
+    role: Role
+    steps: int
+    start_step: int
+    denoiser_evals: dict[str, int]
+    step_ms: tuple[float, ...]
+    wall_s: float
+
+    @property
+    def steps_run(self) -> int:
+        return self.steps - self.start_step
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeResult:
+    """The outcome of decode: the image of a stored latent. A VAE decode runs no denoiser."""
+
+    image: Image.Image
+    family: str
+    wall_s: float
+    denoiser_evals: dict[str, int] = field(default_factory=dict)
