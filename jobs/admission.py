@@ -6,7 +6,7 @@ import uuid
 from dataclasses import dataclass
 
 from db.models import AdmissionOutcome, Route
-from jobs.policies.k_selection import ThresholdTable, choose_k
+from jobs.policies.k_selection import ThresholdTable, choose_k, largest_stored_at_most
 from reprise.settings import HitPolicy
 
 
@@ -30,6 +30,17 @@ class AdmissionDecision:
 
 
 MISS_UNSEARCHED = AdmissionDecision(AdmissionOutcome.PREDICTED_MISS, Route.MISS)
+
+# The threshold tables were profiled on T = 50 step runs (NIRVANA 6, MoDM 6).
+PROFILED_STEPS = 50
+
+
+def scale_k(k: int, steps: int) -> int | None:
+    """A profiled k (of 50 steps) for a run of `steps`: the same fraction of the schedule skipped,
+    leaving at least one step to run. None when the run is too short to skip anything."""
+    if steps < 2:
+        return None
+    return min(max(1, round(k * steps / PROFILED_STEPS)), steps - 1)
 
 
 def cache_applies(*, cache_mode: str, hit_policy: HitPolicy, steps: int, capture_steps_t: int) -> bool:
@@ -55,15 +66,14 @@ def decide(
     a usable state (NIRVANA Algorithm 1 / 5.3.1, holes per 5.4), otherwise a searched miss."""
     if candidate is None:
         return AdmissionDecision(AdmissionOutcome.SEARCHED_MISS, Route.MISS)
-    if hit_policy is HitPolicy.RESUME:
+    profiled = choose_k(candidate.similarity, table, None, knob)
+    k = scale_k(profiled, steps) if profiled is not None else None
+    if k is not None and hit_policy is HitPolicy.RESUME:
         # States are only captured on runs of the configured T, and only such runs come here
-        # (cache_applies), so every stored k belongs to this request's schedule.
-        k = choose_k(candidate.similarity, table, candidate.stored_ks, knob)
-    else:
-        k = choose_k(candidate.similarity, table, None, knob) if candidate.has_final_latent else None
-        if k is not None:
-            # The tables are profiled at T = 50 (NIRVANA 6, MoDM 6): keep the skipped fraction.
-            k = min(max(1, round(k * steps / 50)), steps - 1) if steps > 1 else None
+        # (cache_applies), so the stored ks and k count steps of the same schedule.
+        k = largest_stored_at_most(k, candidate.stored_ks)
+    elif not candidate.has_final_latent:
+        k = None
     if k is None:
         return AdmissionDecision(AdmissionOutcome.SEARCHED_MISS, Route.MISS, similarity=candidate.similarity)
     return AdmissionDecision(

@@ -165,6 +165,11 @@ class Settings(BaseSettings):
         description="Redis visibility timeout: an unacked task is redelivered after it. Must exceed "
         "task_time_limit_s, or a slow task would run twice.",
     )
+    large_serves_hits: bool = Field(
+        True,
+        description="Large workers also take cache_hit tasks when cache_miss is empty (DESIGN: 'small pool, "
+        "or large when idle'). Off: hits run only on the small pool.",
+    )
     max_attempts: int = Field(3, ge=1, le=20, description="Deliveries of a job's task before it fails.")
     stuck_after_s: int = Field(
         120, ge=5, description="The reconciler re-enqueues a queued job untouched for this long."

@@ -9,8 +9,9 @@ import socket
 from celery.signals import worker_process_init
 
 from jobs.celery_app import get_celery_app
-from jobs.queues import QUEUES_BY_ROLE
+from jobs.queues import QUEUES_BY_ROLE, Queue
 from jobs.roles import GPU_ROLES, Role
+from reprise.settings import get_settings
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,11 @@ def run_worker(role: Role, *, name: str | None = None, concurrency: int = 1) -> 
     app = get_celery_app()
     import workers.tasks  # noqa: F401  (registers the task bodies on the app)
 
-    queues = ",".join(queue.value for queue in QUEUES_BY_ROLE[role])
+    settings = get_settings()
+    consumed = [q for q in QUEUES_BY_ROLE[role] if not (role is Role.LARGE and q is Queue.CACHE_HIT)]
+    if role is Role.LARGE and settings.large_serves_hits:
+        consumed.append(Queue.CACHE_HIT)  # after cache_miss: the "priority" order drains misses first
+    queues = ",".join(queue.value for queue in consumed)
     argv = [
         "worker",
         f"--queues={queues}",

@@ -210,7 +210,10 @@ def choose_k(
     if shifted >= len(table.rows):
         return None
     chosen = table.rows[shifted].k
-    if stored_ks is None:
-        return chosen
-    usable = [k for k in stored_ks if k <= chosen]
+    return chosen if stored_ks is None else largest_stored_at_most(chosen, stored_ks)
+
+
+def largest_stored_at_most(k: int, stored_ks: Collection[int]) -> int | None:
+    """Holes (NIRVANA 5.4): the largest stored k not above k, or None when none is left (a miss)."""
+    usable = [stored for stored in stored_ks if stored <= k]
     return max(usable) if usable else None

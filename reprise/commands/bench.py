@@ -139,6 +139,7 @@ def simulate_command(
     plots: Path | None = typer.Option(None, "--plots", help="Write PNG figures into this directory."),
     compare: Path | None = typer.Option(None, "--compare", help="A replay's JSON to validate against."),
     seed: int = typer.Option(0, "--seed", help="Seed of the Poisson arrivals."),
+    jobs: int = typer.Option(1, "--jobs", min=1, help="Simulations to run in parallel processes."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on stderr."),
 ) -> None:
     """Simulate a trace with profiled costs and the service's own policies (no GPU, no images)."""
@@ -163,6 +164,7 @@ def simulate_command(
                     rates=tuple(float(r) for r in parse_list(rates or "")),
                     k_table=k_table,
                     switch_s=switch_s,
+                    jobs=jobs,
                     json_path=json_path,
                     plots=plots,
                     compare=compare,

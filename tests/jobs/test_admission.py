@@ -64,3 +64,11 @@ def test_cache_applies_only_to_runs_whose_schedule_the_latents_fit() -> None:
     assert not cache_applies(cache_mode="auto", hit_policy=HitPolicy.RESUME, steps=30, capture_steps_t=50)
     assert cache_applies(cache_mode="auto", hit_policy=HitPolicy.REFINE, steps=30, capture_steps_t=50)
     assert not cache_applies(cache_mode="off", hit_policy=HitPolicy.REFINE, steps=50, capture_steps_t=50)
+
+
+def test_resume_scales_the_profiled_k_to_a_shorter_schedule_before_filling_holes() -> None:
+    # T = 10 with states at 2, 4, 6, 8: similarity 0.93 profiles k = 20 of 50 = 4 of 10.
+    candidate = _candidate(0.93, ks=(2, 4, 6, 8))
+    assert decide(candidate=candidate, table=NIRVANA, knob=0, hit_policy=HitPolicy.RESUME, steps=10).k == 4
+    holed = _candidate(0.93, ks=(2, 6, 8))
+    assert decide(candidate=holed, table=NIRVANA, knob=0, hit_policy=HitPolicy.RESUME, steps=10).k == 2
