@@ -1,0 +1,204 @@
+"""A whole stack for end-to-end tests: the API under uvicorn and one Celery worker per role, as
+subprocesses on the real Postgres and Redis, with the tiny models, plus a local webhook receiver.
+
+The stack runs a short schedule (T = 10, states at 2, 4, 6, 8) at 64x64 so that a generation takes
+about a second on two cores; hits run only on the small pool so the route is observable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from db.engine import session_scope
+from db.tenants import TenantCredentials, issue_key
+from jobs.roles import Role
+from reprise.settings import Settings
+from workers.runtime.tiny import ensure_tiny_models
+
+STACK_ROLES = (Role.ADMIT, Role.LARGE, Role.SMALL, Role.DECODE, Role.IO)
+START_TIMEOUT_S = 240.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Received:
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass
+class WebhookReceiver:
+    """Records every POST; answers with the queued status codes, then 200."""
+
+    url: str
+    received: list[Received] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def wait_for(self, job_id: str, event: str, timeout_s: float = 60.0) -> Received:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self.lock:
+                for item in self.received:
+                    payload = item.json()
+                    if payload["type"] == event and payload["data"]["id"] == job_id:
+                        return item
+            time.sleep(0.1)
+        raise AssertionError(f"no {event} webhook for job {job_id} within {timeout_s}s")
+
+
+@pytest.fixture(scope="session")
+def webhook_receiver() -> Iterator[WebhookReceiver]:
+    port = free_port()
+    receiver = WebhookReceiver(url=f"http://127.0.0.1:{port}/hook")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+            body = self.rfile.read(int(self.headers.get("content-length", "0")))
+            with receiver.lock:
+                receiver.received.append(Received(dict(self.headers.items()), body))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield receiver
+    server.shutdown()
+
+
+@dataclass
+class Stack:
+    settings: Settings
+    base_url: str
+    env: dict[str, str]
+    logs: Path
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def start(self, name: str, argv: list[str]) -> None:
+        log = (self.logs / f"{name}.log").open("ab")
+        self.processes[name] = subprocess.Popen(
+            [sys.executable, "-m", "reprise", *argv], env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+
+    def start_worker(self, role: Role) -> None:
+        self.start(f"worker-{role.value}", ["worker", "--role", role.value, "--name", f"{role.value}-e2e@%h"])
+
+    def kill(self, name: str) -> None:
+        """SIGKILL the process group: the worker and its pool child die without a word."""
+        process = self.processes.pop(name)
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+
+    def wait_workers(self, roles: tuple[Role, ...]) -> None:
+        from celery import Celery
+
+        app = Celery(broker=self.settings.broker_url)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            replies = app.control.ping(timeout=1.0) or []
+            names = {name for reply in replies for name in reply}
+            if all(any(name.startswith(f"{role.value}-e2e@") for name in names) for role in roles):
+                return
+            self._check_alive()
+            time.sleep(1.0)
+        raise AssertionError(f"workers {roles} did not answer within {START_TIMEOUT_S}s; logs in {self.logs}")
+
+    def wait_api(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.base_url}/readyz", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            self._check_alive()
+            time.sleep(0.5)
+        raise AssertionError(f"the API was not ready within {START_TIMEOUT_S}s; logs in {self.logs}")
+
+    def _check_alive(self) -> None:
+        dead = [name for name, process in self.processes.items() if process.poll() is not None]
+        if dead:
+            raise AssertionError(f"{dead} exited; logs in {self.logs}")
+
+
+@pytest.fixture(scope="session")
+def stack(
+    db_settings: Settings, redis_url: str, tmp_path_factory: pytest.TempPathFactory, webhook_receiver: WebhookReceiver
+) -> Iterator[Stack]:
+    ensure_tiny_models(db_settings)
+    overrides = {
+        "REPRISE_DATABASE_URL": db_settings.sqlalchemy_url,
+        "REPRISE_REDIS_URL": redis_url,
+        "REPRISE_DATA_DIR": str(db_settings.data_dir.resolve()),  # the tiny models live there
+        "REPRISE_BLOB_DIR": str(tmp_path_factory.mktemp("blobs")),
+        "REPRISE_STEPS": "10",
+        "REPRISE_CAPTURE_STEPS": "2,4,6,8",
+        "REPRISE_DEFAULT_SIZE": "64",
+        "REPRISE_LARGE_SERVES_HITS": "false",
+        "REPRISE_WEBHOOK_ALLOW_HOSTS": "127.0.0.1",
+        "REPRISE_WEBHOOK_RETRY_DELAYS_S": "0,1,1",
+        "REPRISE_TASK_TIME_LIMIT_S": "20",
+        "REPRISE_VISIBILITY_TIMEOUT_S": "25",
+        "REPRISE_PREDICTOR_ENABLED": "false",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",  # five processes share two cores
+    }
+    env = {**os.environ, **overrides}
+    settings = db_settings.model_copy(
+        update={"redis_url": redis_url, "steps": 10, "capture_steps": [2, 4, 6, 8], "default_size": 64}
+    )
+    port = free_port()
+    logs = tmp_path_factory.mktemp("logs")
+    running = Stack(settings=settings, base_url=f"http://127.0.0.1:{port}", env=env, logs=logs)
+    try:
+        running.start("api", ["api", "--port", str(port)])
+        for role in STACK_ROLES:
+            running.start_worker(role)
+        running.wait_api()
+        running.wait_workers(STACK_ROLES)
+        yield running
+    finally:
+        running.stop()
+
+
+def make_tenant(settings: Settings, name: str, *, shared_cache: bool = False) -> TenantCredentials:
+    with session_scope(settings) as session:
+        return issue_key(session=session, name=name, shared_cache=shared_cache)

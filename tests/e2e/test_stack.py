@@ -1,0 +1,156 @@
+"""End to end through HTTP: real Postgres, Redis, Celery workers on the tiny models, webhooks."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import func, select
+
+from db.engine import session_scope
+from db.models import CacheEntry
+from db.tenants import TenantCredentials
+from jobs.roles import Role
+from jobs.webhooks import verify
+from tests.e2e.conftest import Stack, WebhookReceiver, make_tenant
+
+pytestmark = pytest.mark.integration
+
+TERMINAL = {"succeeded", "failed", "canceled"}
+
+
+def submit(stack: Stack, tenant: TenantCredentials, body: dict[str, Any], **headers: str) -> dict[str, Any]:
+    response = httpx.post(
+        f"{stack.base_url}/v1/generations", json=body, headers={**tenant.auth_headers, **headers}, timeout=10
+    )
+    assert response.status_code in (200, 202), response.text
+    job: dict[str, Any] = response.json()
+    return job
+
+
+def get(stack: Stack, tenant: TenantCredentials, job_id: str) -> httpx.Response:
+    return httpx.get(f"{stack.base_url}/v1/generations/{job_id}", headers=tenant.auth_headers, timeout=10)
+
+
+def wait_status(
+    stack: Stack, tenant: TenantCredentials, job_id: str, statuses: set[str], timeout_s: float = 120.0
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        job: dict[str, Any] = get(stack, tenant, job_id).json()
+        if job["status"] in statuses:
+            return job
+        time.sleep(0.1)
+    raise AssertionError(f"job {job_id} never reached {statuses}; last: {job}")
+
+
+@pytest.fixture(scope="module")
+def tenant(stack: Stack) -> TenantCredentials:
+    return make_tenant(stack.settings, f"e2e-{uuid.uuid4().hex[:8]}")
+
+
+def test_near_duplicate_is_served_from_the_cache_by_the_small_pool(
+    stack: Stack, tenant: TenantCredentials, webhook_receiver: WebhookReceiver
+) -> None:
+    prompt = "a lighthouse on a cliff at dusk, oil painting, dramatic sky"
+    first = submit(stack, tenant, {"prompt": prompt, "seed": 7, "webhook": webhook_receiver.url})
+    done = wait_status(stack, tenant, first["id"], TERMINAL)
+    assert done["status"] == "succeeded", done
+    assert done["metrics"]["route"] == "miss"
+    assert done["metrics"]["denoiser_evaluations"] == {"tiny-large": 10}
+
+    second = submit(stack, tenant, {"prompt": prompt + ", highly detailed", "seed": 8})
+    hit = wait_status(stack, tenant, second["id"], TERMINAL)
+    assert hit["status"] == "succeeded", hit
+    metrics = hit["metrics"]
+    assert metrics["route"] == "hit" and metrics["source_entry"] is not None
+    # The k the NIRVANA table gives this similarity, scaled from 50 to 10 steps.
+    expected_k = {25: 5, 20: 4, 15: 3, 10: 2, 5: 1}[_nirvana_k(metrics["similarity"])]
+    expected_k = max(k for k in (2, 4, 6, 8) if k <= expected_k)  # only even states are stored
+    assert metrics["k"] == expected_k
+    assert metrics["models"] == ["tiny-small"]
+    assert metrics["denoiser_evaluations"] == {"tiny-small": 10 - expected_k}
+
+    # The image is decoded from the stored latent on the decode pool, in each format asked for.
+    for fmt, magic in (("png", b"\x89PNG"), ("jpeg", b"\xff\xd8"), ("webp", b"RIFF")):
+        image = httpx.get(f"{hit['urls']['image']}?format={fmt}", headers=tenant.auth_headers, timeout=60)
+        assert image.status_code == 200, image.text
+        assert image.content.startswith(magic)
+
+    # Webhooks: started and completed, each validly signed with the tenant's secret.
+    for event in ("generation.started", "generation.completed"):
+        delivery = webhook_receiver.wait_for(first["id"], event)
+        verify(tenant.webhook_secret, delivery.headers, delivery.body)
+    completed = webhook_receiver.wait_for(first["id"], "generation.completed").json()
+    assert completed["data"]["status"] == "succeeded"
+
+
+def _nirvana_k(similarity: float) -> int:
+    for threshold, k in ((0.95, 25), (0.90, 20), (0.85, 15), (0.75, 10), (0.65, 5)):
+        if similarity > threshold:
+            return k
+    raise AssertionError(f"similarity {similarity} is a miss under the NIRVANA table")
+
+
+def test_idempotency_key_returns_the_first_job(stack: Stack, tenant: TenantCredentials) -> None:
+    body = {"prompt": "a paper boat on a puddle", "seed": 3}
+    key = uuid.uuid4().hex
+    first = submit(stack, tenant, body, **{"Idempotency-Key": key})
+    again = submit(stack, tenant, body, **{"Idempotency-Key": key})
+    assert again["id"] == first["id"]
+    other = httpx.post(
+        f"{stack.base_url}/v1/generations", json={**body, "seed": 4},
+        headers={**tenant.auth_headers, "Idempotency-Key": key}, timeout=10,
+    )  # fmt: skip
+    assert other.status_code == 422 and other.headers["content-type"].startswith("application/problem+json")
+    assert wait_status(stack, tenant, first["id"], TERMINAL)["status"] == "succeeded"
+
+
+def test_cancel_a_running_job_stops_it(stack: Stack, tenant: TenantCredentials) -> None:
+    # A long run (no cache, T = 150 at 128px) so that the cancel lands while it denoises.
+    job = submit(stack, tenant, {"prompt": "a slow clock", "steps": 150, "width": 128, "height": 128, "cache": "off"})
+    wait_status(stack, tenant, job["id"], {"processing"} | TERMINAL)
+    response = httpx.post(job["urls"]["cancel"], headers=tenant.auth_headers, timeout=10)
+    assert response.status_code == 200
+    ended = wait_status(stack, tenant, job["id"], TERMINAL)
+    assert ended["status"] == "canceled" and ended["started_at"] is not None
+    assert ended["output"] is None
+
+
+def test_another_tenant_sees_404(stack: Stack, tenant: TenantCredentials) -> None:
+    job = submit(stack, tenant, {"prompt": "a private garden"})
+    intruder = make_tenant(stack.settings, f"intruder-{uuid.uuid4().hex[:8]}")
+    for url in (job["urls"]["self"], job["urls"]["image"]):
+        response = httpx.get(url, headers=intruder.auth_headers, timeout=10)
+        assert response.status_code == 404
+        assert response.headers["content-type"].startswith("application/problem+json")
+    assert httpx.post(job["urls"]["cancel"], headers=intruder.auth_headers, timeout=10).status_code == 404
+
+
+def test_bad_input_is_a_4xx_problem(stack: Stack, tenant: TenantCredentials) -> None:
+    for body in ({"prompt": ""}, {"prompt": "x", "width": 65}, {"prompt": "x", "steps": 0}, {"prompt": 3}):
+        response = httpx.post(f"{stack.base_url}/v1/generations", json=body, headers=tenant.auth_headers)
+        assert response.status_code == 422, body
+        assert response.headers["content-type"].startswith("application/problem+json")
+
+
+def test_a_worker_killed_mid_task_loses_no_job(stack: Stack, tenant: TenantCredentials) -> None:
+    job = submit(stack, tenant, {"prompt": "a storm over the sea", "steps": 60, "width": 128, "height": 128})
+    running = wait_status(stack, tenant, job["id"], {"processing"} | TERMINAL)
+    assert running["status"] == "processing", "the job ended before the worker could be killed"
+    stack.kill(f"worker-{Role.LARGE.value}")
+    stack.start_worker(Role.LARGE)  # the unacked task comes back after the visibility timeout
+    done = wait_status(stack, tenant, job["id"], TERMINAL, timeout_s=240)
+    assert done["status"] == "succeeded", done
+    with session_scope(stack.settings) as session:
+        from db.models import Job
+
+        row = session.get(Job, uuid.UUID(job["id"]))
+        assert row is not None and row.attempts == 2
+        entries = session.scalar(
+            select(func.count()).select_from(CacheEntry).where(CacheEntry.source_job_id == row.id)
+        )
+    assert entries == 1  # generated to completion once, cached once
