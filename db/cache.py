@@ -154,9 +154,13 @@ def lookup(
         raise ValueError(f"ef_search must be in 1..1000 (pgvector's range), got {ef_search}")
     _set_local(session, {"hnsw.ef_search": str(int(ef_search)), "hnsw.iterative_scan": "strict_order"})
     return _nearest(
-        session, query_embedding=query_embedding, mode=mode, scopes=scopes, model_family=model_family,
+        session,
+        query_embedding=query_embedding,
+        mode=mode,
+        scopes=scopes,
+        model_family=model_family,
         size=size,
-    )  # fmt: skip
+    )
 
 
 def lookup_exact(
@@ -172,9 +176,13 @@ def lookup_exact(
     _set_local(session, {"enable_indexscan": "off"})
     try:
         return _nearest(
-            session, query_embedding=query_embedding, mode=mode, scopes=scopes, model_family=model_family,
+            session,
+            query_embedding=query_embedding,
+            mode=mode,
+            scopes=scopes,
+            model_family=model_family,
             size=size,
-        )  # fmt: skip
+        )
     finally:
         _set_local(session, {"enable_indexscan": "on"})
 

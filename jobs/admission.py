@@ -77,5 +77,9 @@ def decide(
     if k is None:
         return AdmissionDecision(AdmissionOutcome.SEARCHED_MISS, Route.MISS, similarity=candidate.similarity)
     return AdmissionDecision(
-        AdmissionOutcome.HIT, Route.HIT, k=k, similarity=candidate.similarity, source_entry_id=candidate.entry_id
+        AdmissionOutcome.HIT,
+        Route.HIT,
+        k=k,
+        similarity=candidate.similarity,
+        source_entry_id=candidate.entry_id,
     )

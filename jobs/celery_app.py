@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from celery import Celery
-from kombu import Queue as KombuQueue
+from kombu.entity import Queue as KombuQueue
 
 from jobs.queues import Queue, TaskName
 from reprise.settings import Settings, get_settings
@@ -37,7 +37,7 @@ def make_celery_app(settings: Settings) -> Celery:
             "queue_order_strategy": "priority",
         },
         broker_connection_retry_on_startup=True,
-        task_queues=[KombuQueue(queue.value, routing_key=queue.value) for queue in Queue],
+        task_queues=[KombuQueue(queue.value, routing_key=queue.value) for queue in Queue],  # type: ignore[no-untyped-call]
         task_default_queue=Queue.ADMIT.value,
         task_routes=TASK_ROUTES,
         task_time_limit=settings.task_time_limit_s,

@@ -34,7 +34,8 @@ def check_params(params: GenerationParams, limits: Limits = Limits()) -> None:
         raise PromptError("prompt is empty", field="prompt")
     if len(params.prompt) > limits.max_prompt_chars:
         raise PromptError(
-            f"prompt has {len(params.prompt)} characters; the limit is {limits.max_prompt_chars}", field="prompt"
+            f"prompt has {len(params.prompt)} characters; the limit is {limits.max_prompt_chars}",
+            field="prompt",
         )
     if params.negative_prompt is not None and len(params.negative_prompt) > limits.max_prompt_chars:
         raise PromptError(
@@ -49,7 +50,8 @@ def check_params(params: GenerationParams, limits: Limits = Limits()) -> None:
             )
         if side % limits.vae_scale_factor:
             raise SizeError(
-                f"{name} must be a multiple of {limits.vae_scale_factor} (the VAE factor), got {side}", field=name
+                f"{name} must be a multiple of {limits.vae_scale_factor} (the VAE factor), got {side}",
+                field=name,
             )
     if not 0.0 <= params.guidance <= 50.0:
         raise InvalidInput(f"guidance must be in 0..50, got {params.guidance}", field="guidance")
@@ -61,4 +63,3 @@ def check_k(k: int, steps: int) -> None:
     """k is the number of steps skipped: it must leave at least one step to run."""
     if not 1 <= k <= steps - 1:
         raise StepsError(f"k must be in 1..{steps - 1} for {steps} steps, got {k}", field="k")
-

@@ -14,6 +14,10 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
     options = {"queue": Queue.MAINTENANCE.value, "expires": period}
     return {
         "evict": {"task": TaskName.EVICT.value, "schedule": period, "options": options},
-        "retrain-predictors": {"task": TaskName.RETRAIN_PREDICTORS.value, "schedule": period, "options": options},
+        "retrain-predictors": {
+            "task": TaskName.RETRAIN_PREDICTORS.value,
+            "schedule": period,
+            "options": options,
+        },
         "reconcile": {"task": TaskName.RECONCILE.value, "schedule": period, "options": options},
     }

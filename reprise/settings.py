@@ -148,7 +148,8 @@ class Settings(BaseSettings):
         0.1,
         ge=0,
         le=1,
-        description="Share of predicted misses searched anyway (not routed) to measure the predictor's recall.",
+        description="Share of predicted misses searched anyway (not routed), to measure the predictor's "
+        "recall.",
     )
     predictor_retrain_change: float = Field(
         0.05, gt=0, le=1, description="Retrain when the cache changed by more than this (NIRVANA 5.2: 5%)."
@@ -185,7 +186,9 @@ class Settings(BaseSettings):
     )
     max_body_bytes: int = Field(65536, ge=1024, description="Largest request body accepted; larger: 413.")
     queue_depth_limit: int = Field(
-        1000, ge=1, description="Admit-queue length above which new jobs get 503 + Retry-After (backpressure)."
+        1000,
+        ge=1,
+        description="Admit-queue length above which new jobs get 503 + Retry-After (backpressure).",
     )
     retry_after_s: int = Field(
         5, ge=1, le=3600, description="Retry-After seconds sent with 429 (in-flight limit) and 503 responses."
@@ -273,7 +276,8 @@ class Settings(BaseSettings):
         if self.visibility_timeout_s <= self.task_time_limit_s:
             raise ValueError(
                 f"visibility_timeout_s={self.visibility_timeout_s} must exceed task_time_limit_s="
-                f"{self.task_time_limit_s}: raise REPRISE_VISIBILITY_TIMEOUT_S or lower REPRISE_TASK_TIME_LIMIT_S"
+                f"{self.task_time_limit_s}: raise REPRISE_VISIBILITY_TIMEOUT_S or lower "
+                "REPRISE_TASK_TIME_LIMIT_S"
             )
         if self.pg_port == self.redis_port:
             raise ValueError("pg_port and redis_port must differ: set REPRISE_PG_PORT or REPRISE_REDIS_PORT")
@@ -316,8 +320,6 @@ class Settings(BaseSettings):
 
 class SettingsError(Exception):
     """Settings are invalid. Not recoverable without changing the environment."""
-
-
 
 
 def describe_validation_error(error: ValidationError) -> str:

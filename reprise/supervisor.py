@@ -65,7 +65,9 @@ def stack_children(settings: Settings, *, port: int, flower_port: int) -> list[C
     children = [Child("api", _reprise("api", "--port", str(port)), logs / "api.log")]
     for role in STACK_ROLES:
         children.append(
-            Child(f"worker-{role.value}", _reprise("worker", "--role", role.value), logs / f"worker-{role}.log")
+            Child(
+                f"worker-{role.value}", _reprise("worker", "--role", role.value), logs / f"worker-{role}.log"
+            )
         )
     children.append(Child("beat", _reprise("beat"), logs / "beat.log"))
     children.append(Child("flower", _reprise("flower", "--port", str(flower_port)), logs / "flower.log"))

@@ -76,17 +76,23 @@ def admit(context: WorkerContext, job_id: uuid.UUID) -> AdmissionDecision | None
     send_route(job_id, decision.route)
     log.info(
         "admitted %s: %s k=%s similarity=%s in %.1f ms",
-        job_id, decision.outcome.value, decision.k, decision.similarity, (time.perf_counter() - started) * 1e3,
-    )  # fmt: skip
+        job_id,
+        decision.outcome.value,
+        decision.k,
+        decision.similarity,
+        (time.perf_counter() - started) * 1e3,
+    )
     return decision
 
 
 def _decide(context: WorkerContext, request: _Request) -> tuple[AdmissionDecision, bool | None]:
     settings = context.settings
     if not cache_applies(
-        cache_mode=request.cache_mode, hit_policy=settings.hit_policy, steps=request.steps,
+        cache_mode=request.cache_mode,
+        hit_policy=settings.hit_policy,
+        steps=request.steps,
         capture_steps_t=settings.steps,
-    ):  # fmt: skip
+    ):
         return AdmissionDecision(AdmissionOutcome.CACHE_OFF, Route.MISS), None
     embedding = embed_query(context, request.prompt)
     scopes = cache.lookup_scopes(request.tenant_id, shared_cache=request.shared_cache)
@@ -103,18 +109,26 @@ def _decide(context: WorkerContext, request: _Request) -> tuple[AdmissionDecisio
             return MISS_UNSEARCHED, predicted
     with session_scope(settings) as session:
         found = cache.lookup(
-            session, query_embedding=embedding, mode=settings.lookup_mode, scopes=scopes,
-            model_family=family, ef_search=settings.hnsw_ef_search, size=request.size,
-        )  # fmt: skip
+            session,
+            query_embedding=embedding,
+            mode=settings.lookup_mode,
+            scopes=scopes,
+            model_family=family,
+            ef_search=settings.hnsw_ef_search,
+            size=request.size,
+        )
     candidate = (
         Candidate(found.entry_id, found.similarity, found.stored_ks, found.final_latent_key is not None)
         if found is not None
         else None
     )
     decision = decide(
-        candidate=candidate, table=threshold_table(settings), knob=settings.quality_knob,
-        hit_policy=settings.hit_policy, steps=request.steps,
-    )  # fmt: skip
+        candidate=candidate,
+        table=threshold_table(settings),
+        knob=settings.quality_knob,
+        hit_policy=settings.hit_policy,
+        steps=request.steps,
+    )
     if predicted is not None and versions:
         actual = decision.route is Route.HIT
         with session_scope(settings) as session:

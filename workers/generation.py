@@ -65,7 +65,9 @@ def generate_job(context: WorkerContext, job_id: uuid.UUID) -> None:
     # Intermediate latents only serve NIRVANA's resume, and only runs of the configured T.
     capture = (
         settings.capture_steps
-        if settings.hit_policy is HitPolicy.RESUME and job.cache_mode != "off" and job.params.steps == settings.steps
+        if settings.hit_policy is HitPolicy.RESUME
+        and job.cache_mode != "off"
+        and job.params.steps == settings.steps
         else []
     )
     result = _run(
@@ -124,9 +126,12 @@ def _claim(context: WorkerContext, job_id: uuid.UUID) -> _JobView | None:
     settings = context.settings
     with session_scope(settings) as session:
         claim: Claim = claim_run(
-            session, job_id, owner=context.owner, lease_s=settings.task_time_limit_s,
+            session,
+            job_id,
+            owner=context.owner,
+            lease_s=settings.task_time_limit_s,
             max_attempts=settings.max_attempts,
-        )  # fmt: skip
+        )
         if claim.outcome is ClaimOutcome.LEASED:
             raise LeaseBusy(claim.retry_in_s)
         if claim.outcome is not ClaimOutcome.CLAIMED or claim.job is None:
@@ -147,7 +152,7 @@ def _claim(context: WorkerContext, job_id: uuid.UUID) -> _JobView | None:
                     height=job.height,
                     guidance=job.guidance,
                     negative_prompt=job.negative_prompt,
-                ),  # fmt: skip
+                ),
                 cache_mode=job.cache_mode,
                 shared_cache=bool(tenant and tenant.shared_cache and job.cache_mode == "shared"),
                 k=job.k,
@@ -193,20 +198,31 @@ def _finish_run(context: WorkerContext, job: _JobView, result: GenerationResult,
         _insert_entry(context, job, result, final_blob)
     with session_scope(settings) as session:
         completed = complete(
-            session, job.id, owner=context.owner, models_used=[result.model],
-            denoiser_evals=result.denoiser_evals, final_latent_key=final_key,
-        )  # fmt: skip
+            session,
+            job.id,
+            owner=context.owner,
+            models_used=[result.model],
+            denoiser_evals=result.denoiser_evals,
+            final_latent_key=final_key,
+        )
         if completed:
             stats.record_service(
-                session, role=context.role.value, service_ms=result.wall_s * 1e3,
-                steps=result.steps_run, denoiser_evals=result.denoiser_evals,
-            )  # fmt: skip
+                session,
+                role=context.role.value,
+                service_ms=result.wall_s * 1e3,
+                steps=result.steps_run,
+                denoiser_evals=result.denoiser_evals,
+            )
     if completed:
         notify(settings, job.id, WebhookEvent.COMPLETED)
     log.info(
-        "job %s done on %s: %d steps from %d in %.2fs", job.id, result.model, result.steps_run,
-        result.start_step, result.wall_s,
-    )  # fmt: skip
+        "job %s done on %s: %d steps from %d in %.2fs",
+        job.id,
+        result.model,
+        result.steps_run,
+        result.start_step,
+        result.wall_s,
+    )
 
 
 def _insert_entry(context: WorkerContext, job: _JobView, result: GenerationResult, final_blob: bytes) -> None:
@@ -233,11 +249,20 @@ def _insert_entry(context: WorkerContext, job: _JobView, result: GenerationResul
     context.blobs.put(final_key, final_blob)
     with session_scope(settings) as session:
         cache.insert_entry(
-            session, entry_id=entry_id, scope=scope, model_family=result.family, prompt=job.params.prompt,
-            text_embedding=text_embedding, image_embedding=image_embedding, final_latent_key=final_key,
-            final_bytes=len(final_blob), steps=result.steps, states=states, source_job_id=job.id,
+            session,
+            entry_id=entry_id,
+            scope=scope,
+            model_family=result.family,
+            prompt=job.params.prompt,
+            text_embedding=text_embedding,
+            image_embedding=image_embedding,
+            final_latent_key=final_key,
+            final_bytes=len(final_blob),
+            steps=result.steps,
+            states=states,
+            source_job_id=job.id,
             size=(job.params.width, job.params.height),
-        )  # fmt: skip
+        )
 
 
 def _embed_image(context: WorkerContext, image: Image.Image) -> np.ndarray | None:

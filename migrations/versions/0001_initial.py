@@ -50,8 +50,13 @@ def upgrade() -> None:
     op.create_table(
         "api_keys",
         sa.Column("id", pg.UUID(as_uuid=True), primary_key=True),
-        sa.Column("tenant_id", pg.UUID(as_uuid=True), sa.ForeignKey("tenants.id", ondelete="CASCADE"),
-                  nullable=False, index=True),
+        sa.Column(
+            "tenant_id",
+            pg.UUID(as_uuid=True),
+            sa.ForeignKey("tenants.id", ondelete="CASCADE"),
+            nullable=False,
+            index=True,
+        ),
         sa.Column("key_hash", sa.String(64), nullable=False, unique=True),
         sa.Column("prefix", sa.String(16), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
@@ -89,8 +94,13 @@ def upgrade() -> None:
     op.create_table(
         "cache_states",
         sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=True),
-        sa.Column("entry_id", pg.UUID(as_uuid=True), sa.ForeignKey("cache_entries.id", ondelete="CASCADE"),
-                  nullable=False, index=True),
+        sa.Column(
+            "entry_id",
+            pg.UUID(as_uuid=True),
+            sa.ForeignKey("cache_entries.id", ondelete="CASCADE"),
+            nullable=False,
+            index=True,
+        ),
         sa.Column("k", sa.Integer, nullable=False),
         sa.Column("blob_key", sa.Text, nullable=False),
         sa.Column("bytes", sa.BigInteger, nullable=False),
@@ -102,8 +112,13 @@ def upgrade() -> None:
     op.create_table(
         "jobs",
         sa.Column("id", pg.UUID(as_uuid=True), primary_key=True),
-        sa.Column("tenant_id", pg.UUID(as_uuid=True), sa.ForeignKey("tenants.id", ondelete="CASCADE"),
-                  nullable=False, index=True),
+        sa.Column(
+            "tenant_id",
+            pg.UUID(as_uuid=True),
+            sa.ForeignKey("tenants.id", ondelete="CASCADE"),
+            nullable=False,
+            index=True,
+        ),
         sa.Column("status", sa.String(16), nullable=False, index=True),
         sa.Column("prompt", sa.Text, nullable=False),
         sa.Column("negative_prompt", sa.Text, nullable=True),
@@ -122,8 +137,12 @@ def upgrade() -> None:
         sa.Column("route", sa.String(8), nullable=True),
         sa.Column("similarity", sa.Float, nullable=True),
         sa.Column("k", sa.Integer, nullable=True),
-        sa.Column("source_entry_id", pg.UUID(as_uuid=True),
-                  sa.ForeignKey("cache_entries.id", ondelete="SET NULL"), nullable=True),
+        sa.Column(
+            "source_entry_id",
+            pg.UUID(as_uuid=True),
+            sa.ForeignKey("cache_entries.id", ondelete="SET NULL"),
+            nullable=True,
+        ),
         sa.Column("models_used", pg.ARRAY(sa.Text), nullable=False, server_default="{}"),
         sa.Column("denoiser_evals", pg.JSONB, nullable=False, server_default="{}"),
         sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
@@ -133,12 +152,14 @@ def upgrade() -> None:
         sa.Column("lease_until", sa.DateTime(timezone=True), nullable=True),
         sa.Column("final_latent_key", sa.Text, nullable=True),
         sa.Column("image_keys", pg.JSONB, nullable=False, server_default="{}"),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now(),
-                  index=True),
+        sa.Column(
+            "created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now(), index=True
+        ),
         *_timestamps("admitted_at", "started_at", "finished_at"),
         sa.UniqueConstraint("tenant_id", "idempotency_key", name="uq_jobs_tenant_idempotency_key"),
-        sa.CheckConstraint("status IN ('starting','processing','succeeded','failed','canceled')",
-                           name="ck_jobs_status"),
+        sa.CheckConstraint(
+            "status IN ('starting','processing','succeeded','failed','canceled')", name="ck_jobs_status"
+        ),
         sa.CheckConstraint("route IS NULL OR route IN ('hit','miss')", name="ck_jobs_route"),
     )
     # Listing a tenant's jobs newest first, and counting its in-flight ones.
@@ -159,8 +180,13 @@ def upgrade() -> None:
     op.create_table(
         "webhook_deliveries",
         sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=True),
-        sa.Column("job_id", pg.UUID(as_uuid=True), sa.ForeignKey("jobs.id", ondelete="CASCADE"),
-                  nullable=False, index=True),
+        sa.Column(
+            "job_id",
+            pg.UUID(as_uuid=True),
+            sa.ForeignKey("jobs.id", ondelete="CASCADE"),
+            nullable=False,
+            index=True,
+        ),
         sa.Column("message_id", sa.String(64), nullable=False),
         sa.Column("event", sa.String(32), nullable=False),
         sa.Column("url", sa.Text, nullable=False),

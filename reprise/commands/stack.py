@@ -22,9 +22,13 @@ def api_command(
     import uvicorn
 
     uvicorn.run(
-        "reprise.commands.stack:serving_app", factory=True, host=host, port=port, workers=workers,
+        "reprise.commands.stack:serving_app",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
         log_level="info",
-    )  # fmt: skip
+    )
 
 
 def serving_app() -> FastAPI:
@@ -72,7 +76,9 @@ def flower_command(port: int = typer.Option(5555, help="Port of the Flower UI.")
 def run_command(
     port: int = typer.Option(8000, help="API port."),
     flower_port: int = typer.Option(5555, help="Flower port."),
-    demo: int = typer.Option(100, help="Prompts of the shared trace to replay once the stack is up (0: none)."),
+    demo: int = typer.Option(
+        100, help="Prompts of the shared trace to replay once the stack is up (0: none)."
+    ),
 ) -> None:
     """Bring the whole stack up in the foreground: API, one worker per role, beat, Flower. Ctrl-C stops it."""
     from reprise.supervisor import run_stack

@@ -23,7 +23,9 @@ def up(settings: Settings) -> list[ServiceStatus]:
         embedded_postgres(settings).up()
         if settings.embedded_database
         else check_external_postgres(settings.sqlalchemy_url),
-        embedded_redis(settings).up() if settings.embedded_redis else check_external_redis(settings.broker_url),
+        embedded_redis(settings).up()
+        if settings.embedded_redis
+        else check_external_redis(settings.broker_url),
     ]
 
 
@@ -43,7 +45,9 @@ def status(settings: Settings) -> list[ServiceStatus]:
         statuses.append(embedded_postgres(settings).status())
     else:
         statuses.append(
-            ServiceStatus("postgres", embedded=False, running=True, url=settings.sqlalchemy_url, detail="external")
+            ServiceStatus(
+                "postgres", embedded=False, running=True, url=settings.sqlalchemy_url, detail="external"
+            )
         )
     if settings.embedded_redis:
         statuses.append(embedded_redis(settings).status())

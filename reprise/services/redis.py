@@ -72,11 +72,23 @@ class EmbeddedRedis:
             # Append-only file: queued messages survive a broker restart. Postgres stays the truth.
             argv = [
                 redis_server_binary(),
-                "--bind", "127.0.0.1", "--port", str(self.port), "--daemonize", "yes",
-                "--pidfile", str(self.pidfile.resolve()), "--dir", str(self.root.resolve()),
-                "--logfile", str((self.root / "redis.log").resolve()),
-                "--save", "", "--appendonly", "yes",
-            ]  # fmt: skip
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--daemonize",
+                "yes",
+                "--pidfile",
+                str(self.pidfile.resolve()),
+                "--dir",
+                str(self.root.resolve()),
+                "--logfile",
+                str((self.root / "redis.log").resolve()),
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+            ]
             result = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
             if result.returncode != 0:
                 raise ServiceError(f"redis-server failed to start: {result.stderr or result.stdout}")

@@ -147,12 +147,19 @@ def test_lookup_filters_by_size(db_settings: Settings, rng: np.random.Generator,
     scope = cache.tenant_scope(uuid.uuid4())
     query = unit(rng, dim)
     exact_but_large = insert(db_settings, scope=scope, family=family, text=query, size=(512, 512))
-    small = insert(db_settings, scope=scope, family=family, text=towards(query, unit(rng, dim), 0.4), size=(64, 64))
+    small = insert(
+        db_settings, scope=scope, family=family, text=towards(query, unit(rng, dim), 0.4), size=(64, 64)
+    )
     with session_scope(db_settings) as session:
         found = cache.lookup(
-            session, query_embedding=query, mode=TEXT, scopes=(scope,), model_family=family, ef_search=40,
+            session,
+            query_embedding=query,
+            mode=TEXT,
+            scopes=(scope,),
+            model_family=family,
+            ef_search=40,
             size=(64, 64),
-        )  # fmt: skip
+        )
     assert found is not None and found.entry_id == small
     assert (unsized := lookup(db_settings, query, (scope,), family)) is not None
     assert unsized.entry_id == exact_but_large

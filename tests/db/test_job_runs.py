@@ -43,12 +43,15 @@ def test_only_the_lease_holder_completes_and_a_redelivery_finds_it_done(db_setti
     job_id = _job(db_settings)
     assert _claim(db_settings, job_id, "w1") is ClaimOutcome.CLAIMED
     with session_scope(db_settings) as session:
-        assert not complete(session, job_id, owner="w2", models_used=["m"], denoiser_evals={"m": 50},
-                            final_latent_key="k")  # fmt: skip
-        assert complete(session, job_id, owner="w1", models_used=["m"], denoiser_evals={"m": 50},
-                        final_latent_key="k")  # fmt: skip
-        assert not complete(session, job_id, owner="w1", models_used=["m"], denoiser_evals={"m": 50},
-                            final_latent_key="k")  # fmt: skip
+        assert not complete(
+            session, job_id, owner="w2", models_used=["m"], denoiser_evals={"m": 50}, final_latent_key="k"
+        )
+        assert complete(
+            session, job_id, owner="w1", models_used=["m"], denoiser_evals={"m": 50}, final_latent_key="k"
+        )
+        assert not complete(
+            session, job_id, owner="w1", models_used=["m"], denoiser_evals={"m": 50}, final_latent_key="k"
+        )
     assert _claim(db_settings, job_id, "w2") is ClaimOutcome.DONE
     with session_scope(db_settings) as session:
         job = session.get(Job, job_id)

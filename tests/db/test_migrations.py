@@ -55,13 +55,14 @@ def test_upgrade_creates_schema_with_vector_columns_and_hnsw_indexes(scratch_set
         indexes = (
             conn.execute(
                 text(
-                    "SELECT indexdef FROM pg_indexes WHERE tablename = 'cache_entries' AND indexdef LIKE '%hnsw%'"
+                    "SELECT indexdef FROM pg_indexes "
+                    "WHERE tablename = 'cache_entries' AND indexdef LIKE '%hnsw%'"
                 )
             )
             .scalars()
             .all()
         )
-        typmods = dict(
+        typmods: dict[str, int] = dict(
             conn.execute(
                 text(
                     "SELECT attname, atttypmod FROM pg_attribute WHERE attrelid = 'cache_entries'::regclass "

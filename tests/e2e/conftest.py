@@ -75,7 +75,7 @@ def webhook_receiver() -> Iterator[WebhookReceiver]:
     receiver = WebhookReceiver(url=f"http://127.0.0.1:{port}/hook")
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("content-length", "0")))
             with receiver.lock:
                 receiver.received.append(Received(dict(self.headers.items()), body))
@@ -103,9 +103,12 @@ class Stack:
     def start(self, name: str, argv: list[str]) -> None:
         log = (self.logs / f"{name}.log").open("ab")
         self.processes[name] = subprocess.Popen(
-            [sys.executable, "-m", "reprise", *argv], env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            [sys.executable, "-m", "reprise", *argv],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
-        )  # fmt: skip
+        )
 
     def start_worker(self, role: Role) -> None:
         self.start(f"worker-{role.value}", ["worker", "--role", role.value, "--name", f"{role.value}-e2e@%h"])
@@ -160,7 +163,10 @@ class Stack:
 
 @pytest.fixture(scope="session")
 def stack(
-    db_settings: Settings, redis_url: str, tmp_path_factory: pytest.TempPathFactory, webhook_receiver: WebhookReceiver
+    db_settings: Settings,
+    redis_url: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    webhook_receiver: WebhookReceiver,
 ) -> Iterator[Stack]:
     ensure_tiny_models(db_settings)
     overrides = {

@@ -102,16 +102,20 @@ def test_idempotency_key_returns_the_first_job(stack: Stack, tenant: TenantCrede
     again = submit(stack, tenant, body, **{"Idempotency-Key": key})
     assert again["id"] == first["id"]
     other = httpx.post(
-        f"{stack.base_url}/v1/generations", json={**body, "seed": 4},
-        headers={**tenant.auth_headers, "Idempotency-Key": key}, timeout=10,
-    )  # fmt: skip
+        f"{stack.base_url}/v1/generations",
+        json={**body, "seed": 4},
+        headers={**tenant.auth_headers, "Idempotency-Key": key},
+        timeout=10,
+    )
     assert other.status_code == 422 and other.headers["content-type"].startswith("application/problem+json")
     assert wait_status(stack, tenant, first["id"], TERMINAL)["status"] == "succeeded"
 
 
 def test_cancel_a_running_job_stops_it(stack: Stack, tenant: TenantCredentials) -> None:
     # A long run (no cache, T = 150 at 128px) so that the cancel lands while it denoises.
-    job = submit(stack, tenant, {"prompt": "a slow clock", "steps": 150, "width": 128, "height": 128, "cache": "off"})
+    job = submit(
+        stack, tenant, {"prompt": "a slow clock", "steps": 150, "width": 128, "height": 128, "cache": "off"}
+    )
     wait_status(stack, tenant, job["id"], {"processing"} | TERMINAL)
     response = httpx.post(job["urls"]["cancel"], headers=tenant.auth_headers, timeout=10)
     assert response.status_code == 200
