@@ -1,0 +1,81 @@
+"""The demo `make run` (`reprise run --demo N`) plays once the stack is up: the first N prompts of
+the shared DiffusionDB trace, in file order, through the HTTP API as tenant "demo", with a
+progress bar, then a summary of what the cache did.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+from bench.outcomes import RequestOutcome, percentile
+from bench.profiles import ProfileName, build_profile
+from bench.replay import ReplayOptions, outcome_from_record, replay_workload
+from bench.trace import DEFAULT_PROMPTS, ArrivalKind, ArrivalSpec, TraceError, build_workload, load_prompts
+from reprise.settings import Settings
+
+DEMO_TENANT = "demo"
+DEMO_CONCURRENCY = 4  # requests in flight: enough to keep one worker per role busy
+
+
+def demo_summary(outcomes: Sequence[RequestOutcome]) -> str:
+    """Hits, misses, k histogram, steps saved and latency p50/p95, as a few lines."""
+    done = [o for o in outcomes if o.succeeded]
+    hits = [o for o in done if o.hit]
+    failed = len(outcomes) - len(done)
+    histogram = Counter(o.k for o in hits if o.k is not None)
+    requested = sum(o.steps for o in done)
+    saved = sum(o.k or 0 for o in hits)
+    latencies = [o.latency_ms for o in done if o.latency_ms is not None]
+    p50, p95 = percentile(latencies, 50), percentile(latencies, 95)
+    k_text = " ".join(f"k={k}:{histogram[k]}" for k in sorted(histogram)) or "none"
+    share = f" ({saved / requested:.1%} of {requested})" if requested else ""
+    return "\n".join(
+        [
+            f"demo: {len(done)} of {len(outcomes)} requests succeeded"
+            + (f", {failed} did not" if failed else ""),
+            f"  hits {len(hits)}  misses {len(done) - len(hits)}"
+            + (f"  hit rate {len(hits) / len(done):.1%}" if done else ""),
+            f"  k histogram  {k_text}",
+            f"  steps saved  {saved}{share}",
+            "  latency      "
+            + (
+                f"p50 {p50 / 1000:.2f} s  p95 {p95 / 1000:.2f} s"
+                if p50 is not None and p95 is not None
+                else "-"
+            ),
+        ]
+    )
+
+
+def run_demo(settings: Settings, *, base_url: str, prompts: int, should_stop: Callable[[], bool]) -> None:
+    """Replay the first `prompts` prompts as tenant "demo" (created, or given a new key, through
+    db.tenants) and print a summary. Problems are printed, never raised: the stack keeps running."""
+    try:
+        _run_demo(settings, base_url=base_url, prompts=prompts, should_stop=should_stop)
+    except TraceError as error:
+        print(f"demo skipped: {error}", file=sys.stderr)
+    except Exception as error:  # the demo is a courtesy: report it, keep the stack up
+        print(f"demo failed: {type(error).__name__}: {error}", file=sys.stderr)
+
+
+def _run_demo(settings: Settings, *, base_url: str, prompts: int, should_stop: Callable[[], bool]) -> None:
+    from db.engine import session_scope
+    from db.tenants import issue_key
+
+    trace = load_prompts(DEFAULT_PROMPTS)
+    with session_scope(settings) as session:
+        credentials = issue_key(session=session, name=DEMO_TENANT)
+    workload = build_workload(
+        trace, ArrivalSpec(kind=ArrivalKind.CLOSED, concurrency=DEMO_CONCURRENCY), limit=prompts
+    )
+    profile = build_profile(ProfileName.CONFIGURED, settings)
+    print(f"demo: replaying the first {len(workload.requests)} prompts of {trace.path.name}", flush=True)
+    records = replay_workload(
+        workload,
+        ReplayOptions(base_url=base_url, api_key=credentials.api_key),
+        profile=profile,
+        should_stop=should_stop,
+    )
+    print(demo_summary([outcome_from_record(record) for record in records]), flush=True)

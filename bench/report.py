@@ -1,0 +1,170 @@
+"""The benchmark's result object, and its JSON and markdown forms.
+
+`BenchReport` carries exactly the contract fields of `reprise bench replay|simulate --json`:
+
+    profile, requests, hit_rate, k_histogram (k -> count), compute_saved, throughput_rps,
+    vanilla_throughput_rps, latency_ms {p50, p95, p99}, slo_violations {x2, x4},
+    admission_ms {p50, p99}, entry_bytes, png_bytes, embedder, trace, arrivals
+
+A sweep (`simulate --sweep`) writes a JSON list of `SweepPoint`s: a report's fields plus
+`cache_bytes` and `policy`. Figures are in bench.plots.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPORT_FIELDS = (
+    "profile",
+    "requests",
+    "hit_rate",
+    "k_histogram",
+    "compute_saved",
+    "throughput_rps",
+    "vanilla_throughput_rps",
+    "latency_ms",
+    "slo_violations",
+    "admission_ms",
+    "entry_bytes",
+    "png_bytes",
+    "embedder",
+    "trace",
+    "arrivals",
+)
+SWEEP_FIELDS = (*REPORT_FIELDS, "cache_bytes", "policy")
+
+
+@dataclass(frozen=True, slots=True)
+class Latency:
+    p50: float | None
+    p95: float | None
+    p99: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class SloViolations:
+    """Fractions of requests slower than 2x and 4x the large model's full-generation latency (MoDM 6)."""
+
+    x2: float | None
+    x4: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionLatency:
+    p50: float | None
+    p99: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class BenchReport:
+    """One run. Fractions are in [0, 1]; None where a quantity was not measured (e.g. no request
+    succeeded, or the API does not expose admission time). k_histogram counts hits per k."""
+
+    profile: str
+    requests: int
+    hit_rate: float | None
+    k_histogram: Mapping[int, int]
+    compute_saved: float | None
+    throughput_rps: float | None
+    vanilla_throughput_rps: float | None
+    latency_ms: Latency
+    slo_violations: SloViolations
+    admission_ms: AdmissionLatency
+    entry_bytes: float | None
+    png_bytes: float | None
+    embedder: Mapping[str, Any]
+    trace: Mapping[str, Any]
+    arrivals: Mapping[str, Any]
+
+    def as_json(self) -> dict[str, Any]:
+        """The contract fields as JSON types (k_histogram keys become strings, in ascending k)."""
+        return {
+            "profile": self.profile,
+            "requests": self.requests,
+            "hit_rate": _round(self.hit_rate),
+            "k_histogram": {str(k): self.k_histogram[k] for k in sorted(self.k_histogram)},
+            "compute_saved": _round(self.compute_saved),
+            "throughput_rps": _round(self.throughput_rps),
+            "vanilla_throughput_rps": _round(self.vanilla_throughput_rps),
+            "latency_ms": {
+                "p50": _round(self.latency_ms.p50, 1),
+                "p95": _round(self.latency_ms.p95, 1),
+                "p99": _round(self.latency_ms.p99, 1),
+            },
+            "slo_violations": {"x2": _round(self.slo_violations.x2), "x4": _round(self.slo_violations.x4)},
+            "admission_ms": {
+                "p50": _round(self.admission_ms.p50, 3),
+                "p99": _round(self.admission_ms.p99, 3),
+            },
+            "entry_bytes": _round(self.entry_bytes, 0),
+            "png_bytes": _round(self.png_bytes, 0),
+            "embedder": dict(self.embedder),
+            "trace": dict(self.trace),
+            "arrivals": dict(self.arrivals),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SweepPoint:
+    """One point of a sweep: a run at one cache budget and eviction policy."""
+
+    report: BenchReport
+    cache_bytes: int
+    policy: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {**self.report.as_json(), "cache_bytes": self.cache_bytes, "policy": self.policy}
+
+
+def _round(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(float(value), digits)
+
+
+def write_json(path: Path, data: BenchReport | Sequence[BenchReport | SweepPoint]) -> None:
+    """One report as an object, or several (a sweep) as a list, indented, ending with a newline."""
+    payload: Any = data.as_json() if isinstance(data, BenchReport) else [item.as_json() for item in data]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _k_text(histogram: Mapping[int, int]) -> str:
+    return " ".join(f"{k}:{histogram[k]}" for k in sorted(histogram)) or "-"
+
+
+def markdown_table(rows: Sequence[BenchReport | SweepPoint]) -> str:
+    """A markdown table, one line per run: the headline numbers of each."""
+    header = (
+        "| profile | policy | cache | requests | hit rate | compute saved | k histogram | thr. rps "
+        "| vanilla rps | p50 ms | p95 ms | p99 ms | SLO x2 | SLO x4 |"
+    )
+    lines = [header, "|" + "---|" * 14]
+    for row in rows:
+        report = row.report if isinstance(row, SweepPoint) else row
+        policy = row.policy if isinstance(row, SweepPoint) else "-"
+        cache = _bytes_text(row.cache_bytes) if isinstance(row, SweepPoint) else "-"
+        lines.append(
+            f"| {report.profile} | {policy} | {cache} | {report.requests} | {_fmt(report.hit_rate, '.3f')} "
+            f"| {_fmt(report.compute_saved, '.3f')} | {_k_text(report.k_histogram)} "
+            f"| {_fmt(report.throughput_rps, '.3f')} | {_fmt(report.vanilla_throughput_rps, '.3f')} "
+            f"| {_fmt(report.latency_ms.p50, '.0f')} | {_fmt(report.latency_ms.p95, '.0f')} "
+            f"| {_fmt(report.latency_ms.p99, '.0f')} | {_fmt(report.slo_violations.x2, '.3f')} "
+            f"| {_fmt(report.slo_violations.x4, '.3f')} |"
+        )
+    return "\n".join(lines)
+
+
+def _bytes_text(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"

@@ -1,0 +1,429 @@
+"""What `reprise bench simulate` and `reprise bench replay` do, behind their option parsing.
+
+Both build a workload from the same options (bench.trace), report with the same contract
+(bench.report), print a markdown table on stdout and what they ran on to stderr, and write
+--json and --plots when asked.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.compare import compare_reports
+from bench.costs import load_costs
+from bench.embeddings import TraceEmbeddings, configured_embedder, trace_embeddings
+from bench.outcomes import step_ms_by_model
+from bench.plots import TraceCurve, plot_against_cache, plot_against_rate, plot_over_trace
+from bench.profiles import Profile, build_profile, settings_mismatches
+from bench.progress import ProgressBar
+from bench.report import BenchReport, SweepPoint, markdown_table, write_json
+from bench.simulate import SimConfig, SimResult, run_simulation
+from bench.trace import (
+    DEFAULT_PROMPTS,
+    ArrivalKind,
+    ArrivalSpec,
+    PromptOrder,
+    Workload,
+    build_workload,
+    load_prompts,
+)
+from reprise.settings import EvictionPolicyName, Settings
+
+DEFAULT_SWEEP_SIZES = "16MiB,64MiB,256MiB,1GiB,4GiB"
+"""Budgets around the bytes the 5k trace would cache whole (~4 GiB of NIRVANA entries at the
+default 277 KB per latent state), so each profile goes from a tiny cache to an unbounded one
+(NIRVANA Table 3 sweeps 1 GB to 1000 GB over 2M prompts; MoDM Fig. 9, 1k to 100k images)."""
+ALL_POLICIES = tuple(policy.value for policy in EvictionPolicyName)
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def parse_size(text: str) -> int:
+    """'1GiB', '256MiB', '64M', '1048576' -> bytes (binary units)."""
+    match = _SIZE.match(text)
+    if match is None:
+        raise ValueError(f"not a size: {text!r} (e.g. 1GiB, 256MiB, 1048576)")
+    unit = (match.group(2) or "").upper()[:1]
+    return int(float(match.group(1)) * _UNITS[unit if unit != "B" else ""])
+
+
+def parse_list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def guarded(main: Callable[[], int]) -> int:
+    """Run a command body; a bad input (any ValueError: trace, costs, table, option) prints one
+    line and gives exit status 2 instead of a traceback."""
+    try:
+        return main()
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def workload_options(
+    trace: Path | None,
+    arrivals: Path | None,
+    process: str | None,
+    order: str,
+    rate: float | None,
+    concurrency: int,
+    time_scale: float,
+    limit: int | None,
+    seed: int,
+) -> WorkloadOptions:
+    """WorkloadOptions from the commands' raw option values (ValueError names a bad one)."""
+    try:
+        kind = ArrivalKind(process) if process is not None else None
+    except ValueError:
+        raise ValueError(f"--process {process!r}: choose closed, poisson or file") from None
+    try:
+        prompt_order = PromptOrder(order)
+    except ValueError:
+        raise ValueError(f"--order {order!r}: choose trace or file-index") from None
+    return WorkloadOptions(
+        trace=trace if trace is not None else DEFAULT_PROMPTS,
+        arrivals=arrivals,
+        process=kind,
+        order=prompt_order,
+        rate=rate,
+        concurrency=concurrency,
+        time_scale=time_scale,
+        limit=limit,
+        seed=seed,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadOptions:
+    """The options both commands share to say what to send and when."""
+
+    trace: Path
+    arrivals: Path | None = None
+    process: ArrivalKind | None = None
+    order: PromptOrder = PromptOrder.TRACE
+    rate: float | None = None
+    concurrency: int = 4
+    time_scale: float = 1.0
+    limit: int | None = None
+    seed: int = 0
+
+    def spec(self, *, rate: float | None = None) -> ArrivalSpec:
+        """The arrival process: as given, else poisson with a rate, file with --arrivals, closed otherwise."""
+        rate = rate if rate is not None else self.rate
+        kind = self.process
+        if rate is not None and (kind is None or kind is ArrivalKind.POISSON):
+            kind = ArrivalKind.POISSON
+        elif kind is None:
+            kind = ArrivalKind.FILE if self.arrivals is not None else ArrivalKind.CLOSED
+        return ArrivalSpec(
+            kind=kind,
+            rate_rps=rate,
+            path=self.arrivals,
+            time_scale=self.time_scale,
+            concurrency=self.concurrency,
+            order=self.order,
+            seed=self.seed,
+        )
+
+    def workload(self, *, rate: float | None = None) -> Workload:
+        return build_workload(load_prompts(self.trace), self.spec(rate=rate), limit=self.limit)
+
+
+def _note(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _embeddings(settings: Settings, workload: Workload) -> TraceEmbeddings:
+    embedder = configured_embedder(settings)
+    cache_dir = settings.data_dir / "bench" / "embeddings"
+    _note(f"embedding {len(workload.requests)} prompts with {embedder.name} (cached in {cache_dir})")
+    return trace_embeddings(
+        workload.prompts, [r.prompt_idx for r in workload.requests], embedder, cache_dir=cache_dir
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SimulateOptions:
+    workload: WorkloadOptions
+    profiles: tuple[str, ...]
+    costs: Path | None = None
+    cache_bytes: int | None = None
+    large_workers: int = 3
+    small_workers: int = 1
+    sweep: bool = False
+    sizes: tuple[int, ...] = ()
+    policies: tuple[str, ...] = ()
+    rates: tuple[float, ...] = ()
+    k_table: str | None = None
+    switch_s: float = 0.0
+    jobs: int = 1
+    json_path: Path | None = None
+    plots: Path | None = None
+    compare: Path | None = None
+    progress: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """One simulation to run: a workload under a config, with the vanilla throughput it compares to."""
+
+    workload: Workload
+    config: SimConfig
+    vanilla_rps: float | None
+
+
+_WORKER_STATE: dict[str, Any] = {}
+
+
+def _init_worker(settings: Settings, embeddings: TraceEmbeddings | None) -> None:
+    _WORKER_STATE.update(settings=settings, embeddings=embeddings)
+
+
+def _run_in_worker(run: _Run) -> SimResult:
+    return run_simulation(
+        run.workload,
+        run.config,
+        settings=_WORKER_STATE["settings"],
+        embeddings=_WORKER_STATE["embeddings"],
+        vanilla_throughput_rps=run.vanilla_rps,
+    )
+
+
+def _execute(
+    runs: Sequence[_Run],
+    *,
+    settings: Settings,
+    embeddings: TraceEmbeddings | None,
+    jobs: int,
+    progress: bool,
+) -> list[SimResult]:
+    """Run every simulation, in `jobs` processes when more than one; results in the runs' order.
+    A single run shows its own progress bar, several share one bar counting runs."""
+    if len(runs) == 1:
+        run = runs[0]
+        result = run_simulation(
+            run.workload,
+            run.config,
+            settings=settings,
+            embeddings=embeddings,
+            vanilla_throughput_rps=run.vanilla_rps,
+            show_progress=progress,
+        )
+        return [result]
+    bar = ProgressBar(len(runs), label="simulations") if progress else None
+    results: list[SimResult] = []
+    if jobs <= 1:
+        _init_worker(settings, embeddings)
+        for run in runs:
+            results.append(_run_in_worker(run))
+            if bar is not None:
+                bar.update(
+                    len(results), note=f"{run.config.profile.name} {run.config.profile.eviction.value}"
+                )
+    else:
+        with ProcessPoolExecutor(
+            max_workers=jobs, initializer=_init_worker, initargs=(settings, embeddings)
+        ) as pool:
+            for result in pool.map(_run_in_worker, runs):
+                results.append(result)
+                if bar is not None:
+                    bar.update(len(results))
+    if bar is not None:
+        bar.close()
+    return results
+
+
+def simulate_main(settings: Settings, options: SimulateOptions) -> int:
+    """Run the simulations the options ask for; 0 on success, 1 when --compare disagrees.
+
+    Plain: one report per profile. --sweep: every caching profile x policy x size. --rates: every
+    profile at each Poisson rate. Each run is compared with a vanilla run of the same workload.
+    """
+    # 1. Check the options and load what every run shares.
+    costs = load_costs(options.costs)
+    _note(
+        f"costs: large {costs.large_step_ms:.1f} ms/step, small {costs.small_step_ms:.1f} ms/step, "
+        f"decode {costs.decode_ms:.1f} ms ({costs.source})"
+    )
+    profiles = [build_profile(name, settings) for name in options.profiles]
+    policies = ALL_POLICIES if options.policies == ("all",) else options.policies
+    for policy in policies:
+        EvictionPolicyName(policy)  # a ValueError names an unknown policy before any work
+    workload = options.workload.workload()
+    embeddings = _embeddings(settings, workload) if any(p.caches for p in profiles) else None
+    budget = options.cache_bytes if options.cache_bytes is not None else settings.cache_budget_bytes
+
+    def config(profile: Profile, cache_bytes: int) -> SimConfig:
+        return SimConfig(
+            profile=profile,
+            costs=costs,
+            cache_bytes=cache_bytes,
+            large_workers=options.large_workers,
+            small_workers=options.small_workers,
+            maintenance_period_s=settings.beat_period_s,
+            switch_s=options.switch_s,
+            k_table=options.k_table,
+            large_serves_hits=settings.large_serves_hits,
+        )
+
+    def vanilla_rps(work: Workload) -> float | None:
+        vanilla = config(build_profile("vanilla", settings), 0)
+        return run_simulation(work, vanilla, settings=settings, embeddings=None).report.throughput_rps
+
+    # 2. Plan the runs: (run, cache budget, policy label).
+    planned: list[tuple[_Run, int, str]] = []
+    if options.rates:
+        for rate in options.rates:
+            work = options.workload.workload(rate=rate)
+            baseline = vanilla_rps(work)
+            for profile in profiles:
+                label = profile.eviction.value if profile.caches else "none"
+                planned.append((_Run(work, config(profile, budget), baseline), budget, label))
+    elif options.sweep:
+        baseline = vanilla_rps(workload)
+        sizes = options.sizes or tuple(parse_size(s) for s in parse_list(DEFAULT_SWEEP_SIZES))
+        for profile in (p for p in profiles if p.caches):
+            for policy in policies or (profile.eviction.value,):
+                variant = profile.with_eviction(EvictionPolicyName(policy))
+                planned.extend(
+                    (_Run(workload, config(variant, size), baseline), size, policy) for size in sizes
+                )
+    else:
+        baseline = vanilla_rps(workload) if any(p.caches for p in profiles) else None
+        planned.extend(
+            (_Run(workload, config(p, budget), baseline), budget, p.eviction.value) for p in profiles
+        )
+
+    # 3. Run them, then report.
+    results = _execute(
+        [run for run, _, _ in planned],
+        settings=settings,
+        embeddings=embeddings,
+        jobs=options.jobs,
+        progress=options.progress,
+    )
+    output: BenchReport | list[BenchReport] | list[SweepPoint]
+    if options.rates or options.sweep:
+        output = [
+            SweepPoint(r.report, size, label) for r, (_, size, label) in zip(results, planned, strict=True)
+        ]
+        if options.plots is not None:
+            figure = (
+                plot_against_rate(output, options.plots / "throughput-vs-rate.png")
+                if options.rates
+                else plot_against_cache(output, options.plots / "against-cache-size.png")
+            )
+            _note(f"wrote {figure}")
+    else:
+        reports = [r.report for r in results]
+        output = reports[0] if len(reports) == 1 else reports
+        if options.plots is not None:
+            curves = [
+                TraceCurve(r.report.profile, r.outcomes, r.prices, costs.large_step_ms) for r in results
+            ]
+            _note(f"wrote {plot_over_trace(curves, options.plots / 'over-trace.png')}")
+    rows: Sequence[BenchReport | SweepPoint] = [output] if isinstance(output, BenchReport) else output
+    print(markdown_table(rows))
+    if options.json_path is not None:
+        write_json(options.json_path, output)
+        _note(f"wrote {options.json_path}")
+    if options.compare is not None:
+        return _compare(rows, options.compare)
+    return 0
+
+
+def _compare(rows: Sequence[BenchReport | SweepPoint], measured_path: Path) -> int:
+    data: Any = json.loads(measured_path.read_text(encoding="utf-8"))
+    measured = data if isinstance(data, list) else [data]
+    status = 0
+    for row in rows:
+        report = row.report if isinstance(row, SweepPoint) else row
+        match = next((m for m in measured if m.get("profile") == report.profile), None)
+        if match is None:
+            _note(f"compare: no measured report of profile {report.profile} in {measured_path}")
+            status = 1
+            continue
+        comparison = compare_reports(report, match)
+        print(f"\nsimulated vs measured ({report.profile}):\n{comparison.describe()}")
+        status = status or (0 if comparison.ok else 1)
+    return status
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayCliOptions:
+    workload: WorkloadOptions
+    profile: str
+    base_url: str
+    api_key: str | None = None
+    tenant: str = "bench"
+    costs: Path | None = None
+    steps: int | None = None
+    fetch_images: int = 5
+    gpu_workers: int | None = None
+    json_path: Path | None = None
+    plots: Path | None = None
+    progress: bool = True
+
+
+def _api_key(settings: Settings, options: ReplayCliOptions) -> str:
+    if options.api_key:
+        return options.api_key
+    from db.engine import session_scope
+    from db.tenants import issue_key
+
+    with session_scope(settings) as session:
+        return issue_key(session=session, name=options.tenant).api_key
+
+
+def replay_main(settings: Settings, options: ReplayCliOptions) -> int:
+    """Replay against a running stack and report; 0 when every request succeeded, 1 otherwise."""
+    from bench.replay import ReplayOptions, outcome_from_record, run_replay
+
+    profile = build_profile(options.profile, settings)
+    for line in settings_mismatches(profile, settings):
+        _note(f"warning: the stack may not run profile {profile.name}: {line}")
+    costs = load_costs(options.costs)
+    if options.costs is None:
+        _note(
+            "no --costs: compute_saved weighs the small model by the default cost ratio "
+            "(run `reprise bench runtime --json FILE` on the stack's models and pass it)"
+        )
+    workload = options.workload.workload()
+    replay_options = ReplayOptions(
+        base_url=options.base_url,
+        api_key=_api_key(settings, options),
+        steps=options.steps,
+        fetch_images=options.fetch_images,
+    )
+    embedder = {
+        **configured_embedder(settings).describe,
+        "lookup": "text-to-text" if profile.lookup.value == "text" else "text-to-image",
+    }
+    report, records = run_replay(
+        workload,
+        replay_options,
+        profile=profile,
+        costs=costs,
+        costs_measured=options.costs is not None,
+        embedder=embedder,
+        gpu_workers=options.gpu_workers,
+        show_progress=options.progress,
+    )
+    print(markdown_table([report]))
+    if options.json_path is not None:
+        write_json(options.json_path, report)
+        _note(f"wrote {options.json_path}")
+    if options.plots is not None:
+        outcomes = [outcome_from_record(r) for r in records]
+        prices = step_ms_by_model(costs, outcomes)
+        curve = TraceCurve(profile.name, outcomes, prices, costs.large_step_ms)
+        _note(f"wrote {plot_over_trace([curve], options.plots / 'replay-over-trace.png')}")
+    return 0 if all(r.job is not None and r.job.get("status") == "succeeded" for r in records) else 1

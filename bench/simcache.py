@@ -1,0 +1,280 @@
+"""The simulator's cache: entries, their latent states and counters, an exact nearest-neighbour
+index, and eviction and match prediction through the service's own policy code.
+
+Policy decisions are not made here: k comes from `jobs.policies.k_selection.choose_k`, victims
+from `jobs.policies.eviction.plan_eviction`, and the match predictor is
+`jobs.policies.predictor.fit_predictor` retrained on `needs_retrain`. This module only keeps
+the state those functions read, the way the database keeps it for the service.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import numpy.typing as npt
+
+from jobs.policies.eviction import EntryUsage, StateUsage, plan_eviction
+from jobs.policies.k_selection import ThresholdTable, choose_k
+from jobs.policies.predictor import MatchPredictor, fit_predictor, needs_retrain
+from reprise.settings import EvictionPolicyName
+
+SIM_EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
+"""Simulated second 0 as a datetime, for the policies that read timestamps."""
+
+EVICT_SLACK = 0.02
+"""Once an insert needs room, eviction frees down to (1 - EVICT_SLACK) x budget rather than exactly
+what the insert needs (db.eviction.ensure_room): the planner then runs once per ~2% of the budget
+inserted instead of on every insert, which keeps a 5k-request simulation within seconds. The
+victims are the policy's, in its order; the cache holds on average ~1% less than the budget."""
+
+PREDICT_BATCH = 256
+"""Upcoming queries scored per call to the predictor (one matrix product instead of 256)."""
+
+
+def sim_time(seconds: float) -> datetime:
+    return SIM_EPOCH + timedelta(seconds=seconds)
+
+
+@dataclass(slots=True)
+class SimState:
+    k: int
+    bytes: int
+    created_at: datetime
+    access_count: int = 0
+    last_access_at: datetime = SIM_EPOCH
+
+
+@dataclass(slots=True)
+class SimEntry:
+    """A cached generation: its row in the index, its final latent's bytes, its states by k."""
+
+    row: int
+    entry_id: uuid.UUID
+    bytes: int
+    created_at: datetime
+    last_access_at: datetime
+    states: dict[int, SimState] = field(default_factory=dict)
+    access_count: int = 0
+
+    _usage: EntryUsage | None = field(default=None, init=False, repr=False)
+
+    def total_bytes(self) -> int:
+        return self.bytes + sum(state.bytes for state in self.states.values())
+
+    def touched(self) -> None:
+        """Its counters or states changed: the eviction view must be rebuilt."""
+        self._usage = None
+
+    def usage(self) -> EntryUsage:
+        if self._usage is None:
+            self._usage = self._build_usage()
+        return self._usage
+
+    def _build_usage(self) -> EntryUsage:
+        return EntryUsage(
+            entry_id=self.entry_id,
+            bytes=self.bytes,
+            access_count=self.access_count,
+            created_at=self.created_at,
+            last_access_at=self.last_access_at,
+            states=tuple(
+                StateUsage(self.entry_id, s.k, s.bytes, s.access_count, s.created_at, s.last_access_at)
+                for s in self.states.values()
+            ),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    """The result of admitting one query: k None is a miss; `predicted_miss` when the predictor
+    skipped the search; `wall_ms` the wall time the policy path took here."""
+
+    k: int | None
+    similarity: float | None
+    entry_row: int | None
+    predicted_miss: bool
+    wall_ms: float
+
+
+@dataclass(slots=True)
+class CacheCounters:
+    inserted: int = 0
+    evicted_entries: int = 0
+    evicted_states: int = 0
+    planner_calls: int = 0
+    predictor_fits: int = 0
+    predicted_misses: int = 0
+
+
+class SimCache:
+    """The cache of one scope under a byte budget.
+
+    `stored_ks` semantics follow the hit policy: with `cached_ks` (resume) an entry serves only
+    the k it still stores; with None (refine) a final latent serves any k.
+    """
+
+    def __init__(
+        self,
+        *,
+        queries: npt.NDArray[np.float32],
+        capacity: int,
+        table: ThresholdTable,
+        knob: int,
+        budget_bytes: int,
+        policy: EvictionPolicyName,
+        cached_ks: Sequence[int] | None,
+        state_bytes: int,
+        use_predictor: bool,
+        final_latent_k: int,
+    ) -> None:
+        self._queries = queries
+        # The live entries' embeddings, packed: row i of `_index` is entry `_index_rows[i]`.
+        # A removal moves the last row into the hole, so a search scans live entries only.
+        self._index = np.zeros((capacity, queries.shape[1]), dtype=np.float32)
+        self._index_rows: list[int] = []
+        self._position: dict[int, int] = {}
+        self._entries: dict[int, SimEntry] = {}
+        self._next_row = 0
+        self.table = table
+        self.knob = knob
+        self.budget_bytes = budget_bytes
+        self.policy = policy
+        self.cached_ks = tuple(cached_ks) if cached_ks is not None else None
+        self.state_bytes = state_bytes
+        self.use_predictor = use_predictor
+        self.bytes = 0
+        self.counters = CacheCounters()
+        self._predictor: MatchPredictor | None = None
+        self._fit_size = 0
+        self._changed_since_fit = 0
+        self._predicted: dict[int, bool] = {}
+        self._final_latent_k = final_latent_k
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    # --- admission -------------------------------------------------------------------------
+    def lookup(self, query_row: int, now_s: float, *, upcoming: Sequence[int] = ()) -> Lookup:
+        """Admit the query at `query_row` of the query matrix: predictor, nearest neighbour, k.
+
+        A hit counts one access on the entry and on the state it uses. `upcoming` are the query
+        rows likely to follow (scored together with this one while the predictor is unchanged).
+        """
+        started = time.perf_counter()
+        if self.use_predictor and not self._likely_hit(query_row, upcoming):
+            self.counters.predicted_misses += 1
+            return Lookup(None, None, None, True, (time.perf_counter() - started) * 1000.0)
+        if not self._entries:
+            return Lookup(None, None, None, False, (time.perf_counter() - started) * 1000.0)
+        scores = self._index[: len(self._index_rows)] @ self._queries[query_row]
+        best = int(np.argmax(scores))
+        similarity = float(scores[best])
+        row = self._index_rows[best]
+        entry = self._entries[row]
+        stored = sorted(entry.states) if self.cached_ks is not None else None
+        k = choose_k(similarity, self.table, stored, self.knob)
+        if k is not None:
+            now = sim_time(now_s)
+            entry.access_count += 1
+            entry.last_access_at = now
+            state = entry.states.get(k)
+            if state is not None:
+                state.access_count += 1
+                state.last_access_at = now
+            entry.touched()
+        return Lookup(k, similarity, row, False, (time.perf_counter() - started) * 1000.0)
+
+    def _likely_hit(self, query_row: int, upcoming: Sequence[int]) -> bool:
+        if self._predictor is None:
+            return True  # no fit yet: nothing to skip the search on
+        if query_row not in self._predicted:
+            rows = [query_row, *(r for r in upcoming if r not in self._predicted)][:PREDICT_BATCH]
+            for row, likely in zip(rows, self._predictor.predict_many(self._queries[rows]), strict=True):
+                self._predicted[row] = bool(likely)
+        return self._predicted[query_row]
+
+    # --- maintenance -----------------------------------------------------------------------
+    def maintain_predictor(self) -> bool:
+        """Refit the predictor when NIRVANA's 5% rule says so (the beat's job). True if refitted."""
+        if not self.use_predictor or not needs_retrain(
+            self._fit_size, len(self._entries), self._changed_since_fit
+        ):
+            return False
+        live = sorted(self._entries.values(), key=lambda e: e.last_access_at, reverse=True)
+        rows = [self._position[entry.row] for entry in live]
+        self._predictor = fit_predictor(
+            self._index[rows], threshold=self.table.lowest_similarity, dim=self._index.shape[1]
+        )
+        self._fit_size, self._changed_since_fit = len(live), 0
+        self._predicted.clear()
+        self.counters.predictor_fits += 1
+        return True
+
+    # --- insertion and eviction ------------------------------------------------------------
+    def insert(self, query_row: int, now_s: float) -> bool:
+        """Cache the result of a generation of the prompt at `query_row`, evicting first what the
+        budget needs (as db.eviction.ensure_room does). False: the entry alone exceeds the budget."""
+        if len(self._index_rows) >= self._index.shape[0]:
+            raise RuntimeError("simulated cache index is full: capacity must cover the live entries")
+        now = sim_time(now_s)
+        incoming = self.state_bytes * (1 + len(self.cached_ks or ()))
+        if incoming > self.budget_bytes:
+            return False
+        if self.bytes + incoming > self.budget_bytes:
+            low_water = int(self.budget_bytes * (1.0 - EVICT_SLACK))
+            self._evict(now, self.bytes + incoming - low_water)
+        row = self._next_row
+        self._next_row += 1
+        self._position[row] = len(self._index_rows)
+        self._index[len(self._index_rows)] = self._queries[query_row]
+        self._index_rows.append(row)
+        entry = SimEntry(
+            row=row,
+            entry_id=uuid.UUID(int=row + 1),
+            bytes=self.state_bytes,
+            created_at=now,
+            last_access_at=now,
+        )
+        for k in self.cached_ks or ():
+            entry.states[k] = SimState(k=k, bytes=self.state_bytes, created_at=now, last_access_at=now)
+        self._entries[row] = entry
+        self.bytes += entry.total_bytes()
+        self._changed_since_fit += 1
+        self.counters.inserted += 1
+        return True
+
+    def _evict(self, now: datetime, bytes_to_free: int) -> None:
+        plan = plan_eviction(
+            (entry.usage() for entry in self._entries.values()),
+            bytes_to_free,
+            self.policy,
+            now,
+            final_latent_k=self._final_latent_k,
+        )
+        self.counters.planner_calls += 1
+        by_id = {entry.entry_id: entry for entry in self._entries.values()}
+        for victim in plan.victims:
+            entry = by_id[victim.entry_id]
+            if victim.k is not None:
+                self.bytes -= entry.states.pop(victim.k).bytes
+                entry.touched()
+                self.counters.evicted_states += 1
+            else:
+                self.bytes -= entry.total_bytes()
+                del self._entries[entry.row]
+                self._unindex(entry.row)
+                self._changed_since_fit += 1
+                self.counters.evicted_entries += 1
+
+    def _unindex(self, row: int) -> None:
+        hole, last = self._position.pop(row), len(self._index_rows) - 1
+        moved = self._index_rows.pop()
+        if hole != last:
+            self._index[hole] = self._index[last]
+            self._index_rows[hole] = moved
+            self._position[moved] = hole

@@ -1,0 +1,406 @@
+"""A discrete-event simulation of the serving stack, for scales one machine cannot hold.
+
+It replays a workload (bench.trace) through the same policy code the service runs -- k selection,
+the match predictor and the eviction planner of jobs.policies, driven by bench.simcache -- with
+profiled per-step costs per model (bench.costs) instead of GPUs, N workers per role
+(bench.pools) and a cache budget. No image is generated; prompt embeddings are real (the
+configured text embedder, cached on disk by bench.embeddings).
+
+The model of one request:
+  1. arrival; admission at once against the cache as it is then (embed, predictor, exact
+     nearest neighbour, choose_k); the job is queued `admit_s` later (the measured embedding
+     time per prompt; the admit pool is CPU-only and not a bottleneck here).
+  2. a miss waits for a large worker; a hit for a small worker when the profile sends hits to
+     the small pool (Profile.hits_on_small), or a large one with no miss waiting (DESIGN.md:
+     "small pool (or large, when idle)"; Settings.large_serves_hits); otherwise hits queue with
+     the misses (NIRVANA).
+  3. service time: denoiser evaluations x the model's step cost + one VAE decode (every run
+     decodes its image, workers.runtime).
+  4. at completion a miss, and with cache_all any hit, inserts an entry (captured states under
+     resume, a final latent under refine), evicting first what the budget needs
+     (db.eviction.ensure_room's rule, batched: see simcache.EVICT_SLACK); the predictor is refit
+     every beat period when NIRVANA's 5% rule says so (jobs.maintenance).
+
+Text-to-image lookup (MoDM) needs images, which are not generated here: the simulator looks up
+text-to-text for every profile, with the profile's table when it is a text-to-text one and
+`nirvana-t2t` otherwise (override with k_table); the report's `embedder` says which.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter, deque
+from dataclasses import dataclass, field, replace
+from enum import IntEnum
+
+from bench.costs import StepCosts
+from bench.embeddings import TraceEmbeddings
+from bench.outcomes import ReportContext, RequestOutcome, step_ms_by_model, summarize
+from bench.pools import MonitorSnapshot, PoolMonitor, Pools, PoolTargets
+from bench.profiles import Profile
+from bench.progress import ProgressBar
+from bench.report import BenchReport
+from bench.simcache import CacheCounters, SimCache
+from bench.trace import Request, Workload
+from jobs.policies.k_selection import PRESETS, ThresholdTable, parse_table
+from jobs.roles import Role
+from reprise.settings import HitPolicy, LookupMode, Settings
+
+DEFAULT_LARGE_WORKERS = 3
+DEFAULT_SMALL_WORKERS = 1
+"""MoDM 6 serves on a 4-GPU server (4x A40); 3 large + 1 small is a starting split its global
+monitor would move (Algorithm 1). Profiles without a small model put all 4 on the large model."""
+STANDIN_TABLE = "nirvana-t2t"
+"""The table used when the profile's lookup is text-to-image (see the module docstring)."""
+
+
+class _Event(IntEnum):
+    """Event kinds; at equal times the smaller runs first (a finished job frees its worker and
+    inserts its entry before anything else happens at that instant)."""
+
+    DONE = 0
+    WAKE = 1
+    MAINTAIN = 2
+    MONITOR = 3
+    ARRIVAL = 4
+    READY = 5
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """One simulated deployment. `cache_bytes` is the budget of the single scope simulated;
+    `maintenance_period_s` the beat period (Settings.beat_period_s); `k_table` overrides the table."""
+
+    profile: Profile
+    costs: StepCosts
+    cache_bytes: int
+    large_workers: int = DEFAULT_LARGE_WORKERS
+    small_workers: int = DEFAULT_SMALL_WORKERS
+    maintenance_period_s: float = 30.0
+    switch_s: float = 0.0
+    k_table: str | None = None
+    large_serves_hits: bool = True  # Settings.large_serves_hits; forced on while no worker hosts small
+
+    def targets(self) -> PoolTargets:
+        """Worker counts at start: every GPU on the large model unless hits go to the small one."""
+        if self.profile.caches and self.profile.hits_on_small:
+            return PoolTargets(large=self.large_workers, small=self.small_workers)
+        return PoolTargets(large=self.large_workers + self.small_workers, small=0)
+
+
+@dataclass(frozen=True, slots=True)
+class SimResult:
+    report: BenchReport
+    outcomes: tuple[RequestOutcome, ...]
+    prices: dict[str, float]
+    counters: CacheCounters | None
+    table: str | None
+
+
+def simulated_table(profile: Profile, override: str | None) -> tuple[ThresholdTable, str]:
+    """The threshold table the simulated (text-to-text) lookup uses, and how it was chosen."""
+    if override is not None:
+        return parse_table(override), "configured for the simulation"
+    if profile.lookup is LookupMode.TEXT_TO_TEXT:
+        return parse_table(profile.k_table), "the profile's"
+    return PRESETS[STANDIN_TABLE], f"stand-in for the profile's text-to-image {profile.k_table}"
+
+
+def final_latent_k(profile: Profile, table: ThresholdTable, settings: Settings) -> int:
+    """What a state-less entry is worth to eviction: the service's own rule (db.eviction)."""
+    from db.eviction import final_latent_k as service_rule
+
+    return service_rule(
+        settings.model_copy(update={"hit_policy": profile.hit_policy, "k_table": table.describe()})
+    )
+
+
+@dataclass(slots=True)
+class _Job:
+    request: Request
+    arrival_s: float
+    k: int | None
+    admission_ms: float | None
+    role: Role = Role.LARGE
+    evals: dict[str, int] = field(default_factory=dict)
+
+
+class _Simulation:
+    """One run: the event loop and its state. Use `run_simulation`."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        config: SimConfig,
+        *,
+        cache: SimCache | None,
+        admit_s: float,
+        embed_ms: float,
+        monitor: PoolMonitor | None,
+        progress: ProgressBar | None,
+    ) -> None:
+        self.workload = workload
+        self.config = config
+        self.profile = config.profile
+        self.costs = config.costs
+        self.cache = cache
+        self.admit_s = admit_s
+        self.embed_ms = embed_ms
+        self.monitor = monitor
+        self.progress = progress
+        self.pools = Pools(config.targets(), switch_s=config.switch_s)
+        self.large_name = config.costs.large_model or "large"
+        self.small_name = config.costs.small_model or "small"
+        self.events: list[tuple[float, int, int, int]] = []
+        self._order = 0
+        self.large_queue: deque[_Job] = deque()
+        self.small_queue: deque[_Job] = deque()
+        self.jobs: dict[int, _Job] = {}
+        self.outcomes: list[RequestOutcome] = []
+        self.next_closed = 0
+        self.window: Counter[str] = Counter()
+        self.window_k: Counter[int] = Counter()
+        self.requests = workload.requests
+        self.query_rows = [r.prompt_idx for r in self.requests]
+
+    # --- events ----------------------------------------------------------------------------
+    def push(self, time_s: float, kind: _Event, ref: int) -> None:
+        self._order += 1
+        heapq.heappush(self.events, (time_s, int(kind), self._order, ref))
+
+    def run(self) -> list[RequestOutcome]:
+        total = len(self.requests)
+        if total == 0:
+            return []
+        closed = any(r.arrival_s is None for r in self.requests)
+        if closed:
+            for _ in range(min(self.workload.spec.concurrency, total)):
+                self._submit_next_closed(0.0)
+        else:
+            for seq, request in enumerate(self.requests):
+                assert request.arrival_s is not None
+                self.push(request.arrival_s, _Event.ARRIVAL, seq)
+        if self.cache is not None:
+            self.push(0.0, _Event.MAINTAIN, 0)
+        if self.monitor is not None:
+            self.push(self.monitor.period_s, _Event.MONITOR, 0)
+        while self.events and len(self.outcomes) < total:
+            now, kind, _, ref = heapq.heappop(self.events)
+            self._handle(now, _Event(kind), ref)
+        return self.outcomes
+
+    def _handle(self, now: float, kind: _Event, ref: int) -> None:
+        if kind is _Event.ARRIVAL:
+            self._arrive(now, ref)
+        elif kind is _Event.READY:
+            job = self.jobs[ref]
+            (self.small_queue if job.role is Role.SMALL else self.large_queue).append(job)
+            self._dispatch(now)
+        elif kind is _Event.DONE:
+            self._finish(now, ref)
+        elif kind is _Event.WAKE:
+            self._dispatch(now)
+        elif kind is _Event.MAINTAIN:
+            assert self.cache is not None
+            self.cache.maintain_predictor()
+            self.push(now + self.config.maintenance_period_s, _Event.MAINTAIN, 0)
+        elif kind is _Event.MONITOR:
+            self._monitor(now)
+
+    def _submit_next_closed(self, now: float) -> None:
+        if self.next_closed < len(self.requests):
+            self.push(now, _Event.ARRIVAL, self.next_closed)
+            self.next_closed += 1
+
+    # --- admission -------------------------------------------------------------------------
+    def _arrive(self, now: float, seq: int) -> None:
+        request = self.requests[seq]
+        k: int | None = None
+        admission_ms: float | None = None
+        if self.cache is not None:
+            upcoming = self.query_rows[seq + 1 : seq + 256]
+            lookup = self.cache.lookup(request.prompt_idx, now, upcoming=upcoming)
+            k = lookup.k
+            admission_ms = self.embed_ms + lookup.wall_ms
+        job = _Job(request=request, arrival_s=now, k=k, admission_ms=admission_ms)
+        job.role = Role.SMALL if k is not None and self.profile.hits_on_small else Role.LARGE
+        self.jobs[seq] = job
+        self.window["arrivals"] += 1
+        self.window["hits" if k is not None else "misses"] += 1
+        if k is not None:
+            self.window_k[k] += 1
+        self.push(now + self.admit_s, _Event.READY, seq)
+
+    # --- workers ---------------------------------------------------------------------------
+    def _dispatch(self, now: float) -> None:
+        for worker in self.pools.workers:
+            if not worker.idle(now):
+                continue
+            if worker.role is Role.LARGE:
+                takes_hits = self.config.large_serves_hits or self.pools.hosting(Role.SMALL) == 0
+                queue = self.small_queue if takes_hits and not self.large_queue else self.large_queue
+            else:
+                queue = self.small_queue
+            if not queue:
+                continue
+            job = queue.popleft()
+            steps = self.profile.steps - (job.k or 0)
+            on_small = worker.role is Role.SMALL
+            model = self.small_name if on_small else self.large_name
+            step_ms = self.costs.small_step_ms if on_small else self.costs.large_step_ms
+            job.evals = {model: steps}
+            worker.job = job.request.seq
+            self.push(now + (steps * step_ms + self.costs.decode_ms) / 1000.0, _Event.DONE, worker.worker_id)
+
+    def _finish(self, now: float, worker_id: int) -> None:
+        worker = self.pools.workers[worker_id]
+        assert worker.job is not None
+        job = self.jobs.pop(worker.job)
+        worker.job = None
+        hit = job.k is not None
+        if self.cache is not None and (not hit or self.profile.cache_all):
+            self.cache.insert(job.request.prompt_idx, now)
+        self.outcomes.append(
+            RequestOutcome(
+                seq=job.request.seq,
+                prompt_idx=job.request.prompt_idx,
+                status="succeeded",
+                hit=hit,
+                k=job.k,
+                steps=self.profile.steps,
+                denoiser_evaluations=job.evals,
+                arrival_s=job.arrival_s,
+                completed_s=now,
+                latency_ms=(now - job.arrival_s) * 1000.0,
+                admission_ms=job.admission_ms,
+            )
+        )
+        if self.progress is not None and (
+            len(self.outcomes) % 50 == 0 or len(self.outcomes) == len(self.requests)
+        ):
+            hits = sum(o.hit for o in self.outcomes)
+            self.progress.update(len(self.outcomes), note=f"hit rate {hits / len(self.outcomes):.3f}")
+        if job.request.arrival_s is None:
+            self._submit_next_closed(now)
+        self._rebalance(now)
+        self._dispatch(now)
+
+    def _rebalance(self, now: float) -> None:
+        for worker in self.pools.rebalance(now):
+            if worker.available_s > now:
+                self.push(worker.available_s, _Event.WAKE, worker.worker_id)
+
+    def _monitor(self, now: float) -> None:
+        assert self.monitor is not None
+        snapshot = MonitorSnapshot(
+            now_s=now,
+            period_s=self.monitor.period_s,
+            arrivals=self.window["arrivals"],
+            hits=self.window["hits"],
+            misses=self.window["misses"],
+            k_counts=dict(self.window_k),
+            queued={Role.LARGE: len(self.large_queue), Role.SMALL: len(self.small_queue)},
+            targets=self.pools.targets,
+        )
+        self.window.clear()
+        self.window_k.clear()
+        targets = self.monitor(snapshot)
+        if targets is not None:
+            self.pools.set_targets(targets)
+            self._rebalance(now)
+            self._dispatch(now)
+        self.push(now + self.monitor.period_s, _Event.MONITOR, 0)
+
+
+def run_simulation(
+    workload: Workload,
+    config: SimConfig,
+    *,
+    settings: Settings,
+    embeddings: TraceEmbeddings | None,
+    vanilla_throughput_rps: float | None = None,
+    monitor: PoolMonitor | None = None,
+    show_progress: bool = False,
+) -> SimResult:
+    """Simulate `workload` under `config` and report it like a replay would be reported.
+
+    `embeddings` are required unless the profile caches nothing (vanilla). Without
+    `vanilla_throughput_rps` a vanilla run of the same workload on the same GPUs gives it.
+    """
+    profile = config.profile
+    cache: SimCache | None = None
+    table_text: str | None = None
+    embedder: dict[str, object] = {"name": None, "lookup": "none (nothing is cached)"}
+    if profile.caches:
+        if embeddings is None:
+            raise ValueError(f"profile {profile.name} looks prompts up: pass the trace's embeddings")
+        table, how = simulated_table(profile, config.k_table)
+        table_text = table.describe()
+        cache = SimCache(
+            queries=embeddings.vectors,
+            capacity=max(1, len(workload.requests)),
+            table=table,
+            knob=profile.quality_knob,
+            budget_bytes=config.cache_bytes,
+            policy=profile.eviction,
+            cached_ks=profile.cached_ks,
+            state_bytes=config.costs.state_bytes,
+            use_predictor=profile.predictor,
+            final_latent_k=final_latent_k(profile, table, settings),
+        )
+        lookup = (
+            "text-to-text"
+            if profile.lookup is LookupMode.TEXT_TO_TEXT
+            else ("text-to-text, standing in for text-to-image (no images are generated in simulation)")
+        )
+        embedder = {**embeddings.describe, "lookup": lookup, "k_table": f"{table_text} ({how})"}
+    progress = (
+        ProgressBar(len(workload.requests), label=f"simulate {profile.name}") if show_progress else None
+    )
+    simulation = _Simulation(
+        workload,
+        config,
+        cache=cache,
+        admit_s=(embeddings.embed_ms_per_prompt / 1000.0) if (cache is not None and embeddings) else 0.0,
+        embed_ms=embeddings.embed_ms_per_prompt if embeddings is not None else 0.0,
+        monitor=monitor,
+        progress=progress,
+    )
+    outcomes = simulation.run()
+    if progress is not None:
+        progress.close()
+    if vanilla_throughput_rps is None:
+        vanilla_throughput_rps = _vanilla_throughput(workload, config, settings) if profile.caches else None
+    prices = step_ms_by_model(config.costs, outcomes) if outcomes else {}
+    context = ReportContext(
+        profile=profile.name,
+        costs=config.costs,
+        slo_base_ms=config.costs.full_generation_ms(profile.steps),
+        vanilla_throughput_rps=vanilla_throughput_rps,
+        embedder=embedder,
+        trace=workload.describe_trace(),
+        arrivals=workload.describe_arrivals(),
+        entry_bytes=float(config.costs.state_bytes * (1 + len(profile.cached_ks or ())))
+        if profile.caches
+        else None,
+        png_bytes=float(config.costs.png_bytes),
+    )
+    report = summarize(outcomes, context)
+    if not profile.caches:
+        report = _with_vanilla(report)
+    return SimResult(
+        report=report,
+        outcomes=tuple(outcomes),
+        prices=prices,
+        counters=cache.counters if cache is not None else None,
+        table=table_text,
+    )
+
+
+def _vanilla_throughput(workload: Workload, config: SimConfig, settings: Settings) -> float | None:
+    vanilla = replace(config, profile=replace(config.profile, caches=False, hit_policy=HitPolicy.RESUME))
+    return run_simulation(workload, vanilla, settings=settings, embeddings=None).report.throughput_rps
+
+
+def _with_vanilla(report: BenchReport) -> BenchReport:
+    return replace(report, vanilla_throughput_rps=report.throughput_rps)
