@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import numpy.typing as npt
 
-from jobs.policies.eviction import EntryUsage, StateUsage, plan_eviction
+from jobs.policies.eviction import INSERTION_USES, EntryUsage, StateUsage, plan_eviction
 from jobs.policies.k_selection import ThresholdTable, choose_k
 from jobs.policies.predictor import MatchPredictor, fit_predictor, needs_retrain
 from reprise.settings import EvictionPolicyName
@@ -45,7 +45,7 @@ class SimState:
     k: int
     bytes: int
     created_at: datetime
-    access_count: int = 0
+    access_count: int = INSERTION_USES
     last_access_at: datetime = SIM_EPOCH
 
 
@@ -59,7 +59,7 @@ class SimEntry:
     created_at: datetime
     last_access_at: datetime
     states: dict[int, SimState] = field(default_factory=dict)
-    access_count: int = 0
+    access_count: int = INSERTION_USES
 
     _usage: EntryUsage | None = field(default=None, init=False, repr=False)
 

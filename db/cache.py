@@ -23,6 +23,7 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 from db.blobs.base import BlobNotFound, BlobStore
 from db.models import CacheEntry, CacheState, EntryState
 from jobs.errors import SourceVanished
+from jobs.policies.eviction import INSERTION_USES
 from reprise.settings import LookupMode
 
 SHARED_SCOPE = "shared"
@@ -225,10 +226,12 @@ def insert_entry(
         width=size[0],
         height=size[1],
         source_job_id=source_job_id,
-        access_count=0,
+        access_count=INSERTION_USES,
         state=EntryState.LIVE.value,
     )
-    entry.states = [CacheState(k=s.k, blob_key=s.blob_key, bytes=s.bytes, access_count=0) for s in states]
+    entry.states = [
+        CacheState(k=s.k, blob_key=s.blob_key, bytes=s.bytes, access_count=INSERTION_USES) for s in states
+    ]
     session.add(entry)
     session.flush()
     return entry

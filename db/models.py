@@ -236,6 +236,37 @@ class WorkerRole(Base):
     since: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=_now())
 
 
+class PoolDecision(Base):
+    """One decision of the pool monitor (MoDM 5.3, Algorithm 1): what it read, aimed at and applied.
+
+    inputs: the period's R (per second), H, P(K = k), T, P_large and P_small (requests per second per
+    worker), W_miss, W_hit, the pool (workers, pinned per role) and the bounds on N_large.
+    heuristic_large: the mode's N_large before the PID (null: no work in the period, the pool held).
+    controlled_large, pid_integral, pid_error: the PID's state after this period, which the next
+    decision continues from. switches: [{worker, from, to, ok}] sent to workers.
+    """
+
+    __tablename__ = "pool_decisions"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    decided_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=_now(), index=True)
+    mode: Mapped[str] = mapped_column(String(16))
+    period_start: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    period_seconds: Mapped[int] = mapped_column(Integer)
+    inputs: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
+    heuristic_large: Mapped[float | None] = mapped_column(Float)
+    controlled_large: Mapped[float] = mapped_column(Float)
+    pid_integral: Mapped[float] = mapped_column(Float)
+    pid_error: Mapped[float | None] = mapped_column(Float)
+    large_before: Mapped[int] = mapped_column(Integer)
+    small_before: Mapped[int] = mapped_column(Integer)
+    target_large: Mapped[int] = mapped_column(Integer)
+    target_small: Mapped[int] = mapped_column(Integer)
+    applied_large: Mapped[int] = mapped_column(Integer)
+    applied_small: Mapped[int] = mapped_column(Integer)
+    switches: Mapped[list[dict[str, Any]]] = mapped_column(JSONB, default=list)
+
+
 class PredictorFit(Base):
     """A persisted, versioned match-predictor fit (NIRVANA 5.2); admit workers load the newest."""
 

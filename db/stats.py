@@ -242,8 +242,27 @@ def last_period(
     )
     if current is None:
         raise RuntimeError("date_bin returned nothing")
-    start = current - timedelta(seconds=period_seconds)
-    rows = _rows(session, start, current, period_seconds)
+    return stats_between(
+        session,
+        since=current - timedelta(seconds=period_seconds),
+        until=current,
+        period_seconds=period_seconds,
+    )
+
+
+def stats_between(
+    session: Session,
+    *,
+    since: datetime,
+    until: datetime,
+    period_seconds: int = DEFAULT_PERIOD_SECONDS,
+) -> PeriodStats:
+    """The intervals starting in [since, until) as one period of `until - since` seconds (the pool
+    monitor reads several intervals when its period is longer than one)."""
+    seconds = int((until - since).total_seconds())
+    if seconds <= 0:
+        raise ValueError(f"an empty window: {since} .. {until}")
+    rows = _rows(session, since, until, period_seconds)
     service: dict[str, RoleService] = {}
     evals: dict[str, int] = {}
     for row in rows:
@@ -256,4 +275,4 @@ def last_period(
             )
         for model, n in row.denoiser_evals.items():
             evals[model] = evals.get(model, 0) + int(n)
-    return PeriodStats(start, period_seconds, _summary(rows), service, evals)
+    return PeriodStats(since, seconds, _summary(rows), service, evals)

@@ -46,6 +46,11 @@ class EvictionPolicyName(StrEnum):
     LRBU = "lrbu"  # FlexCache 4.2.3
 
 
+class MonitorMode(StrEnum):
+    QUALITY = "quality"  # MoDM 5.3.1: as many large workers as the miss and hit workloads allow
+    THROUGHPUT = "throughput"  # MoDM 5.3.2: large for misses, small for hits, split by workload
+
+
 def _split_ints(value: Any) -> Any:
     if isinstance(value, str):
         return [int(part) for part in value.replace(" ", "").split(",") if part]
@@ -142,7 +147,13 @@ class Settings(BaseSettings):
         1 << 30, ge=0, description="Byte budget per cache scope (NIRVANA 5.4 caps the cache at a size)."
     )
     hnsw_ef_search: int = Field(40, ge=1, le=1000, description="pgvector hnsw.ef_search (pgvector default).")
-    predictor_enabled: bool = Field(True, description="Use the match predictor (NIRVANA 5.2).")
+    predictor_enabled: bool = Field(
+        False,
+        description="Skip the vector search when the match predictor says miss (NIRVANA 5.2). Off by "
+        "default: on the DiffusionDB trace it lost hits to entries newer than its last fit (`reprise "
+        "bench simulate --profile configured --cache-bytes 1GiB`: hit rate 0.36 with it, 0.49 without), "
+        "while a lookup costs ~3 ms at 10k entries (`reprise bench cache`).",
+    )
     predictor_nu: float = Field(0.001, gt=0, le=1, description="SGDOneClassSVM nu (NIRVANA 6: 0.001).")
     predictor_audit_rate: float = Field(
         0.1,
@@ -177,6 +188,44 @@ class Settings(BaseSettings):
     )
     decode_wait_s: float = Field(30.0, gt=0, description="How long an image read waits on the decode pool.")
     beat_period_s: float = Field(30.0, gt=0, description="Period of eviction, retraining and reconciling.")
+
+    # --- pool monitor (MoDM 5.3, Algorithm 1) ------------------------------------------------
+    monitor_enabled: bool = Field(
+        True, description="Run the global monitor that moves GPU workers between the large and small pools."
+    )
+    monitor_mode: MonitorMode = Field(
+        MonitorMode.THROUGHPUT,
+        description="throughput (MoDM's default, Appendix Q.9: every hit on the small model) or quality "
+        "(MoDM 5.3.1: as many large workers as the request rate allows).",
+    )
+    monitor_period_s: int = Field(
+        60,
+        ge=60,
+        multiple_of=60,
+        description="Seconds between two decisions; the monitor reads the statistics intervals (60 s, "
+        "db.stats) of the last period. MoDM 5.3 re-plans once per monitoring period and gives no length.",
+    )
+    monitor_kp: float = Field(0.6, ge=0, description="PID proportional gain (MoDM 5.3: Kp = 0.6).")
+    monitor_ki: float = Field(0.05, ge=0, description="PID integral gain (MoDM 5.3: Ki = 0.05).")
+    monitor_kd: float = Field(0.05, ge=0, description="PID derivative gain (MoDM 5.3: Kd = 0.05).")
+    monitor_min_large: int = Field(
+        1, ge=1, description="Fewest large workers (MoDM Algorithm 1 line 29 keeps at least one)."
+    )
+    monitor_max_large: int | None = Field(None, ge=1, description="Most large workers; unset: no limit.")
+    monitor_min_small: int = Field(0, ge=0, description="Fewest small workers (MoDM: none required).")
+    monitor_max_small: int | None = Field(None, ge=0, description="Most small workers; unset: no limit.")
+    monitor_large_step_ms: float | None = Field(
+        None,
+        gt=0,
+        description="Per-step time of the large model assumed until a large worker has run (MoDM Table 1: "
+        "P_large is profiled). Measured service times replace it. Unset: the small model's, if measured.",
+    )
+    monitor_small_step_ms: float | None = Field(
+        None,
+        gt=0,
+        description="Per-step time of the small model assumed until a small worker has run (MoDM Table 1: "
+        "P_small is profiled). Measured service times replace it. Unset: the large model's, if measured.",
+    )
 
     # --- HTTP API ----------------------------------------------------------------------------
     public_base_url: str | None = Field(
@@ -281,6 +330,13 @@ class Settings(BaseSettings):
             )
         if self.pg_port == self.redis_port:
             raise ValueError("pg_port and redis_port must differ: set REPRISE_PG_PORT or REPRISE_REDIS_PORT")
+        for role in ("large", "small"):
+            low, high = getattr(self, f"monitor_min_{role}"), getattr(self, f"monitor_max_{role}")
+            if high is not None and high < low:
+                raise ValueError(
+                    f"monitor_max_{role}={high} is below monitor_min_{role}={low}: raise "
+                    f"REPRISE_MONITOR_MAX_{role.upper()} or lower REPRISE_MONITOR_MIN_{role.upper()}"
+                )
         return self
 
     # --- derived -------------------------------------------------------------------------

@@ -93,6 +93,13 @@ class EvictionPlan:
 ScoreFn = Callable[[StateUsage, datetime], float]
 
 
+# A new entry and its states count the generation that produced them as their first use. Starting
+# at 0 made every newcomer the first victim of the frequency policies (LCBFU = accesses x k, LFU,
+# LRBU), freezing small caches: `reprise bench simulate` at 16 MiB hit 0.064 under LCBFU against
+# 0.245 under LRU. NIRVANA 5.4 leaves the initial count open.
+INSERTION_USES = 1
+
+
 def lcbfu_score(state: StateUsage, now: datetime | None = None) -> float:
     """NIRVANA 5.4: f_i x K_i, accesses times the steps the state saves per use."""
     return float(state.access_count * state.k)

@@ -115,13 +115,13 @@ def with_budget(settings: Settings, budget: int, policy: EvictionPolicyName) -> 
 def test_lcbfu_pass_evicts_low_benefit_states_and_deletes_their_blobs(
     db_settings: Settings, blobs: LocalBlobStore, scope: str
 ) -> None:
-    # Entries 0 and 1 were used (entry 1 mostly at k=5); entry 2 never.
+    # Entries 0 and 1 were used (entry 1 mostly at k=5); entry 2 only by its own generation.
     ids = fill(
         db_settings,
         blobs,
         scope,
         3,
-        accesses=[{5: 1, 10: 1, 15: 4, 20: 4, 25: 4}, {5: 30, 10: 1, 15: 1, 20: 1, 25: 1}, {}],
+        accesses=[{5: 10, 10: 10, 15: 10, 20: 10, 25: 10}, {5: 30, 10: 10, 15: 10, 20: 10, 25: 10}, {}],
     )
     settings = with_budget(db_settings, 3 * ENTRY_BYTES - 700, EvictionPolicyName.LCBFU)
     report = evict_scope(settings, blobs, scope=scope, headroom=0.0)
@@ -129,7 +129,8 @@ def test_lcbfu_pass_evicts_low_benefit_states_and_deletes_their_blobs(
     assert report.bytes_before == 3 * ENTRY_BYTES
     assert report.bytes_after <= settings.cache_budget_bytes
     after = rows(db_settings, scope)
-    # Entry 2 (all scores 0) loses its 5 states (500 bytes) and then goes whole (1000 more): 1500 >= 700.
+    # Entry 2 (scores 1 x k <= 25, the others >= 50) loses its 5 states (500 bytes) and then goes
+    # whole (1000 more): 1500 >= 700.
     assert ids[2] not in after
     assert after[ids[0]] == ("live", set(KS))
     assert after[ids[1]] == ("live", set(KS))

@@ -18,6 +18,7 @@ from db.blobs.local import LocalBlobStore
 from db.engine import session_scope
 from db.models import CacheEntry, CacheState, EntryState
 from jobs.errors import SourceVanished
+from jobs.policies.eviction import INSERTION_USES
 from reprise.settings import LookupMode, Settings
 
 pytestmark = pytest.mark.integration
@@ -288,12 +289,13 @@ def test_record_use_counts_entry_and_state(
     with session_scope(db_settings) as session:
         entry = session.get_one(CacheEntry, entry_id)
         assert before is not None
-        assert entry.access_count == 3 and entry.last_access_at > before
+        assert entry.access_count == INSERTION_USES + 3 and entry.last_access_at > before
         rows = session.execute(
             select(CacheState.k, CacheState.access_count).where(CacheState.entry_id == entry_id)
         )
         counts = {k: n for k, n in rows}
-        assert counts == {5: 0, 10: 0, 15: 2, 20: 0, 25: 0}
+        first = INSERTION_USES  # a new state counts its own generation
+        assert counts == {5: first, 10: first, 15: first + 2, 20: first, 25: first}
         assert not cache.record_use(session, entry_id=uuid.uuid4(), k=5)
         session.execute(
             update(CacheEntry).where(CacheEntry.id == entry_id).values(state=EntryState.DIRTY.value)

@@ -25,6 +25,7 @@ EXPECTED_TABLES = {
     "interval_stats",
     "webhook_deliveries",
     "worker_roles",
+    "pool_decisions",
     "predictor_fits",
 }
 
