@@ -82,7 +82,8 @@ def _lock_scope(session: Session, scope: str) -> None:
 # Scores in SQL, mirroring jobs.policies.eviction (tests/db/test_cache_eviction.py checks that a pass
 # equals the pure planner run over the whole scope). `u` is a unit: a state, or a state-less entry.
 _SQL_SCORES: dict[EvictionPolicyName, str] = {
-    EvictionPolicyName.LCBFU: "u.access_count::float8 * u.k",
+    EvictionPolicyName.LCBFU: "u.access_count::float8 * u.k / "
+    "greatest(extract(epoch FROM (CAST(:now AS timestamptz) - u.created_at))::float8, :min_idle)",
     EvictionPolicyName.LFU: "u.access_count::float8",
     EvictionPolicyName.LRU: "extract(epoch FROM u.last_access_at)::float8",
     EvictionPolicyName.LRBU: "u.access_count::float8 * u.k / (greatest(u.bytes, 1)::float8 * "

@@ -22,6 +22,11 @@ def lock_monitor(session: Session) -> bool:
     return bool(session.scalar(text("SELECT pg_try_advisory_xact_lock(:key)"), {"key": _MONITOR_LOCK}))
 
 
+def wait_for_monitor(session: Session) -> None:
+    """Take the same lock, waiting for a running decision to end (an operator's pin or unpin)."""
+    session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MONITOR_LOCK})
+
+
 def latest_decision(session: Session) -> PoolDecision | None:
     return session.scalars(select(PoolDecision).order_by(PoolDecision.id.desc()).limit(1)).first()
 

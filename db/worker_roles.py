@@ -34,7 +34,10 @@ def _since_if_changed(new_role: ColumnElement[str]) -> ColumnElement[datetime]:
 
 
 def record_role(session: Session, *, worker_name: str, role: Role) -> None:
-    """Upsert the worker's current role; `since` moves only when the role changes, the pin stays."""
+    """Upsert the worker's current role; `since` moves only when the role changes.
+
+    A pinned row is left alone: its role is the operator's, which the worker takes at start and the
+    monitor enforces."""
     statement = insert(WorkerRole).values(worker_name=worker_name, role=role.value, pinned=False)
     session.execute(
         statement.on_conflict_do_update(
@@ -43,6 +46,7 @@ def record_role(session: Session, *, worker_name: str, role: Role) -> None:
                 "role": statement.excluded.role,
                 "since": _since_if_changed(statement.excluded.role),
             },
+            where=WorkerRole.pinned.is_(False),
         )
     )
 

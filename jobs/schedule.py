@@ -12,7 +12,7 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
     period = settings.beat_period_s
     # Expire each run after one period: a backlog of identical maintenance runs helps nobody.
     options = {"queue": Queue.MAINTENANCE.value, "expires": period}
-    return {
+    schedule: dict[str, dict[str, Any]] = {
         "evict": {"task": TaskName.EVICT.value, "schedule": period, "options": options},
         "retrain-predictors": {
             "task": TaskName.RETRAIN_PREDICTORS.value,
@@ -21,3 +21,12 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
         },
         "reconcile": {"task": TaskName.RECONCILE.value, "schedule": period, "options": options},
     }
+    if settings.monitor_enabled:
+        # MoDM 5.3: the global monitor re-plans the pools once per monitoring period.
+        monitor = float(settings.monitor_period_s)
+        schedule["rebalance-pools"] = {
+            "task": TaskName.REBALANCE_POOLS.value,
+            "schedule": monitor,
+            "options": {"queue": Queue.MAINTENANCE.value, "expires": monitor},
+        }
+    return schedule

@@ -62,15 +62,24 @@ def order(entries: list[EntryUsage], policy: Policy, to_free: int = 10**12) -> l
 
 
 def test_lcbfu_worked_example_from_the_paper() -> None:
-    # NIRVANA 5.4: K=25 accessed 100 times scores 2500; K=5 accessed 200 times scores 1000.
-    k25 = state(1, 25, accesses=100)
-    k5 = state(2, 5, accesses=200)
-    assert lcbfu_score(k25) == 2500
-    assert lcbfu_score(k5) == 1000
+    # NIRVANA 5.4: K=25 accessed 100 times scores 2500; K=5 accessed 200 times scores 1000
+    # (as frequencies over the same 1 s of caching).
+    k25 = state(1, 25, accesses=100, created_s_ago=1.0)
+    k5 = state(2, 5, accesses=200, created_s_ago=1.0)
+    assert lcbfu_score(k25, NOW) == 2500
+    assert lcbfu_score(k5, NOW) == 1000
     entries = [entry(1, k25), entry(2, k5)]
     plan = plan_eviction(entries, 1, Policy.LCBFU, NOW)
     # The K=5 state goes first; its entry had no other state, so it is dirty and goes whole.
     assert [(v.entry_id.int, v.k) for v in plan.victims] == [(2, 5), (2, None)]
+
+
+def test_lcbfu_frequency_lets_a_fresh_state_outrank_an_old_popular_one() -> None:
+    # 1 use in 10 s (0.1/s) at K=10 outranks 50 uses in 10,000 s (0.005/s) at K=25: 1.0 > 0.125.
+    fresh = state(1, 10, accesses=1, created_s_ago=10.0)
+    old = state(2, 25, accesses=50, created_s_ago=10_000.0)
+    assert lcbfu_score(fresh, NOW) > lcbfu_score(old, NOW)
+    assert order([entry(1, fresh), entry(2, old)], Policy.LCBFU, to_free=1)[0] == (2, 25)
 
 
 def test_lfu_disagrees_with_lcbfu_on_the_worked_example() -> None:
