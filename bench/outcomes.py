@@ -45,6 +45,7 @@ class RequestOutcome:
     completed_s: float | None = None
     latency_ms: float | None = None
     admission_ms: float | None = None
+    admission_parts_ms: Mapping[str, float] = field(default_factory=dict)  # embed, predict, lookup
 
     @property
     def succeeded(self) -> bool:
@@ -127,6 +128,14 @@ def throughput_rps(outcomes: Sequence[RequestOutcome]) -> float | None:
     return len(done) / (end - start) if end > start else None
 
 
+def _stage_percentiles(outcomes: Sequence[RequestOutcome]) -> dict[str, tuple[float | None, float | None]]:
+    stages: dict[str, list[float]] = {}
+    for outcome in outcomes:
+        for stage, ms in outcome.admission_parts_ms.items():
+            stages.setdefault(stage, []).append(ms)
+    return {stage: (percentile(values, 50), percentile(values, 99)) for stage, values in stages.items()}
+
+
 def summarize(outcomes: Sequence[RequestOutcome], context: ReportContext) -> BenchReport:
     """The report of a run (see the module docstring for every definition)."""
     done = [o for o in outcomes if o.succeeded]
@@ -153,7 +162,11 @@ def summarize(outcomes: Sequence[RequestOutcome], context: ReportContext) -> Ben
             p50=percentile(latencies, 50), p95=percentile(latencies, 95), p99=percentile(latencies, 99)
         ),
         slo_violations=SloViolations(x2=over(2.0), x4=over(4.0)),
-        admission_ms=AdmissionLatency(p50=percentile(admissions, 50), p99=percentile(admissions, 99)),
+        admission_ms=AdmissionLatency(
+            p50=percentile(admissions, 50),
+            p99=percentile(admissions, 99),
+            stages=_stage_percentiles(outcomes),
+        ),
         entry_bytes=context.entry_bytes,
         png_bytes=context.png_bytes,
         embedder=context.embedder,

@@ -108,8 +108,18 @@ def outcome_from_record(record: JobRecord) -> RequestOutcome:
         arrival_s=record.intended_s,
         completed_s=completed_s,
         latency_ms=latency_ms,
-        admission_ms=None,  # the API does not expose admission time
+        admission_ms=_admission_total(metrics),
+        admission_parts_ms={
+            str(stage): float(ms)
+            for stage, ms in (metrics.get("admission_ms") or {}).items()
+            if stage != "total"
+        },
     )
+
+
+def _admission_total(metrics: dict[str, Any]) -> float | None:
+    total = (metrics.get("admission_ms") or {}).get("total")
+    return float(total) if total is not None else None
 
 
 def measured_full_generation_ms(records: Sequence[JobRecord]) -> float | None:

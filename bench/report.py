@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +55,11 @@ class SloViolations:
 
 @dataclass(frozen=True, slots=True)
 class AdmissionLatency:
+    """Admission overhead per request; `stages` breaks it down (embed, predict, lookup -> p50, p99)."""
+
     p50: float | None
     p99: float | None
+    stages: Mapping[str, tuple[float | None, float | None]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +102,10 @@ class BenchReport:
             "admission_ms": {
                 "p50": _round(self.admission_ms.p50, 3),
                 "p99": _round(self.admission_ms.p99, 3),
+                "stages": {
+                    stage: {"p50": _round(p50, 3), "p99": _round(p99, 3)}
+                    for stage, (p50, p99) in sorted(self.admission_ms.stages.items())
+                },
             },
             "entry_bytes": _round(self.entry_bytes, 0),
             "png_bytes": _round(self.png_bytes, 0),

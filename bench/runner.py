@@ -19,6 +19,7 @@ from typing import Any
 from bench.compare import compare_reports
 from bench.costs import load_costs
 from bench.embeddings import TraceEmbeddings, configured_embedder, trace_embeddings
+from bench.monitor import MonitorSpec, write_simulation_json
 from bench.outcomes import step_ms_by_model
 from bench.plots import TraceCurve, plot_against_cache, plot_against_rate, plot_over_trace
 from bench.profiles import Profile, build_profile, settings_mismatches
@@ -34,7 +35,7 @@ from bench.trace import (
     build_workload,
     load_prompts,
 )
-from reprise.settings import EvictionPolicyName, Settings
+from reprise.settings import EvictionPolicyName, MonitorMode, Settings
 
 DEFAULT_SWEEP_SIZES = "16MiB,64MiB,256MiB,1GiB,4GiB"
 """Budgets around the bytes the 5k trace would cache whole (~4 GiB of NIRVANA entries at the
@@ -56,6 +57,16 @@ def parse_size(text: str) -> int:
 
 def parse_list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def parse_monitor(text: str) -> MonitorMode | None:
+    """'off' -> None (a fixed allocation); 'quality' or 'throughput' -> that mode (MoDM 5.3)."""
+    if text == "off":
+        return None
+    try:
+        return MonitorMode(text)
+    except ValueError:
+        raise ValueError(f"--monitor {text!r}: choose off, quality or throughput") from None
 
 
 def guarded(main: Callable[[], int]) -> int:
@@ -169,6 +180,8 @@ class SimulateOptions:
     plots: Path | None = None
     compare: Path | None = None
     progress: bool = True
+    monitor: MonitorMode | None = None  # MoDM's global monitor in this mode; None: fixed allocation
+    monitor_period_s: float | None = None  # None: settings.monitor_period_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +285,11 @@ def simulate_main(settings: Settings, options: SimulateOptions) -> int:
             switch_s=options.switch_s,
             k_table=options.k_table,
             large_serves_hits=settings.large_serves_hits,
+            monitor=MonitorSpec.from_settings(
+                settings, mode=options.monitor, period_s=options.monitor_period_s
+            )
+            if options.monitor is not None
+            else None,
         )
 
     def vanilla_rps(work: Workload) -> float | None:
@@ -333,7 +351,11 @@ def simulate_main(settings: Settings, options: SimulateOptions) -> int:
     rows: Sequence[BenchReport | SweepPoint] = [output] if isinstance(output, BenchReport) else output
     print(markdown_table(rows))
     if options.json_path is not None:
-        write_json(options.json_path, output)
+        timelines = [r.allocation_timeline for r in results]
+        if any(timeline is not None for timeline in timelines):
+            write_simulation_json(options.json_path, output, timelines)
+        else:
+            write_json(options.json_path, output)
         _note(f"wrote {options.json_path}")
     if options.compare is not None:
         return _compare(rows, options.compare)

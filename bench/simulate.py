@@ -35,6 +35,7 @@ from enum import IntEnum
 
 from bench.costs import StepCosts
 from bench.embeddings import TraceEmbeddings
+from bench.monitor import AllocationPoint, MonitorSpec, SimulatedMonitor
 from bench.outcomes import ReportContext, RequestOutcome, step_ms_by_model, summarize
 from bench.pools import MonitorSnapshot, PoolMonitor, Pools, PoolTargets
 from bench.profiles import Profile
@@ -80,6 +81,7 @@ class SimConfig:
     switch_s: float = 0.0
     k_table: str | None = None
     large_serves_hits: bool = True  # Settings.large_serves_hits; forced on while no worker hosts small
+    monitor: MonitorSpec | None = None  # MoDM's global monitor (bench.monitor); None: a fixed allocation
 
     def targets(self) -> PoolTargets:
         """Worker counts at start: every GPU on the large model unless hits go to the small one."""
@@ -95,6 +97,7 @@ class SimResult:
     prices: dict[str, float]
     counters: CacheCounters | None
     table: str | None
+    allocation_timeline: tuple[AllocationPoint, ...] | None = None  # with a pool monitor: each decision
 
 
 def simulated_table(profile: Profile, override: str | None) -> tuple[ThresholdTable, str]:
@@ -162,6 +165,7 @@ class _Simulation:
         self.window_k: Counter[int] = Counter()
         self.requests = workload.requests
         self.query_rows = [r.prompt_idx for r in self.requests]
+        self.timeline = [AllocationPoint(0.0, self.pools.targets.large, self.pools.targets.small)]
 
     # --- events ----------------------------------------------------------------------------
     def push(self, time_s: float, kind: _Event, ref: int) -> None:
@@ -309,6 +313,7 @@ class _Simulation:
             self.pools.set_targets(targets)
             self._rebalance(now)
             self._dispatch(now)
+        self.timeline.append(AllocationPoint(now, self.pools.targets.large, self.pools.targets.small))
         self.push(now + self.monitor.period_s, _Event.MONITOR, 0)
 
 
@@ -326,8 +331,12 @@ def run_simulation(
 
     `embeddings` are required unless the profile caches nothing (vanilla). Without
     `vanilla_throughput_rps` a vanilla run of the same workload on the same GPUs gives it.
+    `monitor` overrides the config's: without either the allocation stays as configured. MoDM's
+    monitor (config.monitor) runs only where hits go to a small pool: otherwise there is no choice.
     """
     profile = config.profile
+    if monitor is None and config.monitor is not None and profile.hits_on_small:
+        monitor = SimulatedMonitor(config.monitor, config.costs, profile.steps)
     cache: SimCache | None = None
     table_text: str | None = None
     embedder: dict[str, object] = {"name": None, "lookup": "none (nothing is cached)"}
@@ -394,11 +403,14 @@ def run_simulation(
         prices=prices,
         counters=cache.counters if cache is not None else None,
         table=table_text,
+        allocation_timeline=tuple(simulation.timeline) if monitor is not None else None,
     )
 
 
 def _vanilla_throughput(workload: Workload, config: SimConfig, settings: Settings) -> float | None:
-    vanilla = replace(config, profile=replace(config.profile, caches=False, hit_policy=HitPolicy.RESUME))
+    vanilla = replace(
+        config, profile=replace(config.profile, caches=False, hit_policy=HitPolicy.RESUME), monitor=None
+    )
     return run_simulation(workload, vanilla, settings=settings, embeddings=None).report.throughput_rps
 
 

@@ -76,8 +76,10 @@ def record_admission(
     similarity: float | None,
     k: int | None,
     source_entry_id: uuid.UUID | None,
+    admission_ms: dict[str, float] | None = None,
 ) -> bool:
-    """Write what admission decided, once. Returns False when the job is no longer waiting."""
+    """Write what admission decided, once, with its time per stage (embed, predict, lookup, total).
+    Returns False when the job is no longer waiting."""
     result = session.execute(
         update(Job)
         .where(Job.id == job_id, Job.status == JobStatus.STARTING.value, Job.cancel_requested.is_(False))
@@ -88,6 +90,7 @@ def record_admission(
             similarity=similarity,
             k=k,
             source_entry_id=source_entry_id,
+            admission_ms=admission_ms or {},
             admitted_at=utcnow(),
         )
     )

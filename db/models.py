@@ -130,6 +130,7 @@ class Job(Base):
     source_entry_id: Mapped[uuid.UUID | None] = mapped_column(
         ForeignKey("cache_entries.id", ondelete="SET NULL")
     )
+    admission_ms: Mapped[dict[str, float]] = mapped_column(JSONB, default=dict)  # stage -> ms
 
     # what ran
     models_used: Mapped[list[str]] = mapped_column(ARRAY(Text), default=list)

@@ -45,6 +45,11 @@ class GenerationMetrics(BaseModel):
     source_entry: uuid.UUID | None = Field(description="The cache entry reused, on a hit.")
     models: list[str] = Field(description="Models that ran.")
     denoiser_evaluations: dict[str, int] = Field(description="Denoiser evaluations, per model.")
+    admission_ms: dict[str, float] = Field(
+        default_factory=dict,
+        description="Admission time per stage in ms: embed, predict (when the predictor is on), lookup, "
+        "total (only total when the cache was off). Empty until admitted.",
+    )
     queue_time_s: float | None = Field(description="From creation to the start of generation.")
     run_time_s: float | None = Field(description="From the start of generation to completion.")
 
@@ -116,6 +121,7 @@ def generation_object(job: Job, *, base_url: str) -> Generation:
             source_entry=job.source_entry_id,
             models=list(job.models_used or []),
             denoiser_evaluations=dict(job.denoiser_evals or {}),
+            admission_ms=dict(job.admission_ms or {}),
             queue_time_s=_seconds(job.created_at, job.started_at),
             run_time_s=_seconds(job.started_at, job.finished_at),
         ),

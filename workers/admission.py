@@ -56,8 +56,9 @@ def admit(context: WorkerContext, job_id: uuid.UUID) -> AdmissionDecision | None
             cache_mode=job.cache_mode,
             shared_cache=bool(tenant and tenant.shared_cache and job.cache_mode == "shared"),
         )
-    started = time.perf_counter()
-    decision, predicted = _decide(context, request)
+    timer = StageTimer()
+    decision, predicted = _decide(context, request, timer)
+    timings = timer.finish()
     with session_scope(settings) as session:
         recorded = record_admission(
             session,
@@ -68,6 +69,7 @@ def admit(context: WorkerContext, job_id: uuid.UUID) -> AdmissionDecision | None
             similarity=decision.similarity,
             k=decision.k,
             source_entry_id=decision.source_entry_id,
+            admission_ms=timings,
         )
         if recorded:
             stats.record_admission(session, outcome=decision.outcome, k=decision.k)
@@ -75,17 +77,35 @@ def admit(context: WorkerContext, job_id: uuid.UUID) -> AdmissionDecision | None
         return None
     send_route(job_id, decision.route)
     log.info(
-        "admitted %s: %s k=%s similarity=%s in %.1f ms",
+        "admitted %s: %s k=%s similarity=%s in %s ms",
         job_id,
         decision.outcome.value,
         decision.k,
         decision.similarity,
-        (time.perf_counter() - started) * 1e3,
+        timings,
     )
     return decision
 
 
-def _decide(context: WorkerContext, request: _Request) -> tuple[AdmissionDecision, bool | None]:
+class StageTimer:
+    """Milliseconds per admission stage (embed, predict, lookup), and the total."""
+
+    def __init__(self) -> None:
+        self.started = self.mark = time.perf_counter()
+        self.stages: dict[str, float] = {}
+
+    def lap(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.stages[stage] = round((now - self.mark) * 1e3, 3)
+        self.mark = now
+
+    def finish(self) -> dict[str, float]:
+        return {**self.stages, "total": round((time.perf_counter() - self.started) * 1e3, 3)}
+
+
+def _decide(
+    context: WorkerContext, request: _Request, timer: StageTimer
+) -> tuple[AdmissionDecision, bool | None]:
     settings = context.settings
     if not cache_applies(
         cache_mode=request.cache_mode,
@@ -95,6 +115,7 @@ def _decide(context: WorkerContext, request: _Request) -> tuple[AdmissionDecisio
     ):
         return AdmissionDecision(AdmissionOutcome.CACHE_OFF, Route.MISS), None
     embedding = embed_query(context, request.prompt)
+    timer.lap("embed")
     scopes = cache.lookup_scopes(request.tenant_id, shared_cache=request.shared_cache)
     family = lookup_family(settings)
     predicted: bool | None = None
@@ -103,6 +124,7 @@ def _decide(context: WorkerContext, request: _Request) -> tuple[AdmissionDecisio
         loaded = [_predictor(context, scope, family) for scope in scopes]
         versions = [version for version, _ in loaded if version is not None]
         predicted = likely_hit([model for _, model in loaded], embedding)
+        timer.lap("predict")
         # NIRVANA 5.2: a predicted miss skips the vector search. A sample of them is searched
         # anyway (not used for routing) so the predictor's recall can be measured.
         if not predicted and random.random() >= settings.predictor_audit_rate:
@@ -117,6 +139,7 @@ def _decide(context: WorkerContext, request: _Request) -> tuple[AdmissionDecisio
             ef_search=settings.hnsw_ef_search,
             size=request.size,
         )
+    timer.lap("lookup")
     candidate = (
         Candidate(found.entry_id, found.similarity, found.stored_ks, found.final_latent_key is not None)
         if found is not None

@@ -7,11 +7,14 @@ import os
 import socket
 
 from celery.signals import worker_process_init
+from celery.utils.nodenames import default_nodename, host_format
 
 from jobs.celery_app import get_celery_app
-from jobs.queues import QUEUES_BY_ROLE, Queue
 from jobs.roles import GPU_ROLES, Role
 from reprise.settings import get_settings
+from workers import pool_role
+from workers.pool_role import consumed_queues
+from workers.registry import keep_record, starting_role
 
 log = logging.getLogger(__name__)
 
@@ -23,20 +26,27 @@ def worker_node_name(role: Role) -> str:
 
 
 def run_worker(role: Role, *, name: str | None = None, concurrency: int = 1) -> None:
-    """Run a Celery worker for `role` in the foreground (blocks until it is stopped)."""
+    """Run a Celery worker for `role` in the foreground (blocks until it is stopped).
+
+    A large or small worker whose name an operator pinned to the other pool starts there; the pool
+    monitor may move it later (workers.control). Its role is recorded in worker_roles (workers.registry).
+    """
+    settings = get_settings()
+    hostname = host_format(default_nodename(name or worker_node_name(role)))
+    role = starting_role(settings, worker_name=hostname, role=role)
     os.environ[ROLE_ENV] = role.value  # read by the child processes' context
+    pool_role.install(role)  # shared memory: created before the pool forks its children
     app = get_celery_app()
+    import workers.control  # (registers the remote control commands)
     import workers.tasks  # noqa: F401  (registers the task bodies on the app)
 
-    settings = get_settings()
-    consumed = [q for q in QUEUES_BY_ROLE[role] if not (role is Role.LARGE and q is Queue.CACHE_HIT)]
-    if role is Role.LARGE and settings.large_serves_hits:
-        consumed.append(Queue.CACHE_HIT)  # after cache_miss: the "priority" order drains misses first
-    queues = ",".join(queue.value for queue in consumed)
+    keep_record(settings, worker_name=hostname, role=role)
+    # A large worker's cache_miss comes first: the "priority" order drains misses before hits.
+    queues = ",".join(queue.value for queue in consumed_queues(role, settings))
     argv = [
         "worker",
         f"--queues={queues}",
-        f"--hostname={name or worker_node_name(role)}",
+        f"--hostname={hostname}",
         f"--concurrency={concurrency}",
         # prefork: the parent enforces hard time limits by killing a stuck child (the watchdog),
         # and a crashed child's task is requeued (reject_on_worker_lost).
@@ -54,10 +64,11 @@ def _load_models_in_child(**_: object) -> None:
     role_name = os.environ.get(ROLE_ENV)
     if role_name is None:
         return
-    role = Role(role_name)
+    role = pool_role.shared_role() or Role(role_name)  # a child forked after a move takes the new role
     from workers.context import get_context
 
     context = get_context()
+    context.switch_role(role)
     if role in GPU_ROLES:
         context.runtime()
     if role in (Role.ADMIT, Role.LARGE, Role.SMALL):

@@ -37,6 +37,15 @@ class WorkerContext:
         """Names this process in job leases."""
         return f"{self.role.value}:{socket.gethostname()}:{os.getpid()}"
 
+    def switch_role(self, role: Role) -> None:
+        """Host `role` from now on: a loaded runtime swaps its model (releasing the old one first);
+        an unloaded one loads the new role's on first use. Between tasks only (workers.pool_role)."""
+        if role is self.role:
+            return
+        if self._runtime is not None:
+            self._runtime.switch_role(role)
+        self.role = role
+
     def runtime(self) -> DiffusionRuntime:
         if self._runtime is None:
             from workers.runtime.runtime import DiffusionRuntime

@@ -6,15 +6,19 @@ import uuid
 from typing import Any
 
 from celery import Task
+from celery.exceptions import Reject
 
 from jobs.celery_app import get_celery_app
 from jobs.maintenance import evict_all_scopes, retrain_predictors
+from jobs.pool_control import PoolControl
 from jobs.queues import Queue, TaskName
 from jobs.webhooks import WebhookEvent
 from workers.admission import admit
-from workers.context import get_context
+from workers.context import WorkerContext, get_context
 from workers.decoding import decode_job_image
 from workers.generation import LeaseBusy, generate_job, reuse_job
+from workers.pool_role import NotThisPool, enter_pool
+from workers.rebalance import rebalance_pools
 from workers.reconcile import reconcile
 from workers.webhook_delivery import run_delivery
 
@@ -31,18 +35,31 @@ def admit_task(job_id: str) -> None:
 
 @app.task(name=TaskName.GENERATE.value, queue=Queue.CACHE_MISS.value, bind=True, max_retries=LEASE_RETRIES)
 def generate_task(self: Task[Any, Any], job_id: str) -> None:
+    context = _pool_context(Queue.CACHE_MISS)
     try:
-        generate_job(get_context(), uuid.UUID(job_id))
+        generate_job(context, uuid.UUID(job_id))
     except LeaseBusy as busy:
         raise self.retry(countdown=busy.retry_in_s) from None
 
 
 @app.task(name=TaskName.REUSE.value, queue=Queue.CACHE_HIT.value, bind=True, max_retries=LEASE_RETRIES)
 def reuse_task(self: Task[Any, Any], job_id: str) -> None:
+    context = _pool_context(Queue.CACHE_HIT)
     try:
-        reuse_job(get_context(), uuid.UUID(job_id))
+        reuse_job(context, uuid.UUID(job_id))
     except LeaseBusy as busy:
         raise self.retry(countdown=busy.retry_in_s) from None
+
+
+def _pool_context(queue: Queue) -> WorkerContext:
+    """The context, hosting the worker's current pool role; a task the worker was moved away from
+    goes back to the broker unrun, for the pool that takes it (workers.pool_role)."""
+    context = get_context()
+    try:
+        enter_pool(context, queue)
+    except NotThisPool as moved:
+        raise Reject(str(moved), requeue=True) from None
+    return context
 
 
 @app.task(name=TaskName.DECODE_IMAGE.value, queue=Queue.DECODE.value)
@@ -71,3 +88,8 @@ def retrain_predictors_task() -> None:
 @app.task(name=TaskName.RECONCILE.value, queue=Queue.MAINTENANCE.value)
 def reconcile_task() -> None:
     reconcile(get_context().settings)
+
+
+@app.task(name=TaskName.REBALANCE_POOLS.value, queue=Queue.MAINTENANCE.value)
+def rebalance_pools_task() -> None:
+    rebalance_pools(get_context().settings, PoolControl(app))

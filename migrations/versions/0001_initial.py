@@ -1,5 +1,5 @@
 """Initial schema: vector extension, tenants, keys, jobs, cache entries and states, statistics,
-webhook deliveries, worker roles, predictor fits.
+webhook deliveries, worker roles, pool monitor decisions, predictor fits.
 
 Revision ID: 0001
 Revises:
@@ -143,6 +143,7 @@ def upgrade() -> None:
             sa.ForeignKey("cache_entries.id", ondelete="SET NULL"),
             nullable=True,
         ),
+        sa.Column("admission_ms", pg.JSONB, nullable=False, server_default="{}"),
         sa.Column("models_used", pg.ARRAY(sa.Text), nullable=False, server_default="{}"),
         sa.Column("denoiser_evals", pg.JSONB, nullable=False, server_default="{}"),
         sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
@@ -205,6 +206,28 @@ def upgrade() -> None:
         sa.Column("since", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
     )
     op.create_table(
+        "pool_decisions",
+        sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=True),
+        sa.Column("decided_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+        sa.Column("mode", sa.String(16), nullable=False),
+        sa.Column("period_start", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("period_seconds", sa.Integer, nullable=False),
+        sa.Column("inputs", pg.JSONB, nullable=False, server_default="{}"),
+        sa.Column("heuristic_large", sa.Float, nullable=True),
+        sa.Column("controlled_large", sa.Float, nullable=False),
+        sa.Column("pid_integral", sa.Float, nullable=False),
+        sa.Column("pid_error", sa.Float, nullable=True),
+        sa.Column("large_before", sa.Integer, nullable=False),
+        sa.Column("small_before", sa.Integer, nullable=False),
+        sa.Column("target_large", sa.Integer, nullable=False),
+        sa.Column("target_small", sa.Integer, nullable=False),
+        sa.Column("applied_large", sa.Integer, nullable=False),
+        sa.Column("applied_small", sa.Integer, nullable=False),
+        sa.Column("switches", pg.JSONB, nullable=False, server_default="[]"),
+    )
+    # The monitor continues from the newest decision; /v1/stats and /metrics show it.
+    op.create_index("ix_pool_decisions_decided_at", "pool_decisions", ["decided_at"])
+    op.create_table(
         "predictor_fits",
         sa.Column("version", sa.BigInteger, primary_key=True, autoincrement=True),
         sa.Column("scope", sa.String(64), nullable=False, index=True),
@@ -223,6 +246,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     for table in (
         "predictor_fits",
+        "pool_decisions",
         "worker_roles",
         "webhook_deliveries",
         "interval_stats",

@@ -104,6 +104,7 @@ def test_get_returns_what_the_workers_wrote(
         "source_entry": None,
         "models": ["tiny-small"],
         "denoiser_evaluations": {"tiny-small": 30},
+        "admission_ms": {},
         "queue_time_s": 2.0,
         "run_time_s": 3.0,
     }

@@ -62,6 +62,7 @@ def job_json(
             source_entry=uuid.uuid4() if route == "hit" else None,
             models=list(evals),
             denoiser_evaluations=evals,
+            admission_ms={"embed": 2.0, "lookup": 3.0, "total": 5.5} if route is not None else {},
             queue_time_s=0.5,
             run_time_s=run_s,
         ),
@@ -86,7 +87,7 @@ def test_outcome_latency_is_the_clients_wait_plus_the_servers_time() -> None:
     assert outcome.status == "succeeded" and not outcome.hit and outcome.steps == 50
     assert outcome.latency_ms == pytest.approx(2000.0 + 500.0 + 5000.0)
     assert outcome.completed_s == pytest.approx(10.0 + 7.5)
-    assert outcome.admission_ms is None  # not exposed by the API
+    assert outcome.admission_ms == 5.5 and outcome.admission_parts_ms == {"embed": 2.0, "lookup": 3.0}
 
 
 def test_outcome_of_a_rejected_or_unfinished_request() -> None:
@@ -138,7 +139,9 @@ def test_replay_report_aggregates_hits_k_and_weighted_compute(tmp_path: Path) ->
     assert report.latency_ms.p50 is not None and report.latency_ms.p50 > 1000.0
     assert report.png_bytes == 1234.0
     assert report.vanilla_throughput_rps == pytest.approx(2 * 1000.0 / 5000.0)  # 2 GPUs / median miss run
-    assert report.admission_ms.p50 is None
+    # Admission overhead from the jobs' metrics: the total and each stage apart.
+    assert report.admission_ms.p50 == pytest.approx(5.5)
+    assert dict(report.admission_ms.stages) == {"embed": (2.0, 2.0), "lookup": (3.0, 3.0)}
 
 
 def test_vanilla_replay_is_its_own_baseline(tmp_path: Path) -> None:

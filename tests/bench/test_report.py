@@ -76,7 +76,7 @@ def test_report_json_has_exactly_the_contract_fields(tmp_path: Path) -> None:
     assert list(data["k_histogram"]) == ["5", "25"]
     assert set(data["latency_ms"]) == {"p50", "p95", "p99"}
     assert set(data["slo_violations"]) == {"x2", "x4"}
-    assert set(data["admission_ms"]) == {"p50", "p99"}
+    assert set(data["admission_ms"]) == {"p50", "p99", "stages"}
 
 
 def test_a_sweep_is_a_list_with_cache_bytes_and_policy(tmp_path: Path) -> None:

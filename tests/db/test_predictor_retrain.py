@@ -100,9 +100,10 @@ def test_retrain_predictors_covers_every_scope_and_respects_the_switch(db_settin
     scope = cache.tenant_scope(uuid.uuid4())
     add(db_settings, scope, unit_rows(rng, 5, db_settings.text_embedding_dim))
     assert retrain_predictors(db_settings.model_copy(update={"predictor_enabled": False})) == []
-    results = retrain_predictors(db_settings)
+    enabled = db_settings.model_copy(update={"predictor_enabled": True})
+    results = retrain_predictors(enabled)
     assert [(r.scope, r.model_family, r.entries) for r in results if r.scope == scope] == [(scope, FAMILY, 5)]
-    again = retrain_predictors(db_settings)
+    again = retrain_predictors(enabled)
     assert scope not in {r.scope for r in again}
 
 

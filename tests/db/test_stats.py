@@ -160,3 +160,34 @@ def test_last_period_feeds_the_pool_monitor(
     assert period.service["small"].count == 1
     assert period.denoiser_evals == {"sd-large": 100, "sd-small": 25}
     assert empty.cache.arrivals == 0 and empty.k_rates == {} and empty.service == {}
+
+
+def test_stats_between_joins_several_intervals_into_one_period(
+    db_settings: Settings, period_seconds: int, start: datetime
+) -> None:
+    # A monitoring period of three intervals: arrivals and service add up, the rate is over all three.
+    with session_scope(db_settings) as session:
+        for interval, (outcome, k) in enumerate(
+            [(AdmissionOutcome.HIT, 10), (AdmissionOutcome.SEARCHED_MISS, None), (AdmissionOutcome.HIT, 30)]
+        ):
+            at = start + timedelta(seconds=interval * period_seconds + 1)
+            stats.record_admission(session, outcome=outcome, k=k, at=at, period_seconds=period_seconds)
+            stats.record_service(
+                session, role="small", service_ms=100.0, steps=20, at=at, period_seconds=period_seconds
+            )
+        after = start + timedelta(seconds=3 * period_seconds + 1)  # the next interval: outside
+        stats.record_admission(
+            session, outcome=AdmissionOutcome.HIT, k=10, at=after, period_seconds=period_seconds
+        )
+        period = stats.stats_between(
+            session,
+            since=start,
+            until=start + timedelta(seconds=3 * period_seconds),
+            period_seconds=period_seconds,
+        )
+    assert (period.seconds, period.cache.arrivals, period.cache.hits) == (3 * period_seconds, 3, 2)
+    assert period.request_rate == 3 / (3 * period_seconds)
+    assert period.k_rates == {10: 0.5, 30: 0.5}
+    assert period.service["small"].ms_per_step == 300.0 / 60
+    with pytest.raises(ValueError, match="empty window"):
+        stats.stats_between(session, since=start, until=start, period_seconds=period_seconds)
