@@ -144,7 +144,10 @@ class Settings(BaseSettings):
     )
     eviction_policy: EvictionPolicyName = Field(EvictionPolicyName.LCBFU, description="NIRVANA 5.4 default.")
     cache_budget_bytes: int = Field(
-        1 << 30, ge=0, description="Byte budget per cache scope (NIRVANA 5.4 caps the cache at a size)."
+        1 << 30,
+        ge=0,
+        description="Byte budget per cache scope. NIRVANA 5.4 holds 300k prompts in 1 TB; 1 GiB per "
+        "tenant is a starting point to size with `reprise bench simulate --sweep`.",
     )
     hnsw_ef_search: int = Field(40, ge=1, le=1000, description="pgvector hnsw.ef_search (pgvector default).")
     predictor_enabled: bool = Field(
