@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from db.models import WorkerRole
+from db.pool_decisions import latest_decision
 
 UNMATCHED_ROUTE = "<unmatched>"  # unknown paths share one label, so scanners cannot blow up cardinality
 
@@ -26,3 +31,35 @@ ENQUEUE_FAILURES = Counter(
     "Tasks the API could not put on the broker (the reconciler retries).",
     ["task"],
 )
+
+# The pools and the pool monitor (MoDM 5.3), read from Postgres at each scrape (`refresh_pool_gauges`).
+POOL_WORKERS = Gauge("reprise_pool_workers", "Workers per role (worker_roles).", ["role"])
+POOL_TARGET = Gauge(
+    "reprise_pool_target_workers", "Workers per pool the monitor's latest decision aims at.", ["role"]
+)
+POOL_MONITOR_HEURISTIC = Gauge(
+    "reprise_pool_monitor_heuristic_large", "Algorithm 1's number of large workers before the PID."
+)
+POOL_MONITOR_CONTROLLED = Gauge(
+    "reprise_pool_monitor_controlled_large", "The PID's continuous number of large workers."
+)
+POOL_MONITOR_DECIDED = Gauge(
+    "reprise_pool_monitor_last_decision_timestamp_seconds", "When the monitor last decided (Unix time)."
+)
+
+
+def refresh_pool_gauges(session: Session) -> None:
+    """Set the pool gauges from worker_roles and the latest pool decision."""
+    by_role = select(WorkerRole.role, func.count()).group_by(WorkerRole.role)
+    counts: dict[str, int] = {role: count for role, count in session.execute(by_role)}
+    for role in ("large", "small", *counts):
+        POOL_WORKERS.labels(role=role).set(counts.get(role, 0))
+    decision = latest_decision(session)
+    if decision is None:
+        return
+    POOL_TARGET.labels(role="large").set(decision.target_large)
+    POOL_TARGET.labels(role="small").set(decision.target_small)
+    heuristic = decision.heuristic_large  # None: no work in the period, the pool held (NaN)
+    POOL_MONITOR_HEURISTIC.set(heuristic if heuristic is not None else float("nan"))
+    POOL_MONITOR_CONTROLLED.set(decision.controlled_large)
+    POOL_MONITOR_DECIDED.set(decision.decided_at.timestamp())

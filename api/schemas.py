@@ -137,6 +137,24 @@ class IntervalRow(BaseModel):
     predicted_misses: int
 
 
+class PoolDecisionView(BaseModel):
+    """The pool monitor's latest decision (MoDM 5.3, Algorithm 1)."""
+
+    decided_at: datetime
+    mode: str = Field(description="quality or throughput (MoDM 5.3.1, 5.3.2).")
+    period_start: datetime
+    period_seconds: int
+    request_rate: float | None = Field(description="R, arrivals per second in the period read.")
+    hit_rate: float | None = Field(description="H_cache in the period read.")
+    heuristic_large: float | None = Field(description="Algorithm 1's N_large before the PID; null: held.")
+    controlled_large: float = Field(description="The PID's continuous number of large workers.")
+    before: dict[str, int] = Field(description="Workers per pool before the decision.")
+    target: dict[str, int] = Field(description="Workers per pool the decision aims at.")
+    applied: dict[str, int] = Field(description="Workers per pool after the moves the workers accepted.")
+    inputs: dict[str, Any] = Field(description="Everything the decision read: R, H, P(K=k), T, P_large, ...")
+    switches: list[dict[str, Any]] = Field(description="Moves sent: {worker, from, to, ok}.")
+
+
 class Stats(BaseModel):
     window_s: int
     since: datetime
@@ -147,6 +165,9 @@ class Stats(BaseModel):
         description="Messages waiting per queue; null when the broker is down."
     )
     pools: dict[str, int] = Field(description="Workers per role (worker_roles).")
+    pool_monitor: PoolDecisionView | None = Field(
+        None, description="The pool monitor's latest decision; null before the first."
+    )
     intervals: list[IntervalRow] = Field(description="The latest interval aggregates, newest first.")
 
 

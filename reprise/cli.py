@@ -9,6 +9,7 @@ import typer
 from reprise.commands.bench import bench_app
 from reprise.commands.keys import keys_app
 from reprise.commands.models import models_app
+from reprise.commands.pools import pools_app
 from reprise.commands.services import migrate_command, services_app
 from reprise.commands.stack import api_command, beat_command, flower_command, run_command, worker_command
 from reprise.settings import SettingsError, get_settings
@@ -37,6 +38,7 @@ app.command("migrate")(migrate_command)
 app.add_typer(bench_app, name="bench")
 app.add_typer(keys_app, name="keys")
 app.add_typer(models_app, name="models")
+app.add_typer(pools_app, name="pools")
 app.command("api")(api_command)
 app.command("worker")(worker_command)
 app.command("beat")(beat_command)

@@ -194,7 +194,9 @@ class Settings(BaseSettings):
 
     # --- pool monitor (MoDM 5.3, Algorithm 1) ------------------------------------------------
     monitor_enabled: bool = Field(
-        True, description="Run the global monitor that moves GPU workers between the large and small pools."
+        True,
+        description="Run the global monitor (MoDM 5.3) that moves GPU workers between the large and small "
+        "pools every monitor_period_s.",
     )
     monitor_mode: MonitorMode = Field(
         MonitorMode.THROUGHPUT,
@@ -214,9 +216,15 @@ class Settings(BaseSettings):
     monitor_min_large: int = Field(
         1, ge=1, description="Fewest large workers (MoDM Algorithm 1 line 29 keeps at least one)."
     )
-    monitor_max_large: int | None = Field(None, ge=1, description="Most large workers; unset: no limit.")
-    monitor_min_small: int = Field(0, ge=0, description="Fewest small workers (MoDM: none required).")
-    monitor_max_small: int | None = Field(None, ge=0, description="Most small workers; unset: no limit.")
+    monitor_max_large: int | None = Field(
+        None, ge=1, description="Most large workers; unset: no limit (MoDM 5.3 sets none)."
+    )
+    monitor_min_small: int = Field(
+        0, ge=0, description="Fewest small workers (MoDM Algorithm 1 may give every GPU to the large model)."
+    )
+    monitor_max_small: int | None = Field(
+        None, ge=0, description="Most small workers; unset: no limit (MoDM 5.3 sets none)."
+    )
     monitor_large_step_ms: float | None = Field(
         None,
         gt=0,

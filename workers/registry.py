@@ -18,6 +18,7 @@ from typing import Any
 
 from celery.signals import worker_ready, worker_shutdown
 from sqlalchemy import create_engine
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
@@ -43,8 +44,12 @@ def starting_role(settings: Settings, *, worker_name: str, role: Role) -> Role:
     """The role to start with: `role`, or for a pool worker the pool its name is pinned to."""
     if role not in POOL_ROLES:
         return role
-    with _unpooled_session(settings) as session:
-        pinned = worker_roles.pinned_role(session, worker_name=worker_name)
+    try:
+        with _unpooled_session(settings) as session:
+            pinned = worker_roles.pinned_role(session, worker_name=worker_name)
+    except SQLAlchemyError:  # the worker's tasks will say what is wrong with the database
+        log.warning("could not read the pins of %s; starting as %s", worker_name, role.value, exc_info=True)
+        return role
     if pinned in POOL_ROLES and pinned is not role:
         log.info("worker %s is pinned to %s: starting as %s, not %s", worker_name, pinned, pinned, role)
         return pinned
@@ -55,14 +60,17 @@ def keep_record(settings: Settings, *, worker_name: str, role: Role) -> None:
     """Record the worker's role once it consumes, and forget it when it stops (main process)."""
 
     def on_ready(**_: Any) -> None:
-        with _unpooled_session(settings) as session:
-            worker_roles.record_role(session, worker_name=worker_name, role=role)
+        try:
+            with _unpooled_session(settings) as session:
+                worker_roles.record_role(session, worker_name=worker_name, role=role)
+        except SQLAlchemyError:  # the monitor records every worker that answers it, later
+            log.warning("could not record worker %s in worker_roles", worker_name, exc_info=True)
 
     def on_shutdown(**_: Any) -> None:
         try:
             with _unpooled_session(settings) as session:
                 worker_roles.forget(session, worker_name=worker_name)
-        except Exception:  # stopping must not fail for want of a database; the monitor prunes later
+        except SQLAlchemyError:  # stopping must not fail for want of a database; the monitor prunes later
             log.warning("could not remove worker %s from worker_roles", worker_name, exc_info=True)
 
     # Strong references: the receivers are closures that nothing else holds.

@@ -11,6 +11,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
 from api.deps import SessionDep, StateDep
+from api.metrics import refresh_pool_gauges
 from api.problems import Problem
 from api.schemas import problem_responses
 
@@ -45,6 +46,10 @@ def readyz(session: SessionDep, state: StateDep) -> dict[str, str]:
 
 
 @router.get("/metrics", include_in_schema=False)
-def metrics() -> Response:
+def metrics(session: SessionDep) -> Response:
     """Prometheus metrics in the text exposition format."""
+    try:
+        refresh_pool_gauges(session)
+    except SQLAlchemyError:  # the HTTP metrics still matter when the database is down
+        log.warning("metrics: pool gauges not refreshed, database unreachable", exc_info=True)
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

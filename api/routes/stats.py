@@ -9,9 +9,10 @@ from fastapi import APIRouter, Query
 from sqlalchemy import func, select
 
 from api.deps import SessionDep, StateDep, TenantDep
-from api.schemas import CacheStats, ComputeStats, IntervalRow, Stats, problem_responses
+from api.schemas import CacheStats, ComputeStats, IntervalRow, PoolDecisionView, Stats, problem_responses
 from db import jobs as jobs_db
-from db.models import IntervalStats, WorkerRole
+from db.models import IntervalStats, PoolDecision, WorkerRole
+from db.pool_decisions import latest_decision
 from jobs.dispatch import queue_depth
 from jobs.queues import Queue
 
@@ -61,6 +62,7 @@ def get_stats(
         ),
         queues={queue.value: queue_depth(state.redis, queue) for queue in Queue},
         pools=pools,
+        pool_monitor=_decision_view(latest_decision(session)),
         intervals=[
             IntervalRow(
                 period_start=row.period_start,
@@ -72,4 +74,24 @@ def get_stats(
             )
             for row in intervals
         ],
+    )
+
+
+def _decision_view(decision: PoolDecision | None) -> PoolDecisionView | None:
+    if decision is None:
+        return None
+    return PoolDecisionView(
+        decided_at=decision.decided_at,
+        mode=decision.mode,
+        period_start=decision.period_start,
+        period_seconds=decision.period_seconds,
+        request_rate=decision.inputs.get("request_rate"),
+        hit_rate=decision.inputs.get("hit_rate"),
+        heuristic_large=decision.heuristic_large,
+        controlled_large=decision.controlled_large,
+        before={"large": decision.large_before, "small": decision.small_before},
+        target={"large": decision.target_large, "small": decision.target_small},
+        applied={"large": decision.applied_large, "small": decision.applied_small},
+        inputs=decision.inputs,
+        switches=decision.switches,
     )

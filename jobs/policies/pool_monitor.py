@@ -251,12 +251,16 @@ def allocate(
 
     The target is clamped into `bounds` before the PID sees it, so the integral never accumulates an
     error the pool could not close (the paper clamps only the final number, line 29). With no work in
-    the period, or no load at all (None: the throughputs are not known yet), the setpoint is the
-    controlled value itself: the pool holds and the PID rests.
+    the period, or no load at all (None: the throughputs are not known yet), there is no target: the
+    PID does not step (its memory is kept as it was) and the pool holds. Rounding is Python's, as in
+    the paper's line 29 (halves to even).
     """
     heuristic = heuristic_large(load, bounds.workers, mode) if load is not None else None
-    setpoint = bounds.clamp(heuristic) if heuristic is not None else bounds.clamp(state.controlled)
-    after = pid_step(gains, state, setpoint)
+    if heuristic is None:
+        setpoint, after = state.controlled, state
+    else:
+        setpoint = bounds.clamp(heuristic)
+        after = pid_step(gains, state, setpoint)
     large = int(bounds.clamp(round(after.controlled)))
     return Allocation(
         heuristic=heuristic, setpoint=setpoint, state=after, large=large, small=bounds.workers - large

@@ -142,6 +142,15 @@ def simulate_command(
     switch_s: float = typer.Option(
         0.0, "--switch-s", min=0.0, help="Seconds a worker takes to change model."
     ),
+    monitor: str = typer.Option(
+        "off",
+        "--monitor",
+        help="MoDM's global monitor moving GPUs between the pools: off (fixed allocation), quality or "
+        "throughput (MoDM 5.3). Adds allocation_timeline to the JSON.",
+    ),
+    monitor_period_s: float | None = typer.Option(
+        None, "--monitor-period-s", min=1.0, help="Seconds between decisions (default: settings, 60)."
+    ),
     json_path: Path | None = typer.Option(None, "--json", help="Write the report(s) to this JSON file."),
     plots: Path | None = typer.Option(None, "--plots", help="Write PNG figures into this directory."),
     compare: Path | None = typer.Option(None, "--compare", help="A replay's JSON to validate against."),
@@ -150,7 +159,15 @@ def simulate_command(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on stderr."),
 ) -> None:
     """Simulate a trace with profiled costs and the service's own policies (no GPU, no images)."""
-    from bench.runner import SimulateOptions, guarded, parse_list, parse_size, simulate_main, workload_options
+    from bench.runner import (
+        SimulateOptions,
+        guarded,
+        parse_list,
+        parse_monitor,
+        parse_size,
+        simulate_main,
+        workload_options,
+    )
 
     raise typer.Exit(
         guarded(
@@ -171,6 +188,8 @@ def simulate_command(
                     rates=tuple(float(r) for r in parse_list(rates or "")),
                     k_table=k_table,
                     switch_s=switch_s,
+                    monitor=parse_monitor(monitor),
+                    monitor_period_s=monitor_period_s,
                     jobs=jobs,
                     json_path=json_path,
                     plots=plots,

@@ -141,11 +141,13 @@ def test_quality_mode_allocation_and_its_bounds() -> None:
     assert (decision.large, decision.small) == (5, 5) and decision.state.integral == 0.0
 
 
-def test_no_work_holds_the_pool() -> None:
-    state = PidState(controlled=3.2, integral=0.0, error=0.0)
-    decision = allocate(load(rate=0.0), mode=MonitorMode.THROUGHPUT, bounds=LargeBounds(N, 1, N), state=state)
-    assert decision.heuristic is None
-    assert (decision.large, decision.state.controlled) == (3, 3.2)
+def test_no_work_holds_the_pool_and_rests_the_pid() -> None:
+    # A PID in the middle of a move (integral and last error left) does not keep moving on no data.
+    state = PidState(controlled=3.2, integral=-2.0, error=-0.5)
+    for unknown in (load(rate=0.0), None):  # no arrivals; no throughput measured yet
+        decision = allocate(unknown, mode=MonitorMode.THROUGHPUT, bounds=LargeBounds(N, 1, N), state=state)
+        assert decision.heuristic is None and decision.state == state
+        assert (decision.large, decision.small) == (3, 7)
 
 
 def step_response(size: float, periods: int) -> list[float]:
