@@ -32,7 +32,7 @@ def test_bench_cache_reports_the_contract_and_cleans_up(db_settings: Settings) -
     assert report["recall_at_1"] == pytest.approx(1.0)  # 120 entries: the index walk is exhaustive
     assert report["evict_pass_ms"] > 0
     # 1% of the bytes: at least one state (and at most a few) was evicted
-    assert 1 <= report["states_evicted"] <= 2 * len(db_settings.capture_steps)
+    assert report["states_evicted"] >= 1 and report["states_evicted"] <= 2 * len(db_settings.capture_steps)
     assert bench_rows() == before
 
 
