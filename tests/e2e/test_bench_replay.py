@@ -1,0 +1,57 @@
+"""`reprise bench replay` against the live test stack, on a tiny slice with exact repeats."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from bench.report import REPORT_FIELDS
+from tests.e2e.conftest import Stack, make_tenant
+
+pytestmark = pytest.mark.integration
+
+
+def test_replay_reports_the_contract_fields_and_hits_on_repeats(stack: Stack, tmp_path: Path) -> None:
+    prompts = ["a red barn in a wheat field", "a glass teapot on a wooden table"] * 3
+    trace = tmp_path / "trace.txt"
+    trace.write_text("\n".join(prompts) + "\n", encoding="utf-8")
+    tenant = make_tenant(stack.settings, f"replay-{uuid.uuid4().hex[:8]}")
+    out = tmp_path / "replay.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "reprise",
+            "bench",
+            "replay",
+            "--base-url",
+            stack.base_url,
+            "--api-key",
+            tenant.api_key,
+            "--trace",
+            str(trace),
+            "--concurrency",
+            "1",
+            "--json",
+            str(out),
+        ],
+        env=stack.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert set(REPORT_FIELDS) <= set(report)
+    assert report["requests"] == 6
+    # One client in trace order: the first two prompts miss, their four repeats hit.
+    assert report["hit_rate"] == pytest.approx(4 / 6, abs=1e-3)  # the JSON rounds to 4 places
+    assert sum(report["k_histogram"].values()) == 4
+    assert 0 < report["compute_saved"] < 1
+    assert report["admission_ms"]["p50"] is not None
+    assert report["embedder"]["name"] == "minilm"
