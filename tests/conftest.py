@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psycopg
 import pytest
@@ -32,19 +33,28 @@ def service_settings() -> Settings:
     return settings
 
 
-@pytest.fixture(scope="session")
-def db_settings(service_settings: Settings) -> Iterator[Settings]:
-    """Settings pointing at a fresh database, migrated to head, dropped after the session."""
+@contextmanager
+def fresh_database(service_settings: Settings) -> Iterator[Settings]:
+    """Settings pointing at a new database, migrated to head, dropped on exit."""
     name = f"reprise_test_{os.getpid()}_{uuid.uuid4().hex[:6]}"
     with psycopg.connect(_admin_dsn(service_settings, "postgres"), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     url = _admin_dsn(service_settings, name).replace("postgresql://", "postgresql+psycopg://", 1)
     settings = service_settings.model_copy(update={"database_url": url})
-    migrate.upgrade(settings)
-    yield settings
-    engine_for(url).dispose()
-    with psycopg.connect(_admin_dsn(service_settings, "postgres"), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    try:
+        migrate.upgrade(settings)
+        yield settings
+    finally:
+        engine_for(url).dispose()
+        with psycopg.connect(_admin_dsn(service_settings, "postgres"), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def db_settings(service_settings: Settings) -> Iterator[Settings]:
+    """Settings pointing at a fresh database, migrated to head, dropped after the session."""
+    with fresh_database(service_settings) as settings:
+        yield settings
 
 
 @pytest.fixture(scope="session")

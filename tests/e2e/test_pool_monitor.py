@@ -27,6 +27,7 @@ from jobs.pins import pin_worker
 from jobs.pool_control import PoolControl
 from jobs.roles import Role
 from reprise.settings import MonitorMode, Settings
+from tests.conftest import fresh_database
 from tests.e2e.conftest import START_TIMEOUT_S, Stack, free_port, make_tenant
 from workers.rebalance import rebalance_pools
 from workers.runtime.tiny import ensure_tiny_models
@@ -56,9 +57,18 @@ def _own_redis(redis_url: str) -> str:
 
 
 @pytest.fixture(scope="module")
+def pool_db_settings(service_settings: Settings) -> Iterator[Settings]:
+    """A database of its own: the monitor reads every tenant's statistics of the period, so other
+    tests' traffic in the same minute must not count."""
+    with fresh_database(service_settings) as settings:
+        yield settings
+
+
+@pytest.fixture(scope="module")
 def pool_stack(
-    db_settings: Settings, redis_url: str, tmp_path_factory: pytest.TempPathFactory
+    pool_db_settings: Settings, redis_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
+    db_settings = pool_db_settings
     ensure_tiny_models(db_settings)
     broker = _own_redis(redis_url)
     overrides = {
