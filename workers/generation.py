@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 from PIL import Image
 
 from db import cache, eviction, stats
@@ -233,6 +234,9 @@ def _insert_entry(context: WorkerContext, job: _JobView, result: GenerationResul
     with session_scope(settings) as session:
         if session.get(CacheEntry, entry_id) is not None:
             return  # a previous delivery of this job cached it already
+    # Both spaces are indexed, so an entry serves text-to-text (NIRVANA) and text-to-image (MoDM)
+    # lookups alike. The prompt is embedded again here rather than carried from admission: in
+    # image mode admission embeds it in CLIP's space, not the text embedder's.
     text_embedding = context.text_embedder().embed_text([job.params.prompt])[0]
     image_embedding = _embed_image(context, result.image)
     state_blobs = {
@@ -265,7 +269,7 @@ def _insert_entry(context: WorkerContext, job: _JobView, result: GenerationResul
         )
 
 
-def _embed_image(context: WorkerContext, image: Image.Image) -> np.ndarray | None:
+def _embed_image(context: WorkerContext, image: Image.Image) -> npt.NDArray[np.float32]:
     """The image in CLIP space, for text-to-image lookup (MoDM 5.2)."""
     return np.asarray(context.image_embedder().embed_image([image])[0], dtype=np.float32)
 

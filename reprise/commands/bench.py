@@ -4,12 +4,36 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
 from reprise.settings import get_settings
 
 bench_app = typer.Typer(help="Benchmarks (runtime, cache, replay, simulate).", no_args_is_help=True)
+
+# The workload options replay and simulate share: the same trace, arrivals and clients, so that a
+# replay and its simulation describe the same requests.
+TraceOpt = Annotated[
+    Path | None, typer.Option("--trace", help="Prompts file, one per line (default: shared 5k).")
+]
+ArrivalsOpt = Annotated[Path | None, typer.Option("--arrivals", help="CSV of arrival_ms,prompt_idx.")]
+ProcessOpt = Annotated[
+    str | None, typer.Option("--process", help="closed, poisson or file (default: from options).")
+]
+OrderOpt = Annotated[
+    str, typer.Option("--order", help="trace (keeps locality) or file-index (low locality).")
+]
+RateOpt = Annotated[float | None, typer.Option("--rate", min=0.0, help="Poisson arrivals per second.")]
+ConcurrencyOpt = Annotated[int, typer.Option("--concurrency", min=1, help="Closed-loop clients.")]
+TimeScaleOpt = Annotated[
+    float, typer.Option("--time-scale", help="Multiply the arrivals file's times by this.")
+]
+LimitOpt = Annotated[int | None, typer.Option("--limit", min=0, help="Only the first N requests.")]
+CostsOpt = Annotated[Path | None, typer.Option("--costs", help="`reprise bench runtime --json` output.")]
+JsonOpt = Annotated[Path | None, typer.Option("--json", help="Write the report(s) to this JSON file.")]
+PlotsOpt = Annotated[Path | None, typer.Option("--plots", help="Write PNG figures into this directory.")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the Poisson arrivals.")]
 
 
 @bench_app.command("runtime")
@@ -45,27 +69,21 @@ def cache_command(
 
 @bench_app.command("replay")
 def replay_command(
-    trace: Path | None = typer.Option(
-        None, "--trace", help="Prompts file, one per line (default: shared 5k)."
-    ),
-    arrivals: Path | None = typer.Option(None, "--arrivals", help="CSV of arrival_ms,prompt_idx."),
-    process: str | None = typer.Option(
-        None, "--process", help="closed, poisson or file (default: from options)."
-    ),
-    order: str = typer.Option(
-        "trace", "--order", help="trace (keeps locality) or file-index (low locality)."
-    ),
-    rate: float | None = typer.Option(None, "--rate", min=0.0, help="Poisson arrivals per second."),
-    concurrency: int = typer.Option(4, "--concurrency", min=1, help="Closed-loop clients."),
-    time_scale: float = typer.Option(1.0, "--time-scale", help="Multiply the arrivals file's times by this."),
-    limit: int | None = typer.Option(None, "--limit", min=0, help="Send only the first N requests."),
+    trace: TraceOpt = None,
+    arrivals: ArrivalsOpt = None,
+    process: ProcessOpt = None,
+    order: OrderOpt = "trace",
+    rate: RateOpt = None,
+    concurrency: ConcurrencyOpt = 4,
+    time_scale: TimeScaleOpt = 1.0,
+    limit: LimitOpt = None,
     profile: str = typer.Option("configured", "--profile", help="vanilla, nirvana, modm or configured."),
     base_url: str = typer.Option("http://127.0.0.1:8000", "--base-url", help="The stack's API."),
     api_key: str | None = typer.Option(
         None, "--api-key", envvar="REPRISE_API_KEY", help="Default: a new key."
     ),
     tenant: str = typer.Option("bench", "--tenant", help="Tenant to issue a key for when no --api-key."),
-    costs: Path | None = typer.Option(None, "--costs", help="`reprise bench runtime --json` output."),
+    costs: CostsOpt = None,
     steps: int | None = typer.Option(None, "--steps", min=1, help="T per request (default: the server's)."),
     fetch_images: int = typer.Option(5, "--fetch-images", min=0, help="PNGs to download for png_bytes."),
     gpu_workers: int | None = typer.Option(
@@ -74,9 +92,9 @@ def replay_command(
         min=1,
         help="Large + small workers, for the vanilla estimate (default: /v1/stats).",
     ),
-    json_path: Path | None = typer.Option(None, "--json", help="Write the report to this JSON file."),
-    plots: Path | None = typer.Option(None, "--plots", help="Write PNG figures into this directory."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the Poisson arrivals."),
+    json_path: JsonOpt = None,
+    plots: PlotsOpt = None,
+    seed: SeedOpt = 0,
 ) -> None:
     """Replay a trace through a running stack's HTTP API and report hit rate, k, compute saved, latency."""
     from bench.runner import ReplayCliOptions, guarded, replay_main, workload_options
@@ -107,24 +125,18 @@ def replay_command(
 
 @bench_app.command("simulate")
 def simulate_command(
-    trace: Path | None = typer.Option(
-        None, "--trace", help="Prompts file, one per line (default: shared 5k)."
-    ),
-    arrivals: Path | None = typer.Option(None, "--arrivals", help="CSV of arrival_ms,prompt_idx."),
-    process: str | None = typer.Option(
-        None, "--process", help="closed, poisson or file (default: from options)."
-    ),
-    order: str = typer.Option(
-        "trace", "--order", help="trace (keeps locality) or file-index (low locality)."
-    ),
-    rate: float | None = typer.Option(None, "--rate", min=0.0, help="Poisson arrivals per second."),
-    concurrency: int = typer.Option(4, "--concurrency", min=1, help="Closed-loop clients."),
-    time_scale: float = typer.Option(1.0, "--time-scale", help="Multiply the arrivals file's times by this."),
-    limit: int | None = typer.Option(None, "--limit", min=0, help="Simulate only the first N requests."),
+    trace: TraceOpt = None,
+    arrivals: ArrivalsOpt = None,
+    process: ProcessOpt = None,
+    order: OrderOpt = "trace",
+    rate: RateOpt = None,
+    concurrency: ConcurrencyOpt = 4,
+    time_scale: TimeScaleOpt = 1.0,
+    limit: LimitOpt = None,
     profile: str = typer.Option(
         "nirvana", "--profile", help="vanilla, nirvana, modm, configured; a comma list."
     ),
-    costs: Path | None = typer.Option(None, "--costs", help="`reprise bench runtime --json` output."),
+    costs: CostsOpt = None,
     cache_bytes: str | None = typer.Option(
         None, "--cache-bytes", help="Budget, e.g. 1GiB (default: settings)."
     ),
@@ -151,10 +163,10 @@ def simulate_command(
     monitor_period_s: float | None = typer.Option(
         None, "--monitor-period-s", min=1.0, help="Seconds between decisions (default: settings, 60)."
     ),
-    json_path: Path | None = typer.Option(None, "--json", help="Write the report(s) to this JSON file."),
-    plots: Path | None = typer.Option(None, "--plots", help="Write PNG figures into this directory."),
+    json_path: JsonOpt = None,
+    plots: PlotsOpt = None,
     compare: Path | None = typer.Option(None, "--compare", help="A replay's JSON to validate against."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the Poisson arrivals."),
+    seed: SeedOpt = 0,
     jobs: int = typer.Option(1, "--jobs", min=1, help="Simulations to run in parallel processes."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on stderr."),
 ) -> None:
