@@ -13,13 +13,13 @@ from fastapi.security import HTTPAuthorizationCredentials
 from sqlalchemy.orm import Session
 
 from api.auth import bearer_scheme, tenant_for_credentials
+from core.params import Limits
+from core.settings import Settings
 from db.blobs.base import BlobStore
 from db.engine import engine_for
 from db.models import Tenant
 from jobs.dispatch import Dispatcher, ImageDecoder, dispatcher_for
-from jobs.params import Limits
 from jobs.webhooks import Resolver, system_resolver
-from reprise.settings import Settings
 
 BROKER_TIMEOUT_S = 1.0  # the API asks Redis only cheap questions (LLEN, PING): fail fast when it is down
 

@@ -12,10 +12,10 @@ from api.middleware import BodyLimitMiddleware, MetricsMiddleware
 from api.problems import install_problem_handlers
 from api.routes import generations, health, stats
 from api.schemas import problem_media_types
+from core.settings import Settings, get_settings
 from db.blobs.base import BlobStore
 from jobs.dispatch import Dispatcher, ImageDecoder
 from jobs.webhooks import Resolver, system_resolver
-from reprise.settings import Settings, get_settings
 
 DESCRIPTION = """Text-to-image generation as asynchronous jobs, with an approximate cache of earlier work.
 

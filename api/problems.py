@@ -1,7 +1,7 @@
 """Every error the API sends is application/problem+json (RFC 9457): type, title, status, detail,
 instance, and `errors` (one item per offending field) for invalid input.
 
-Routes raise Problem (or a jobs.errors.InvalidInput); the handlers below turn those, FastAPI's
+Routes raise Problem (or a core.errors.InvalidInput); the handlers below turn those, FastAPI's
 validation errors and Starlette's HTTP errors (404 unknown route, 405) into problem documents.
 """
 
@@ -20,7 +20,7 @@ from fastapi.routing import APIRoute
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from jobs.errors import InvalidInput
+from core.errors import InvalidInput
 
 PROBLEM_JSON = "application/problem+json"
 TYPE_PREFIX = "urn:reprise:problem:"  # a stable name per kind of problem; "about:blank" for plain HTTP errors

@@ -29,13 +29,14 @@ import numpy as np
 import numpy.typing as npt
 from sqlalchemy import delete, insert, text
 
+from core.settings import Settings
+from core.vocabulary import EntryState, LookupMode
 from db import cache
 from db.blobs import keys
 from db.blobs.local import LocalBlobStore
 from db.engine import engine_for, session_scope
 from db.eviction import evict_scope
-from db.models import CacheEntry, CacheState, EntryState
-from reprise.settings import LookupMode, Settings
+from db.models import CacheEntry, CacheState
 
 BENCH_FAMILY = "bench"
 STATE_BYTES = 4 * 64 * 64 * 2  # one SD-1.5 latent at 512 px in float16: 32 KiB

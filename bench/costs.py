@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from core.errors import CostsError
+
 # --- documented defaults (SD3.5-Large as the large model, SDXL as the small one, MoDM 6) ---------
 # LatentBox Table 1c: SD 3.5 at 1024x1024 on an H100 PCIe takes 4.09 s for 28 denoising steps.
 DEFAULT_LARGE_STEP_MS = 4090.0 / 28
@@ -32,10 +34,6 @@ DEFAULT_SOURCE = (
     "defaults: SD3.5-Large step and decode on an H100 (LatentBox Table 1c), SDXL step = 3/8 of it "
     "(parameter ratio, MoDM 6), latent 277 KB and PNG 1.4 MB (LatentBox Table 1b)"
 )
-
-
-class CostsError(ValueError):
-    """A costs file cannot be used. Not recoverable: fix the file or leave --costs out."""
 
 
 @dataclass(frozen=True, slots=True)

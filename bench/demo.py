@@ -12,8 +12,9 @@ from collections.abc import Callable, Sequence
 from bench.outcomes import RequestOutcome, percentile
 from bench.profiles import ProfileName, build_profile
 from bench.replay import ReplayOptions, outcome_from_record, replay_workload
-from bench.trace import DEFAULT_PROMPTS, ArrivalKind, ArrivalSpec, TraceError, build_workload, load_prompts
-from reprise.settings import Settings
+from bench.trace import DEFAULT_PROMPTS, ArrivalKind, ArrivalSpec, build_workload, load_prompts
+from core.errors import TraceError
+from core.settings import Settings
 
 DEMO_TENANT = "demo"
 DEMO_CONCURRENCY = 4  # requests in flight: enough to keep one worker per role busy

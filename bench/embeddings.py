@@ -20,7 +20,8 @@ import numpy as np
 import numpy.typing as npt
 
 from bench.trace import Prompts
-from reprise.settings import Settings, TextEmbedderKind
+from core.settings import Settings
+from core.vocabulary import TextEmbedderKind
 
 Vectors = npt.NDArray[np.float32]
 EmbedFn = Callable[[list[str]], Vectors]

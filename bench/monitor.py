@@ -18,6 +18,8 @@ from pathlib import Path
 from bench.costs import StepCosts
 from bench.pools import MonitorSnapshot, PoolTargets
 from bench.report import BenchReport, SweepPoint
+from core.settings import Settings
+from core.vocabulary import MonitorMode
 from jobs.policies.pool_monitor import (
     LargeBounds,
     PidGains,
@@ -29,7 +31,6 @@ from jobs.policies.pool_monitor import (
     resume_state,
     throughput_per_worker,
 )
-from reprise.settings import MonitorMode, Settings
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ import numpy as np
 
 from bench.costs import StepCosts
 from bench.report import AdmissionLatency, BenchReport, Latency, SloViolations
+from core.errors import UnknownModel
 
 SUCCEEDED = "succeeded"
 
@@ -65,10 +66,6 @@ class ReportContext:
     arrivals: Mapping[str, Any]
     entry_bytes: float | None
     png_bytes: float | None
-
-
-class UnknownModel(ValueError):
-    """A job reports evaluations of a model the costs do not know. Not recoverable: pass --costs."""
 
 
 def step_ms_by_model(costs: StepCosts, outcomes: Sequence[RequestOutcome]) -> dict[str, float]:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from jobs.roles import Role
+from core.vocabulary import Role
 
 POOL_ROLES = (Role.LARGE, Role.SMALL)
 

@@ -24,9 +24,9 @@ import numpy as np
 import numpy.typing as npt
 from sklearn.linear_model import SGDOneClassSVM
 
+from core.settings import get_settings
 from jobs.policies.k_selection import parse_table
 from jobs.policies.predictor import NU, fit_predictor
-from reprise.settings import get_settings
 
 PROMPTS = Path("/work/shared/data/prompts/diffusiondb-first-5k.txt")
 Bools = npt.NDArray[np.bool_]

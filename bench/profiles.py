@@ -18,7 +18,8 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from reprise.settings import EvictionPolicyName, HitPolicy, LookupMode, Settings
+from core.settings import Settings
+from core.vocabulary import EvictionPolicyName, HitPolicy, LookupMode
 
 
 class ProfileName(StrEnum):

@@ -35,7 +35,8 @@ from bench.trace import (
     build_workload,
     load_prompts,
 )
-from reprise.settings import EvictionPolicyName, MonitorMode, Settings
+from core.settings import Settings
+from core.vocabulary import EvictionPolicyName, MonitorMode
 
 DEFAULT_SWEEP_SIZES = "16MiB,64MiB,256MiB,1GiB,4GiB"
 """Budgets around the bytes the 5k trace would cache whole (~4 GiB of NIRVANA entries at the

@@ -21,11 +21,11 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from core.params import GenerationParams
+from core.settings import Settings
+from core.vocabulary import Role
 from db.codec import encode_latent
 from db.images import ImageFormat, encode_image
-from jobs.params import GenerationParams
-from jobs.roles import Role
-from reprise.settings import Settings
 from workers.runtime import DiffusionRuntime
 
 BENCH_PROMPT = "a lighthouse on a rocky coast at sunset, oil painting"

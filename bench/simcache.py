@@ -18,10 +18,10 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import numpy.typing as npt
 
+from core.vocabulary import EvictionPolicyName
 from jobs.policies.eviction import INSERTION_USES, EntryUsage, StateUsage, plan_eviction
 from jobs.policies.k_selection import ThresholdTable, choose_k
 from jobs.policies.predictor import MatchPredictor, fit_predictor, needs_retrain
-from reprise.settings import EvictionPolicyName
 
 SIM_EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
 """Simulated second 0 as a datetime, for the policies that read timestamps."""

@@ -43,9 +43,9 @@ from bench.progress import ProgressBar
 from bench.report import BenchReport
 from bench.simcache import CacheCounters, SimCache
 from bench.trace import Request, Workload
+from core.settings import Settings
+from core.vocabulary import HitPolicy, LookupMode, Role
 from jobs.policies.k_selection import PRESETS, ThresholdTable, parse_table
-from jobs.roles import Role
-from reprise.settings import HitPolicy, LookupMode, Settings
 
 DEFAULT_LARGE_WORKERS = 3
 DEFAULT_SMALL_WORKERS = 1

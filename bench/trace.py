@@ -29,14 +29,12 @@ from typing import Any
 
 import numpy as np
 
+from core.errors import TraceError
+
 SHARED_DIR = Path(__file__).resolve().parents[2] / "shared"
 """The checkout's shared data (a sibling of the repository root)."""
 DEFAULT_PROMPTS = SHARED_DIR / "data" / "prompts" / "diffusiondb-first-5k.txt"
 DEFAULT_CONCURRENCY = 4  # closed-loop clients: MoDM 6 runs 4 GPUs (4x A40); one request in flight per GPU
-
-
-class TraceError(ValueError):
-    """A prompts or arrivals file, or an arrival option, cannot be used. Not recoverable: fix the input."""
 
 
 class ArrivalKind(StrEnum):

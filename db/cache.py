@@ -20,11 +20,11 @@ import numpy.typing as npt
 from sqlalchemy import ColumnElement, func, select, text, update
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
-from db.blobs.base import BlobNotFound, BlobStore
-from db.models import CacheEntry, CacheState, EntryState
-from jobs.errors import SourceVanished
+from core.errors import BlobNotFound, SourceVanished
+from core.vocabulary import EntryState, LookupMode
+from db.blobs.base import BlobStore
+from db.models import CacheEntry, CacheState
 from jobs.policies.eviction import INSERTION_USES
-from reprise.settings import LookupMode
 
 SHARED_SCOPE = "shared"
 TENANT_SCOPE_PREFIX = "tenant:"

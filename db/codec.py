@@ -44,7 +44,7 @@ import numpy as np
 import numpy.typing as npt
 from pcodec import ChunkConfig, standalone
 
-from jobs.errors import CodecError, LatentError
+from core.errors import CodecError, LatentError
 
 MAGIC = b"RPLT"
 FORMAT_VERSION = 1

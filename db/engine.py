@@ -9,7 +9,7 @@ from functools import lru_cache
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from reprise.settings import Settings, get_settings
+from core.settings import Settings, get_settings
 
 
 @lru_cache(maxsize=8)

@@ -28,14 +28,15 @@ from datetime import datetime
 from sqlalchemy import delete, func, select, text, tuple_, update
 from sqlalchemy.orm import Session
 
+from core.settings import Settings
+from core.vocabulary import EntryState, EvictionPolicyName, HitPolicy
 from db.blobs.base import BlobStore
 from db.blobs.keys import entry_prefix
 from db.cache import scope_bytes_by_state
 from db.engine import session_scope
-from db.models import CacheEntry, CacheState, EntryState
+from db.models import CacheEntry, CacheState
 from jobs.policies.eviction import MIN_IDLE_SECONDS, EntryUsage, EvictionPlan, StateUsage, plan_eviction
 from jobs.policies.k_selection import parse_table
-from reprise.settings import EvictionPolicyName, HitPolicy, Settings
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ from enum import StrEnum
 
 from PIL import Image
 
-from jobs.errors import ImageFormatError
+from core.errors import ImageFormatError
 
 # Lossy settings: quality 90 keeps diffusion output visually intact at a fraction of PNG's size.
 JPEG_QUALITY = 90

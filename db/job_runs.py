@@ -15,7 +15,8 @@ from enum import StrEnum
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from db.models import TERMINAL_STATUSES, Job, JobStatus
+from core.vocabulary import TERMINAL_STATUSES, JobStatus
+from db.models import Job
 
 
 def utcnow() -> datetime:

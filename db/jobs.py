@@ -16,9 +16,10 @@ from sqlalchemy import case, func, select, text, tuple_, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
-from db.models import Job, JobStatus, Tenant
-from jobs.errors import InvalidInput, RepriseError
-from jobs.params import GenerationParams
+from core.errors import InflightLimitExceeded, InvalidInput
+from core.params import GenerationParams
+from core.vocabulary import JobStatus
+from db.models import Job, Tenant
 
 ACTIVE_STATUSES = (JobStatus.STARTING.value, JobStatus.PROCESSING.value)
 
@@ -30,14 +31,6 @@ class IdempotencyConflict(InvalidInput):
         super().__init__(
             f"Idempotency-Key {key!r} was already used with a different request body", field="Idempotency-Key"
         )
-
-
-class InflightLimitExceeded(RepriseError):
-    """The tenant has as many unfinished jobs as it may. Recoverable: retry when some finish."""
-
-    def __init__(self, limit: int) -> None:
-        super().__init__(f"{limit} jobs are already starting or processing, the limit of this tenant")
-        self.limit = limit
 
 
 @dataclass(frozen=True, slots=True)

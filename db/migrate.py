@@ -9,12 +9,9 @@ from alembic.config import Config
 from sqlalchemy import inspect, text
 
 import migrations
+from core.errors import EmbeddingDimensionMismatch
+from core.settings import Settings
 from db.engine import engine_for
-from reprise.settings import Settings
-
-
-class EmbeddingDimensionMismatch(Exception):
-    """The database's embedding columns disagree with the configured embedders. Not recoverable."""
 
 
 def alembic_config(settings: Settings) -> Config:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from enum import StrEnum
 from typing import Any
 
 from pgvector.sqlalchemy import Vector
@@ -30,37 +29,11 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from core.vocabulary import EntryState, JobStatus
+
 
 class Base(DeclarativeBase):
     pass
-
-
-class JobStatus(StrEnum):
-    STARTING = "starting"  # accepted, queued for admission or generation
-    PROCESSING = "processing"  # a worker is generating it
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELED = "canceled"
-
-
-TERMINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELED})
-
-
-class Route(StrEnum):
-    HIT = "hit"
-    MISS = "miss"
-
-
-class AdmissionOutcome(StrEnum):
-    CACHE_OFF = "cache_off"  # the request asked for no caching
-    PREDICTED_MISS = "predicted_miss"  # the match predictor skipped the vector search
-    SEARCHED_MISS = "searched_miss"  # searched, nothing similar enough (or only holes)
-    HIT = "hit"
-
-
-class EntryState(StrEnum):
-    LIVE = "live"
-    DIRTY = "dirty"  # every state evicted; removed with its blobs by the next eviction pass
 
 
 def _now() -> Any:

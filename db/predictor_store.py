@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from sqlalchemy import ColumnElement, delete, func, select, update
 from sqlalchemy.orm import Session
 
+from core.vocabulary import LookupMode
 from db.models import PredictorFit
 from jobs.policies.predictor import MatchPredictor
-from reprise.settings import LookupMode
 
 KEEP_FITS = 2
 """Versions kept per (scope, family, mode): the newest, and the one workers may still be switching from."""

@@ -22,7 +22,8 @@ from datetime import datetime, timedelta
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
-from db.models import AdmissionOutcome, IntervalStats
+from core.vocabulary import AdmissionOutcome
+from db.models import IntervalStats
 
 DEFAULT_PERIOD_SECONDS = 60
 """Length of one statistics interval. MoDM 5.3 re-plans once per monitoring period; one minute keeps

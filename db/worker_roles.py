@@ -16,8 +16,8 @@ from sqlalchemy import ColumnElement, case, delete, func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
+from core.vocabulary import Role
 from db.models import WorkerRole
-from jobs.roles import Role
 
 
 @dataclass(frozen=True, slots=True)

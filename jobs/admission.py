@@ -5,9 +5,8 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from db.models import AdmissionOutcome, Route
+from core.vocabulary import AdmissionOutcome, HitPolicy, Route
 from jobs.policies.k_selection import ThresholdTable, choose_k, largest_stored_at_most
-from reprise.settings import HitPolicy
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,8 +7,8 @@ from functools import lru_cache
 from celery import Celery
 from kombu.entity import Queue as KombuQueue
 
+from core.settings import Settings, get_settings
 from jobs.queues import Queue, TaskName
-from reprise.settings import Settings, get_settings
 
 # Where each task goes. A worker's role decides which queues it consumes (jobs.queues.QUEUES_BY_ROLE).
 TASK_ROUTES: dict[str, dict[str, str]] = {

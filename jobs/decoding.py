@@ -7,12 +7,12 @@ import uuid
 
 import redis
 
+from core.errors import DecodeTimeout
+from core.settings import Settings
 from db.blobs.base import BlobStore
 from db.engine import session_scope
 from db.models import Job
-from jobs.dispatch import DecodeTimeout
 from jobs.routing import send_decode
-from reprise.settings import Settings
 
 POLL_S = 0.05
 

@@ -12,14 +12,13 @@ from typing import TYPE_CHECKING, Protocol
 
 import redis
 
-from jobs.errors import RepriseError
 from jobs.queues import Queue, TaskName
 from jobs.webhooks import WebhookEvent
 
 if TYPE_CHECKING:
     from celery import Celery
 
-    from reprise.settings import Settings
+    from core.settings import Settings
 
 # Fail fast when the broker is down: the API must answer, and the job is safe in Postgres anyway.
 PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
@@ -102,15 +101,11 @@ def queue_depth(client: redis.Redis, queue: Queue) -> int | None:
 # --- decoding images on read (LatentBox) ---------------------------------------------------------
 
 
-class DecodeTimeout(RepriseError):
-    """The decode pool did not answer in time. Recoverable: retry later (the API sends 503)."""
-
-
 class ImageDecoder(Protocol):
     """Turns a succeeded job's final latent into an encoded image.
 
     Contract: return the image bytes in `fmt` ('png', 'webp' or 'jpeg'); raise DecodeTimeout when
-    the decode pool does not answer in time, and db.blobs.BlobNotFound when the latent is gone.
+    the decode pool does not answer in time, and core.errors.BlobNotFound when the latent is gone.
     """
 
     def decode(self, job_id: uuid.UUID, fmt: str) -> bytes: ...

@@ -12,14 +12,15 @@ import numpy as np
 from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
 
+from core.settings import Settings
+from core.vocabulary import EntryState, LookupMode
 from db import predictor_store
 from db.blobs.base import BlobStore
 from db.engine import session_scope
 from db.eviction import EvictionReport, cache_scopes, evict_scope
-from db.models import CacheEntry, EntryState, PredictorFit
+from db.models import CacheEntry, PredictorFit
 from jobs.policies.k_selection import parse_table
 from jobs.policies.predictor import MAX_LANDMARKS, fit_predictor, needs_retrain
-from reprise.settings import LookupMode, Settings
 
 
 def evict_all_scopes(settings: Settings, blob_store: BlobStore) -> list[EvictionReport]:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from core.settings import Settings
+from core.vocabulary import Role
 from db import pool_decisions, worker_roles
 from db.engine import session_scope
 from jobs.policies.pool_monitor import POOL_ROLES
 from jobs.pool_control import PoolControl
-from jobs.roles import Role
-from reprise.settings import Settings
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from typing import Any
 
 from celery import Celery
 
-from jobs.roles import Role
+from core.vocabulary import Role
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from jobs.roles import Role
+from core.vocabulary import Role
 
 
 class Queue(StrEnum):

@@ -12,7 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from db.models import Job, JobStatus
+from core.vocabulary import JobStatus
+from db.models import Job
 
 ImageFormatName = Literal["png", "webp", "jpeg"]
 DEFAULT_IMAGE_FORMAT: ImageFormatName = "png"

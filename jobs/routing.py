@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from db.models import Route
+from core.vocabulary import Route
 from jobs.celery_app import get_celery_app
 from jobs.queues import Queue, TaskName
 

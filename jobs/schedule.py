@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.settings import Settings
 from jobs.queues import Queue, TaskName
-from reprise.settings import Settings
 
 
 def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:

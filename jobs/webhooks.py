@@ -24,7 +24,7 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit
 
-from jobs.errors import InvalidInput, RepriseError
+from core.errors import InvalidInput, WebhookVerificationError
 
 SECRET_PREFIX = "whsec_"
 SIGNATURE_VERSION = "v1"
@@ -51,10 +51,6 @@ DEFAULT_EVENTS_FILTER: tuple[EventFilter, ...] = (EventFilter.START, EventFilter
 
 
 # --- signing -----------------------------------------------------------------------------------
-
-
-class WebhookVerificationError(RepriseError):
-    """A webhook's headers or signature do not check out. Not recoverable: drop the message."""
 
 
 def generate_secret() -> str:

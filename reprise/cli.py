@@ -6,13 +6,14 @@ import os
 
 import typer
 
+from core.errors import SettingsError
+from core.settings import get_settings
 from reprise.commands.bench import bench_app
 from reprise.commands.keys import keys_app
 from reprise.commands.models import models_app
 from reprise.commands.pools import pools_app
 from reprise.commands.services import migrate_command, services_app
 from reprise.commands.stack import api_command, beat_command, flower_command, run_command, worker_command
-from reprise.settings import SettingsError, get_settings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # weights come from configured paths, never a download here
 

@@ -18,8 +18,8 @@ from typing import IO
 
 import httpx
 
-from jobs.roles import Role
-from reprise.settings import Settings
+from core.settings import Settings
+from core.vocabulary import Role
 
 STACK_ROLES = (Role.ADMIT, Role.LARGE, Role.SMALL, Role.DECODE, Role.IO)
 

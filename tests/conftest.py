@@ -10,10 +10,10 @@ from contextlib import contextmanager
 import psycopg
 import pytest
 
+from core.settings import Settings, load_settings
 from db import migrate
 from db.engine import engine_for
 from reprise.services import manager
-from reprise.settings import Settings, load_settings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

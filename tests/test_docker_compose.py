@@ -7,8 +7,8 @@ from typing import Any
 
 import yaml
 
-from jobs.roles import Role
-from reprise.settings import ENV_PREFIX, Settings
+from core.settings import ENV_PREFIX, Settings
+from core.vocabulary import Role
 
 COMPOSE = Path(__file__).resolve().parents[1] / "docker-compose.yml"
 

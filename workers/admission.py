@@ -11,15 +11,16 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from core.settings import Settings
+from core.vocabulary import AdmissionOutcome, HitPolicy, JobStatus, LookupMode, Route
 from db import cache, predictor_store, stats
 from db.engine import session_scope
 from db.job_runs import record_admission
-from db.models import AdmissionOutcome, Job, JobStatus, Route, Tenant
+from db.models import Job, Tenant
 from jobs.admission import MISS_UNSEARCHED, AdmissionDecision, Candidate, cache_applies, decide
 from jobs.policies.k_selection import ThresholdTable, parse_table
 from jobs.policies.predictor import MatchPredictor, likely_hit
 from jobs.routing import send_route
-from reprise.settings import HitPolicy, LookupMode, Settings
 from workers.context import WorkerContext
 
 log = logging.getLogger(__name__)

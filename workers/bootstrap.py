@@ -9,9 +9,9 @@ import socket
 from celery.signals import worker_process_init
 from celery.utils.nodenames import default_nodename, host_format
 
+from core.settings import get_settings
+from core.vocabulary import GPU_ROLES, Role
 from jobs.celery_app import get_celery_app
-from jobs.roles import GPU_ROLES, Role
-from reprise.settings import get_settings
 from workers import pool_role
 from workers.pool_role import consumed_queues
 from workers.registry import keep_record, starting_role

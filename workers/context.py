@@ -11,10 +11,10 @@ import socket
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from core.settings import Settings, get_settings
+from core.vocabulary import Role
 from db.blobs.base import BlobStore
 from db.blobs.factory import blob_store_from_settings
-from jobs.roles import Role
-from reprise.settings import Settings, get_settings
 
 if TYPE_CHECKING:
     from workers.runtime.runtime import DiffusionRuntime

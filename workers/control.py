@@ -21,10 +21,10 @@ from typing import Any
 
 from celery.worker.control import control_command, inspect_command
 
+from core.settings import Settings, get_settings
+from core.vocabulary import Role
 from jobs.policies.pool_monitor import POOL_ROLES
 from jobs.pool_control import ROLE_COMMAND, SWITCH_COMMAND
-from jobs.roles import Role
-from reprise.settings import Settings, get_settings
 from workers import pool_role
 
 log = logging.getLogger(__name__)

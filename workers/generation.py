@@ -16,17 +16,17 @@ import numpy as np
 import numpy.typing as npt
 from PIL import Image
 
+from core.errors import GenerationCanceled, InvalidInput, LeaseBusy, SourceVanished
+from core.params import GenerationParams
+from core.vocabulary import HitPolicy, JobStatus, Route
 from db import cache, eviction, stats
 from db.blobs import keys
 from db.codec import decode_latent, encode_latent
 from db.engine import session_scope
 from db.job_runs import Claim, ClaimOutcome, claim_run, complete, finish, is_cancel_requested, reroute_to_miss
-from db.models import CacheEntry, Job, JobStatus, Route, Tenant
-from jobs.errors import GenerationCanceled, InvalidInput, SourceVanished
-from jobs.params import GenerationParams
+from db.models import CacheEntry, Job, Tenant
 from jobs.routing import send_route
 from jobs.webhooks import WebhookEvent
-from reprise.settings import HitPolicy
 from workers.context import WorkerContext
 from workers.notify import notify
 from workers.runtime.results import GenerationResult
@@ -36,14 +36,6 @@ log = logging.getLogger(__name__)
 # An entry per job, with an id derived from the job: a redelivered run inserts nothing twice.
 ENTRY_NAMESPACE = uuid.UUID("5d0f4a4e-52c4-4b8e-9a53-6d1f1c2f7a10")
 CANCEL_POLL_S = 0.25  # how often a running job re-reads its cancel flag
-
-
-class LeaseBusy(Exception):
-    """Another worker holds the job's lease; retry the task after `retry_in_s`. Recoverable."""
-
-    def __init__(self, retry_in_s: float) -> None:
-        super().__init__(f"job leased by another worker; retry in {retry_in_s:.0f}s")
-        self.retry_in_s = retry_in_s
 
 
 @dataclass(frozen=True)

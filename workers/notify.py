@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 import uuid
 
+from core.settings import Settings
 from db.engine import session_scope
 from db.models import Job
 from jobs.dispatch import enqueue_webhook
 from jobs.webhooks import WebhookEvent, wants_event
-from reprise.settings import Settings
 
 log = logging.getLogger(__name__)
 

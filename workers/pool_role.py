@@ -18,9 +18,10 @@ import multiprocessing
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from core.errors import NotThisPool
+from core.settings import Settings
+from core.vocabulary import Role
 from jobs.queues import QUEUES_BY_ROLE, Queue
-from jobs.roles import Role
-from reprise.settings import Settings
 
 if TYPE_CHECKING:
     from workers.context import WorkerContext
@@ -28,11 +29,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _ROLES = tuple(Role)
-
-
-class NotThisPool(Exception):
-    """The worker's role no longer takes this task's queue (it was moved while the task was on its
-    way): hand the message back to the broker for a worker of the right pool. Recoverable."""
 
 
 class RoleCell:

@@ -21,6 +21,8 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from core.settings import Settings
+from core.vocabulary import Role
 from db import pool_decisions, worker_roles
 from db.engine import session_scope
 from db.models import PoolDecision
@@ -41,8 +43,6 @@ from jobs.policies.pool_monitor import (
     throughput_per_worker,
 )
 from jobs.pool_control import PoolControl
-from jobs.roles import Role
-from reprise.settings import Settings
 
 log = logging.getLogger(__name__)
 

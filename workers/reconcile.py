@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 
+from core.settings import Settings
+from core.vocabulary import Route
 from db.engine import session_scope
 from db.job_runs import find_stuck
-from db.models import Route
 from jobs.dispatch import enqueue_admit
 from jobs.routing import send_route
-from reprise.settings import Settings
 from workers.webhook_delivery import enqueue_due_retries
 
 log = logging.getLogger(__name__)

@@ -22,10 +22,10 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
+from core.settings import Settings
+from core.vocabulary import Role
 from db import worker_roles
 from jobs.policies.pool_monitor import POOL_ROLES
-from jobs.roles import Role
-from reprise.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -8,6 +8,7 @@ from typing import Any
 from celery import Task
 from celery.exceptions import Reject
 
+from core.errors import LeaseBusy, NotThisPool
 from jobs.celery_app import get_celery_app
 from jobs.maintenance import evict_all_scopes, retrain_predictors
 from jobs.pool_control import PoolControl
@@ -16,8 +17,8 @@ from jobs.webhooks import WebhookEvent
 from workers.admission import admit
 from workers.context import WorkerContext, get_context
 from workers.decoding import decode_job_image
-from workers.generation import LeaseBusy, generate_job, reuse_job
-from workers.pool_role import NotThisPool, enter_pool
+from workers.generation import generate_job, reuse_job
+from workers.pool_role import enter_pool
 from workers.rebalance import rebalance_pools
 from workers.reconcile import reconcile
 from workers.webhook_delivery import run_delivery

@@ -18,8 +18,10 @@ import httpx
 from sqlalchemy import exists, or_, select
 from sqlalchemy.orm import Session, aliased
 
+from core.settings import Settings
+from core.vocabulary import TERMINAL_STATUSES
 from db.engine import session_scope
-from db.models import TERMINAL_STATUSES, Job, Tenant, WebhookDelivery
+from db.models import Job, Tenant, WebhookDelivery
 from jobs.dispatch import Dispatcher, default_dispatcher
 from jobs.representation import generation_json
 from jobs.webhooks import (
@@ -40,7 +42,6 @@ from jobs.webhooks import (
     system_resolver,
     wants_event,
 )
-from reprise.settings import Settings
 
 log = logging.getLogger(__name__)
 

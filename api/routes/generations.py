@@ -14,12 +14,12 @@ from api.deps import AppState, BaseUrlDep, SessionDep, StateDep, TenantDep
 from api.metrics import ENQUEUE_FAILURES, IDEMPOTENT_REPLAYS, JOBS_CREATED, JOBS_REJECTED
 from api.problems import Problem
 from api.schemas import Generation, GenerationCreate, GenerationList, problem_responses
+from core.errors import BlobNotFound, DecodeTimeout, InflightLimitExceeded, InvalidInput
+from core.params import GenerationParams, check_params
+from core.vocabulary import JobStatus
 from db import jobs as jobs_db
-from db.blobs.base import BlobNotFound
-from db.models import Job, JobStatus, Tenant
-from jobs.dispatch import DecodeTimeout, queue_depth
-from jobs.errors import InvalidInput
-from jobs.params import GenerationParams, check_params
+from db.models import Job, Tenant
+from jobs.dispatch import queue_depth
 from jobs.queues import Queue
 from jobs.representation import generation_object
 from jobs.webhooks import WebhookEvent, check_webhook_url, wants_event
@@ -140,7 +140,7 @@ def create_generation(
         _check_capacity(state)
         try:
             result = jobs_db.create_job(session=session, tenant=tenant, new=new)
-        except jobs_db.InflightLimitExceeded as error:
+        except InflightLimitExceeded as error:
             JOBS_REJECTED.labels("inflight_limit").inc()
             raise Problem(
                 429,

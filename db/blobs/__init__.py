@@ -1,5 +1,6 @@
 """Blob stores: one interface (base.py), one file per backend."""
 
-from db.blobs.base import BlobNotFound, BlobStore
+from core.errors import BlobNotFound
+from db.blobs.base import BlobStore
 
 __all__ = ["BlobNotFound", "BlobStore"]

@@ -10,17 +10,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 
 
-class BlobNotFound(KeyError):
-    """No blob under this key (evicted, or never written). Recoverable for cache reads: run as a miss."""
-
-
-class BlobStoreMisconfigured(RuntimeError):
-    """The store cannot be used as configured (missing bucket, unwritable root).
-
-    Not recoverable without changing the settings; the message names the variable to fix.
-    """
-
-
 def check_key(key: str) -> str:
     """Return key if it is a valid blob key, else raise ValueError.
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from core.settings import Settings
+from core.vocabulary import BlobBackend
 from db.blobs.base import BlobStore
 from db.blobs.local import LocalBlobStore
 from db.blobs.s3 import S3BlobStore
-from reprise.settings import BlobBackend, Settings
 
 
 def blob_store_from_settings(settings: Settings) -> BlobStore:

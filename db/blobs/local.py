@@ -8,7 +8,8 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from db.blobs.base import BlobNotFound, BlobStore, BlobStoreMisconfigured, check_key, check_prefix
+from core.errors import BlobNotFound, BlobStoreMisconfigured
+from db.blobs.base import BlobStore, check_key, check_prefix
 
 _TEMP_PREFIX = ".tmp-"  # keys cannot start a segment with '.', so temp files never look like blobs
 _PUT_ATTEMPTS = 3  # a concurrent delete may prune the folder between mkdir and the temp file

@@ -10,7 +10,8 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from db.blobs.base import BlobNotFound, BlobStore, BlobStoreMisconfigured, check_key, check_prefix
+from core.errors import BlobNotFound, BlobStoreMisconfigured
+from db.blobs.base import BlobStore, check_key, check_prefix
 
 if TYPE_CHECKING:
     from mypy_boto3_s3.client import S3Client

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
 
-from reprise.settings import EvictionPolicyName
+from core.vocabulary import EvictionPolicyName
 
 MIN_IDLE_SECONDS = 1.0
 """LRBU's Duration_i floor: a state used this very second would otherwise divide by zero."""

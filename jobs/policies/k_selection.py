@@ -18,9 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 
-
-class ThresholdTableError(ValueError):
-    """A threshold table cannot be used as given. Not recoverable: fix the configuration."""
+from core.errors import ThresholdTableError
 
 
 class Comparison(StrEnum):

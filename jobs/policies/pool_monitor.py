@@ -34,8 +34,7 @@ import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from jobs.roles import Role
-from reprise.settings import MonitorMode
+from core.vocabulary import MonitorMode, Role
 
 DEFAULT_KP = 0.6
 DEFAULT_KI = 0.05

@@ -24,7 +24,7 @@ def _dims() -> tuple[int, int]:
     attributes = context.config.attributes
     if "text_embedding_dim" in attributes and "image_embedding_dim" in attributes:
         return int(attributes["text_embedding_dim"]), int(attributes["image_embedding_dim"])
-    from reprise.settings import get_settings
+    from core.settings import get_settings
 
     settings = get_settings()
     return settings.text_embedding_dim, settings.image_embedding_dim

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from reprise.settings import get_settings
+from core.settings import get_settings
 
 bench_app = typer.Typer(help="Benchmarks (runtime, cache, replay, simulate).", no_args_is_help=True)
 

@@ -7,9 +7,9 @@ import json
 
 import typer
 
+from core.settings import get_settings
 from db.engine import session_scope
 from db.tenants import issue_key
-from reprise.settings import get_settings
 
 keys_app = typer.Typer(help="Tenants and API keys.", no_args_is_help=True)
 

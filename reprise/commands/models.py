@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from reprise.settings import get_settings
+from core.settings import get_settings
 
 models_app = typer.Typer(
     help="Models: build the tiny random ones used when none is configured.", no_args_is_help=True

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from jobs.roles import Role
-from reprise.settings import get_settings
+from core.settings import get_settings
+from core.vocabulary import Role
 
 if TYPE_CHECKING:
     from jobs.pool_control import PoolControl

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import typer
 
+from core.errors import EmbeddingDimensionMismatch, ServiceError
+from core.settings import get_settings
 from reprise.services import manager
-from reprise.services.common import ServiceError
-from reprise.settings import get_settings
 
 services_app = typer.Typer(help="Postgres+pgvector and Redis: configured, or embedded under data_dir.")
 
@@ -52,6 +52,6 @@ def migrate_command(
         else:
             migrate.upgrade(settings, revision)
             typer.echo(f"database at {revision}: {settings.sqlalchemy_url}")
-    except migrate.EmbeddingDimensionMismatch as error:
+    except EmbeddingDimensionMismatch as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(1) from None

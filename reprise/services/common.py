@@ -7,10 +7,6 @@ import socket
 from dataclasses import dataclass
 
 
-class ServiceError(Exception):
-    """A service cannot be used; the message says what is missing and the fix. Not recoverable."""
-
-
 @dataclass(frozen=True)
 class ServiceStatus:
     name: str

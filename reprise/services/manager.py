@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from core.settings import Settings
 from reprise.services.common import ServiceStatus
 from reprise.services.postgres import EmbeddedPostgres, check_external_postgres
 from reprise.services.redis import EmbeddedRedis, check_external_redis
-from reprise.settings import Settings
 
 
 def embedded_postgres(settings: Settings) -> EmbeddedPostgres:

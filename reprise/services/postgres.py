@@ -17,7 +17,8 @@ from pathlib import Path
 
 import psycopg
 
-from reprise.services.common import ServiceError, ServiceStatus, port_in_use, process_alive
+from core.errors import ServiceError
+from reprise.services.common import ServiceStatus, port_in_use, process_alive
 
 SERVICE_USER = "reprise-pg"
 _READ_TRAVERSE = stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import redis
 
-from reprise.services.common import ServiceError, ServiceStatus, port_in_use, process_alive
+from core.errors import ServiceError
+from reprise.services.common import ServiceStatus, port_in_use, process_alive
 
 
 def redis_server_binary() -> str:

@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import update
 
 from api.main import create_app
+from core.settings import Settings
 from db.blobs.local import LocalBlobStore
 from db.engine import session_scope
 from db.models import Job
@@ -24,7 +25,6 @@ from db.tenants import TenantCredentials, issue_key
 from jobs.celery_app import make_celery_app
 from jobs.dispatch import CeleryDispatcher, ImageDecoder
 from jobs.queues import Queue
-from reprise.settings import Settings
 
 
 @pytest.fixture

@@ -10,12 +10,12 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 from typer.testing import CliRunner
 
+from core.settings import Settings, get_settings
 from db.engine import session_scope
 from db.models import ApiKey, Tenant
 from db.tenants import TenantCredentials, hash_key
 from jobs.webhooks import secret_key
 from reprise.commands.keys import keys_app
-from reprise.settings import Settings, get_settings
 
 pytestmark = pytest.mark.integration
 

@@ -8,10 +8,9 @@ from collections.abc import Callable
 import pytest
 from fastapi.testclient import TestClient
 
-from db.blobs.base import BlobNotFound
+from core.errors import BlobNotFound, DecodeTimeout
 from db.blobs.local import LocalBlobStore
 from db.tenants import TenantCredentials
-from jobs.dispatch import DecodeTimeout
 
 pytestmark = pytest.mark.integration
 

@@ -11,11 +11,11 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
+from core.settings import Settings
 from db.engine import session_scope
 from db.models import Job
 from db.tenants import TenantCredentials
 from jobs.queues import Queue, TaskName
-from reprise.settings import Settings
 
 pytestmark = pytest.mark.integration
 

@@ -14,11 +14,11 @@ import redis
 from fastapi.testclient import TestClient
 from sqlalchemy import delete
 
+from core.settings import Settings
 from db.engine import session_scope
 from db.models import IntervalStats, WorkerRole
 from db.tenants import TenantCredentials
 from jobs.queues import Queue
-from reprise.settings import Settings
 
 pytestmark = pytest.mark.integration
 

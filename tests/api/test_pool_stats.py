@@ -10,10 +10,10 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import delete
 
+from core.settings import Settings
 from db.engine import session_scope
 from db.models import PoolDecision, WorkerRole
 from db.tenants import TenantCredentials
-from reprise.settings import Settings
 
 pytestmark = pytest.mark.integration
 

@@ -16,16 +16,16 @@ import redis
 from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 
+from core.params import GenerationParams
+from core.settings import Settings
 from db.engine import session_scope
 from db.jobs import NewJob, create_job
 from db.models import Job, Tenant, WebhookDelivery
 from db.tenants import TenantCredentials
 from jobs.celery_app import make_celery_app
 from jobs.dispatch import CeleryDispatcher
-from jobs.params import GenerationParams
 from jobs.queues import Queue, TaskName
 from jobs.webhooks import WebhookEvent, message_id, verify
-from reprise.settings import Settings
 from workers.webhook_delivery import deliver_webhook, enqueue_due_retries, run_delivery
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,7 @@ import pytest
 
 from bench.embeddings import TraceEmbeddings, configured_embedder, trace_embeddings
 from bench.trace import DEFAULT_PROMPTS, ArrivalSpec, Prompts, Workload, build_workload, load_prompts
-from reprise.settings import Settings, load_settings
+from core.settings import Settings, load_settings
 
 DISTINCT = 30  # distinct prompts of a slice; small enough to embed in about a second
 

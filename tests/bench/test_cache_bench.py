@@ -6,9 +6,9 @@ import pytest
 from sqlalchemy import func, select
 
 from bench.cache import measure_cache
+from core.settings import Settings
 from db.engine import session_scope
 from db.models import CacheEntry
-from reprise.settings import Settings
 
 pytestmark = pytest.mark.integration
 

@@ -31,7 +31,8 @@ from bench.trace import (
     build_workload,
     load_prompts,
 )
-from reprise.settings import MonitorMode, Settings
+from core.settings import Settings
+from core.vocabulary import MonitorMode
 
 ARRIVALS = SHARED_DIR / "data" / "arrivals" / "azure-shaped-1to8qps.csv"
 REQUESTS = 300

@@ -11,13 +11,14 @@ import pytest
 
 from bench.costs import StepCosts
 from bench.demo import demo_summary
-from bench.outcomes import RequestOutcome, UnknownModel, step_ms_by_model
+from bench.outcomes import RequestOutcome, step_ms_by_model
 from bench.profiles import build_profile
 from bench.replay import JobRecord, estimated_vanilla_rps, outcome_from_record, replay_report
 from bench.trace import ArrivalSpec, Request, build_workload, load_prompts
-from db.models import JobStatus
+from core.errors import UnknownModel
+from core.settings import load_settings
+from core.vocabulary import JobStatus
 from jobs.representation import Generation, GenerationInput, GenerationMetrics, generation_urls
-from reprise.settings import load_settings
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 COSTS = StepCosts(large_step_ms=100.0, small_step_ms=25.0, decode_ms=10.0)

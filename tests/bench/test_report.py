@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from bench.compare import compare_reports, total_variation
-from bench.costs import DEFAULT_COSTS, CostsError, load_costs
+from bench.costs import DEFAULT_COSTS, load_costs
 from bench.report import (
     REPORT_FIELDS,
     SWEEP_FIELDS,
@@ -22,6 +22,7 @@ from bench.report import (
     markdown_table,
     write_json,
 )
+from core.errors import CostsError
 
 CONTRACT = set(
     [

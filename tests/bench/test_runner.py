@@ -8,7 +8,8 @@ import pytest
 
 from bench.pools import Pools, PoolTargets
 from bench.runner import WorkloadOptions, guarded, parse_list, parse_size, workload_options
-from bench.trace import DEFAULT_PROMPTS, ArrivalKind, PromptOrder, TraceError
+from bench.trace import DEFAULT_PROMPTS, ArrivalKind, PromptOrder
+from core.errors import TraceError
 
 
 @pytest.mark.parametrize(

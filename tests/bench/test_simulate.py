@@ -18,7 +18,8 @@ from bench.report import SWEEP_FIELDS
 from bench.runner import SimulateOptions, WorkloadOptions, simulate_main
 from bench.simulate import SimConfig, SimResult, run_simulation
 from bench.trace import ArrivalKind, ArrivalSpec, Prompts, Workload, build_workload
-from reprise.settings import EvictionPolicyName, Settings
+from core.settings import Settings
+from core.vocabulary import EvictionPolicyName
 
 STATE = 1000  # bytes per latent state, so budgets read as counts of states
 COSTS = StepCosts(state_bytes=STATE)  # default step costs (SD3.5-Large / SDXL, see bench.costs)
@@ -200,8 +201,8 @@ def test_the_simulate_command_writes_the_contract(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from core.settings import get_settings
     from reprise.cli import app
-    from reprise.settings import get_settings
 
     monkeypatch.setenv("REPRISE_DATA_DIR", str(bench_settings.data_dir))  # the warm embedding cache
     get_settings.cache_clear()

@@ -13,12 +13,12 @@ from bench.trace import (
     ArrivalRow,
     ArrivalSpec,
     PromptOrder,
-    TraceError,
     build_workload,
     load_prompts,
     parse_arrivals,
     poisson_times,
 )
+from core.errors import TraceError
 
 
 def _prompts(tmp_path: Path, lines: list[str]) -> Path:

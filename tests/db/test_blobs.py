@@ -14,13 +14,15 @@ import boto3
 import pytest
 
 import db.blobs.s3 as s3_module
+from core.errors import BlobNotFound, BlobStoreMisconfigured
+from core.settings import load_settings
+from core.vocabulary import BlobBackend
 from db.blobs import keys
-from db.blobs.base import BlobNotFound, BlobStore, BlobStoreMisconfigured
+from db.blobs.base import BlobStore
 from db.blobs.factory import blob_store_from_settings
 from db.blobs.local import LocalBlobStore
 from db.blobs.s3 import S3BlobStore
 from db.images import ImageFormat
-from reprise.settings import BlobBackend, load_settings
 
 CREDENTIALS = {"access_key_id": "testing", "secret_access_key": "testing"}
 ENTRY_A = uuid.UUID("00000000-0000-0000-0000-00000000000a")

@@ -12,15 +12,16 @@ import numpy as np
 import pytest
 from sqlalchemy import delete, select, update
 
+from core.errors import SourceVanished
+from core.settings import Settings
+from core.vocabulary import EntryState, EvictionPolicyName
 from db import cache
 from db.blobs import keys
 from db.blobs.local import LocalBlobStore
 from db.engine import session_scope
 from db.eviction import ensure_room, evict_scope, load_usage, remove_dirty_entries
-from db.models import CacheEntry, CacheState, EntryState
-from jobs.errors import SourceVanished
+from db.models import CacheEntry, CacheState
 from jobs.policies.eviction import plan_eviction
-from reprise.settings import EvictionPolicyName, Settings
 
 pytestmark = pytest.mark.integration
 

@@ -12,14 +12,15 @@ import numpy.typing as npt
 import pytest
 from sqlalchemy import delete, func, select, update
 
+from core.errors import SourceVanished
+from core.settings import Settings
+from core.vocabulary import EntryState, LookupMode
 from db import cache
 from db.blobs import keys
 from db.blobs.local import LocalBlobStore
 from db.engine import session_scope
-from db.models import CacheEntry, CacheState, EntryState
-from jobs.errors import SourceVanished
+from db.models import CacheEntry, CacheState
 from jobs.policies.eviction import INSERTION_USES
-from reprise.settings import LookupMode, Settings
 
 pytestmark = pytest.mark.integration
 

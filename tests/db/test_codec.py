@@ -11,8 +11,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from core.errors import CodecError, LatentError
 from db.codec import FORMAT_VERSION, MAGIC, DecodedLatent, decode_latent, encode_latent
-from jobs.errors import CodecError, LatentError
 
 PREFIX = struct.Struct("<4sHI")  # magic, version, header length: the fixed part of every version
 

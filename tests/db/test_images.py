@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from core.errors import ImageFormatError, InvalidInput
 from db.images import ImageFormat, encode_image, parse_image_format
-from jobs.errors import ImageFormatError, InvalidInput
 
 PIL_NAMES = {ImageFormat.PNG: "PNG", ImageFormat.WEBP: "WEBP", ImageFormat.JPEG: "JPEG"}
 

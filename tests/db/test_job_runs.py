@@ -7,10 +7,11 @@ from datetime import timedelta
 
 import pytest
 
+from core.settings import Settings
+from core.vocabulary import JobStatus
 from db.engine import session_scope
 from db.job_runs import ClaimOutcome, claim_run, complete, find_stuck, finish, reroute_to_miss, utcnow
-from db.models import Job, JobStatus, Tenant
-from reprise.settings import Settings
+from db.models import Job, Tenant
 
 pytestmark = pytest.mark.integration
 

@@ -10,9 +10,10 @@ import psycopg
 import pytest
 from sqlalchemy import inspect, text
 
+from core.errors import EmbeddingDimensionMismatch
+from core.settings import Settings
 from db import migrate
 from db.engine import engine_for
-from reprise.settings import Settings
 
 pytestmark = pytest.mark.integration
 
@@ -86,5 +87,5 @@ def test_downgrade_removes_everything_and_upgrade_again_works(scratch_settings: 
 def test_dimension_mismatch_is_refused_with_the_variable_to_set(scratch_settings: Settings) -> None:
     migrate.upgrade(scratch_settings)
     other = scratch_settings.model_copy(update={"text_embedding_dim": 384})
-    with pytest.raises(migrate.EmbeddingDimensionMismatch, match="REPRISE_TEXT_EMBEDDING_DIM=16"):
+    with pytest.raises(EmbeddingDimensionMismatch, match="REPRISE_TEXT_EMBEDDING_DIM=16"):
         migrate.check_embedding_dims(other)

@@ -10,11 +10,12 @@ import numpy.typing as npt
 import pytest
 from sqlalchemy import func, select, update
 
+from core.settings import Settings
+from core.vocabulary import EntryState, LookupMode
 from db import cache, predictor_store
 from db.engine import session_scope
-from db.models import CacheEntry, EntryState, PredictorFit
+from db.models import CacheEntry, PredictorFit
 from jobs.maintenance import retrain_predictors, retrain_scope
-from reprise.settings import LookupMode, Settings
 
 pytestmark = pytest.mark.integration
 

@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from core.settings import Settings
+from core.vocabulary import AdmissionOutcome
 from db import stats
 from db.engine import session_scope
-from db.models import AdmissionOutcome
-from reprise.settings import Settings
 
 pytestmark = pytest.mark.integration
 

@@ -8,11 +8,11 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import delete
 
+from core.settings import Settings
+from core.vocabulary import Role
 from db import worker_roles
 from db.engine import session_scope
 from db.models import WorkerRole
-from jobs.roles import Role
-from reprise.settings import Settings
 
 pytestmark = pytest.mark.integration
 

@@ -24,10 +24,10 @@ from typing import Any
 import httpx
 import pytest
 
+from core.settings import Settings
+from core.vocabulary import Role
 from db.engine import session_scope
 from db.tenants import TenantCredentials, issue_key
-from jobs.roles import Role
-from reprise.settings import Settings
 from workers.runtime.tiny import ensure_tiny_models
 
 STACK_ROLES = (Role.ADMIT, Role.LARGE, Role.SMALL, Role.DECODE, Role.IO)

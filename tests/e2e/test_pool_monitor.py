@@ -19,14 +19,14 @@ import httpx
 import pytest
 from sqlalchemy import delete, func, select
 
+from core.settings import Settings
+from core.vocabulary import MonitorMode, Role
 from db.engine import session_scope
 from db.models import CacheEntry, Job, PoolDecision, WorkerRole
 from db.tenants import TenantCredentials
 from jobs.celery_app import make_celery_app
 from jobs.pins import pin_worker
 from jobs.pool_control import PoolControl
-from jobs.roles import Role
-from reprise.settings import MonitorMode, Settings
 from tests.conftest import fresh_database
 from tests.e2e.conftest import START_TIMEOUT_S, Stack, free_port, make_tenant
 from workers.rebalance import rebalance_pools

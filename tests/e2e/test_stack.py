@@ -10,10 +10,10 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
+from core.vocabulary import Role
 from db.engine import session_scope
 from db.models import CacheEntry
 from db.tenants import TenantCredentials
-from jobs.roles import Role
 from jobs.webhooks import verify
 from tests.e2e.conftest import Stack, WebhookReceiver, make_tenant
 

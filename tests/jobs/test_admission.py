@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import uuid
 
-from db.models import AdmissionOutcome, Route
+from core.vocabulary import AdmissionOutcome, HitPolicy, Route
 from jobs.admission import Candidate, cache_applies, decide
 from jobs.policies.k_selection import parse_table
-from reprise.settings import HitPolicy
 
 NIRVANA = parse_table("nirvana-t2t")
 MODM = parse_table("modm-t2i")

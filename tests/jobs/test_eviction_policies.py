@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from core.vocabulary import EvictionPolicyName as Policy
 from jobs.policies.eviction import (
     EntryUsage,
     StateUsage,
@@ -15,7 +16,6 @@ from jobs.policies.eviction import (
     lrbu_score,
     plan_eviction,
 )
-from reprise.settings import EvictionPolicyName as Policy
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 

@@ -4,15 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.policies.k_selection import (
-    MODM_T2I,
-    NIRVANA_T2T,
-    PRESETS,
-    Comparison,
-    ThresholdTableError,
-    choose_k,
-    parse_table,
-)
+from core.errors import ThresholdTableError
+from jobs.policies.k_selection import MODM_T2I, NIRVANA_T2T, PRESETS, Comparison, choose_k, parse_table
 
 ALL_KS = (5, 10, 15, 20, 25, 30)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pytest
 
+from core.vocabulary import MonitorMode, Role
 from jobs.policies.pool_monitor import (
     LargeBounds,
     PidGains,
@@ -30,8 +31,6 @@ from jobs.policies.pool_monitor import (
     throughput_large,
     throughput_per_worker,
 )
-from jobs.roles import Role
-from reprise.settings import MonitorMode
 
 N = 10
 

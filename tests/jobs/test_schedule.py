@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from core.settings import load_settings
 from jobs.celery_app import TASK_ROUTES
 from jobs.queues import Queue, TaskName
 from jobs.schedule import beat_schedule
-from reprise.settings import load_settings
 
 
 def test_the_pool_monitor_runs_once_per_monitoring_period() -> None:

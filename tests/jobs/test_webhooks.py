@@ -9,10 +9,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from jobs.errors import InvalidInput
+from core.errors import InvalidInput, WebhookVerificationError
 from jobs.webhooks import (
     WebhookEvent,
-    WebhookVerificationError,
     check_webhook_url,
     delay_before,
     encode_payload,

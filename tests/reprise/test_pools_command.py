@@ -10,10 +10,12 @@ import pytest
 from sqlalchemy import delete
 from typer.testing import CliRunner
 
+from core.errors import SettingsError
+from core.settings import Settings, get_settings, load_settings
+from core.vocabulary import MonitorMode
 from db.engine import session_scope
 from db.models import WorkerRole
 from reprise.commands.pools import pools_app
-from reprise.settings import MonitorMode, Settings, SettingsError, get_settings, load_settings
 
 
 @pytest.fixture

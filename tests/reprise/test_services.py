@@ -10,9 +10,9 @@ import psycopg
 import pytest
 import redis
 
+from core.errors import ServiceError
+from core.settings import Settings, load_settings
 from reprise.services import manager
-from reprise.services.common import ServiceError
-from reprise.settings import Settings, load_settings
 
 pytestmark = pytest.mark.integration
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from reprise.settings import BlobBackend, SettingsError, load_settings
+from core.errors import SettingsError
+from core.settings import load_settings
+from core.vocabulary import BlobBackend
 
 
 def test_defaults_are_valid_and_follow_the_papers(monkeypatch: pytest.MonkeyPatch) -> None:

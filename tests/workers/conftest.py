@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from jobs.roles import Role
-from reprise.settings import Settings, load_settings
+from core.settings import Settings, load_settings
+from core.vocabulary import Role
 from workers.runtime import DiffusionRuntime, TinyModelPaths, ensure_tiny_models
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here may download

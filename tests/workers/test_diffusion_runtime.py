@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from jobs.errors import GenerationCanceled, LatentError, PromptError, SizeError, StepsError
-from jobs.params import GenerationParams
-from jobs.roles import Role
-from reprise.settings import Settings, load_settings
+from core.errors import GenerationCanceled, LatentError, PromptError, SizeError, StepsError
+from core.params import GenerationParams
+from core.settings import Settings, load_settings
+from core.vocabulary import Role
 from workers.runtime import TINY_NOTICE, DiffusionRuntime, RoleMismatch, TinyModelPaths, resolve_model_sources
 from workers.runtime import loading as loading_module
 

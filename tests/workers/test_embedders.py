@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from reprise.settings import Settings, SettingsError, TextEmbedderKind, load_settings
+from core.errors import SettingsError
+from core.settings import Settings, load_settings
+from core.vocabulary import TextEmbedderKind
 from workers.runtime.embedders import (
     ImageEmbedder,
     MiniLMTextEmbedder,

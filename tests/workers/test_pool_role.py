@@ -7,12 +7,13 @@ from collections.abc import Iterator
 
 import pytest
 
+from core.errors import NotThisPool
+from core.settings import Settings
+from core.vocabulary import Role
 from jobs.queues import Queue
-from jobs.roles import Role
-from reprise.settings import Settings
 from workers import pool_role
 from workers.context import WorkerContext
-from workers.pool_role import NotThisPool, RoleCell, consumed_queues, enter_pool, queue_changes
+from workers.pool_role import RoleCell, consumed_queues, enter_pool, queue_changes
 
 
 @pytest.fixture

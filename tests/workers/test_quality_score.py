@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from reprise.settings import Settings
+from core.settings import Settings
 from workers.runtime.embedders import Embeddings, ImageEmbedder, build_image_embedder, l2_normalise
 from workers.runtime.quality import ClipScore
 

@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
+from core.settings import Settings, load_settings
 from db.models import PoolDecision
 from db.stats import CacheSummary, PeriodStats, RoleService
-from reprise.settings import Settings, load_settings
 from workers.rebalance import period_load, step_times
 
 START = datetime(2026, 1, 1, tzinfo=UTC)

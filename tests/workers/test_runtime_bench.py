@@ -9,8 +9,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from core.settings import Settings, get_settings
 from reprise.commands.bench import bench_app
-from reprise.settings import Settings, get_settings
 
 CONTRACT = {
     "large_step_ms": float,

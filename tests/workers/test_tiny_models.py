@@ -10,9 +10,9 @@ import typer
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from jobs.params import VAE_SCALE_FACTOR
+from core.params import VAE_SCALE_FACTOR
+from core.settings import Settings
 from reprise.commands.models import models_app
-from reprise.settings import Settings
 from workers.runtime import DiffusionRuntime, TinyModelPaths, ensure_tiny_models
 from workers.runtime import tiny as tiny_module
 from workers.runtime.tiny import TINY_SIZE, build_tiny_models, tiny_models_root

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import redis
 
+from core.settings import Settings
+from core.vocabulary import JobStatus, Role
 from db.engine import session_scope
-from db.models import CacheEntry, Job, JobStatus, Tenant
+from db.models import CacheEntry, Job, Tenant
 from jobs.celery_app import get_celery_app
 from jobs.queues import Queue
-from jobs.roles import Role
-from reprise.settings import Settings
 from workers.context import WorkerContext
 from workers.generation import reuse_job
 

@@ -1,9 +1,10 @@
 """The diffusion runtime a model worker hosts: model loading per role, generation with latent
 capture, resume (NIRVANA), refine (MoDM), decode (LatentBox), embedders and the quality score."""
 
+from core.errors import RoleMismatch
 from workers.runtime.loading import TINY_NOTICE, ModelSources, VaeSource, resolve_model_sources
 from workers.runtime.results import DecodeResult, GenerationResult, Latent
-from workers.runtime.runtime import DiffusionRuntime, RoleMismatch, ShouldStop
+from workers.runtime.runtime import DiffusionRuntime, ShouldStop
 from workers.runtime.tiny import TinyModelPaths, ensure_tiny_models
 
 __all__ = [

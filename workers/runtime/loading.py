@@ -25,8 +25,9 @@ from typing import Any
 
 import torch
 
-from jobs.roles import Role
-from reprise.settings import Settings, SettingsError
+from core.errors import SettingsError
+from core.settings import Settings
+from core.vocabulary import Role
 from workers.runtime.tiny import TINY_FAMILY, ensure_tiny_models, is_tiny_model
 
 log = logging.getLogger(__name__)

