@@ -20,7 +20,7 @@ from fastapi.routing import APIRoute
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from core.errors import InvalidInput
+from core.errors import InvalidInput, RepriseError
 
 PROBLEM_JSON = "application/problem+json"
 TYPE_PREFIX = "urn:reprise:problem:"  # a stable name per kind of problem; "about:blank" for plain HTTP errors
@@ -58,7 +58,7 @@ def problem_bytes(**kwargs: Any) -> bytes:
     return json.dumps(problem_body(**kwargs)).encode()
 
 
-class Problem(Exception):
+class Problem(RepriseError):
     """An error response. `slug` names the kind of problem (the `type` URN); None means about:blank."""
 
     def __init__(

@@ -97,7 +97,7 @@ class BlobStoreMisconfigured(RepriseError, RuntimeError):
     """
 
 
-# raised in db.migrate
+# raised in reprise.migrate
 class EmbeddingDimensionMismatch(RepriseError):
     """The database's embedding columns disagree with the configured embedders. Not recoverable."""
 

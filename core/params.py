@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from core.errors import InvalidInput, PromptError, SizeError, StepsError
 
@@ -63,3 +64,44 @@ def check_k(k: int, steps: int) -> None:
     """k is the number of steps skipped: it must leave at least one step to run."""
     if not 1 <= k <= steps - 1:
         raise StepsError(f"k must be in 1..{steps - 1} for {steps} steps, got {k}", field="k")
+
+
+# --- the job row's form of the parameters -------------------------------------------------------
+
+
+class ParamsRow(Protocol):
+    """What a job row holds of its parameters (db.models.Job satisfies it; core never imports db)."""
+
+    prompt: str
+    negative_prompt: str | None
+    seed: int
+    steps: int
+    width: int
+    height: int
+    guidance: float
+
+
+def params_from_row(row: ParamsRow) -> GenerationParams:
+    """The parameters a stored job asked for: the one mapping from a job row to GenerationParams."""
+    return GenerationParams(
+        prompt=row.prompt,
+        negative_prompt=row.negative_prompt,
+        seed=row.seed,
+        steps=row.steps,
+        width=row.width,
+        height=row.height,
+        guidance=row.guidance,
+    )
+
+
+def row_values(params: GenerationParams) -> dict[str, str | int | float | None]:
+    """The job row's columns for these parameters: the one mapping back (inverse of params_from_row)."""
+    return {
+        "prompt": params.prompt,
+        "negative_prompt": params.negative_prompt,
+        "seed": params.seed,
+        "steps": params.steps,
+        "width": params.width,
+        "height": params.height,
+        "guidance": params.guidance,
+    }

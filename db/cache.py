@@ -2,7 +2,7 @@
 and the guarded reads a hit makes of its source.
 
 Scopes: "tenant:<uuid>" per tenant, and "shared" for tenants that opted in; a lookup names the
-scopes it may see (`lookup_scopes`), so one tenant's entries never reach another unless both opted
+scopes it may see (core.scopes.lookup_scopes), so one tenant's entries never reach another unless both opted
 in to the shared scope. Only live entries are found; an entry being evicted is dirty and invisible.
 
 Functions take the caller's session, flush but do not commit: the caller owns the transaction.
@@ -26,21 +26,7 @@ from db.blobs.base import BlobStore
 from db.models import CacheEntry, CacheState
 from jobs.policies.eviction import INSERTION_USES
 
-SHARED_SCOPE = "shared"
-TENANT_SCOPE_PREFIX = "tenant:"
-
 Embedding = npt.ArrayLike
-
-
-def tenant_scope(tenant_id: uuid.UUID) -> str:
-    """The private cache scope of one tenant."""
-    return f"{TENANT_SCOPE_PREFIX}{tenant_id}"
-
-
-def lookup_scopes(tenant_id: uuid.UUID, *, shared_cache: bool) -> tuple[str, ...]:
-    """The scopes a tenant's lookup may read: its own, plus the shared one when it opted in."""
-    own = tenant_scope(tenant_id)
-    return (own, SHARED_SCOPE) if shared_cache else (own,)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from core.errors import InflightLimitExceeded, InvalidInput
-from core.params import GenerationParams
+from core.params import GenerationParams, row_values
 from core.vocabulary import JobStatus
 from db.models import Job, Tenant
 
@@ -110,13 +110,7 @@ def create_job(*, session: Session, tenant: Tenant, new: NewJob) -> CreatedJob:
             id=job_id,
             tenant_id=tenant.id,
             status=JobStatus.STARTING.value,
-            prompt=params.prompt,
-            negative_prompt=params.negative_prompt,
-            seed=params.seed,
-            steps=params.steps,
-            width=params.width,
-            height=params.height,
-            guidance=params.guidance,
+            **row_values(params),
             cache_mode=new.cache_mode,
             webhook_url=new.webhook_url,
             webhook_events_filter=list(new.webhook_events_filter),

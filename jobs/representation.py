@@ -7,11 +7,13 @@ It lives in jobs/ (not api/) because the webhook worker needs it too and workers
 from __future__ import annotations
 
 import uuid
+from dataclasses import asdict
 from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.params import params_from_row
 from core.vocabulary import JobStatus
 from db.models import Job
 
@@ -102,13 +104,7 @@ def generation_object(job: Job, *, base_url: str) -> Generation:
         id=job.id,
         status=JobStatus(job.status),
         input=GenerationInput(
-            prompt=job.prompt,
-            negative_prompt=job.negative_prompt,
-            seed=job.seed,
-            steps=job.steps,
-            width=job.width,
-            height=job.height,
-            guidance=job.guidance,
+            **asdict(params_from_row(job)),
             cache=job.cache_mode,
             webhook=job.webhook_url,
             webhook_events_filter=list(job.webhook_events_filter or []),

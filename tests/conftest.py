@@ -11,8 +11,8 @@ import psycopg
 import pytest
 
 from core.settings import Settings, load_settings
-from db import migrate
 from db.engine import engine_for
+from reprise import migrate
 from reprise.services import manager
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from core.params import GenerationParams, params_from_row
+from core.scopes import lookup_scopes, uses_shared_scope
 from core.settings import Settings
 from core.vocabulary import AdmissionOutcome, HitPolicy, JobStatus, LookupMode, Route
 from db import cache, predictor_store, stats
@@ -30,9 +32,7 @@ log = logging.getLogger(__name__)
 class _Request:
     job_id: uuid.UUID
     tenant_id: uuid.UUID
-    prompt: str
-    steps: int
-    size: tuple[int, int]
+    params: GenerationParams
     cache_mode: str
     shared_cache: bool
 
@@ -51,11 +51,11 @@ def admit(context: WorkerContext, job_id: uuid.UUID) -> AdmissionDecision | None
         request = _Request(
             job_id=job.id,
             tenant_id=job.tenant_id,
-            prompt=job.prompt,
-            steps=job.steps,
-            size=(job.width, job.height),
+            params=params_from_row(job),
             cache_mode=job.cache_mode,
-            shared_cache=bool(tenant and tenant.shared_cache and job.cache_mode == "shared"),
+            shared_cache=uses_shared_scope(
+                tenant_opted_in=bool(tenant and tenant.shared_cache), cache_mode=job.cache_mode
+            ),
         )
     timer = StageTimer()
     decision, predicted = _decide(context, request, timer)
@@ -111,13 +111,13 @@ def _decide(
     if not cache_applies(
         cache_mode=request.cache_mode,
         hit_policy=settings.hit_policy,
-        steps=request.steps,
+        steps=request.params.steps,
         capture_steps_t=settings.steps,
     ):
         return AdmissionDecision(AdmissionOutcome.CACHE_OFF, Route.MISS), None
-    embedding = embed_query(context, request.prompt)
+    embedding = embed_query(context, request.params.prompt)
     timer.lap("embed")
-    scopes = cache.lookup_scopes(request.tenant_id, shared_cache=request.shared_cache)
+    scopes = lookup_scopes(request.tenant_id, shared_cache=request.shared_cache)
     family = lookup_family(settings)
     predicted: bool | None = None
     versions: list[int] = []
@@ -138,7 +138,7 @@ def _decide(
             scopes=scopes,
             model_family=family,
             ef_search=settings.hnsw_ef_search,
-            size=request.size,
+            size=(request.params.width, request.params.height),
         )
     timer.lap("lookup")
     candidate = (
@@ -151,7 +151,7 @@ def _decide(
         table=threshold_table(settings),
         knob=settings.quality_knob,
         hit_policy=settings.hit_policy,
-        steps=request.steps,
+        steps=request.params.steps,
     )
     if predicted is not None and versions:
         actual = decision.route is Route.HIT

@@ -13,12 +13,11 @@ from core.settings import get_settings
 from core.vocabulary import GPU_ROLES, Role
 from jobs.celery_app import get_celery_app
 from workers import pool_role
+from workers.context import ROLE_ENV
 from workers.pool_role import consumed_queues
 from workers.registry import keep_record, starting_role
 
 log = logging.getLogger(__name__)
-
-ROLE_ENV = "REPRISE_WORKER_ROLE"
 
 
 def worker_node_name(role: Role) -> str:

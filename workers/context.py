@@ -70,8 +70,9 @@ class WorkerContext:
         return self._image_embedder
 
 
+ROLE_ENV = "REPRISE_WORKER_ROLE"  # set by workers.bootstrap in the main process, read by its children
+
+
 @lru_cache(maxsize=1)
 def get_context() -> WorkerContext:
-    from workers.bootstrap import ROLE_ENV
-
     return WorkerContext(get_settings(), Role(os.environ.get(ROLE_ENV, Role.LARGE.value)))

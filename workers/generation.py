@@ -17,7 +17,8 @@ import numpy.typing as npt
 from PIL import Image
 
 from core.errors import GenerationCanceled, InvalidInput, LeaseBusy, SourceVanished
-from core.params import GenerationParams
+from core.params import GenerationParams, params_from_row
+from core.scopes import insert_scope, uses_shared_scope
 from core.vocabulary import HitPolicy, JobStatus, Route
 from db import cache, eviction, stats
 from db.blobs import keys
@@ -137,17 +138,11 @@ def _claim(context: WorkerContext, job_id: uuid.UUID) -> _JobView | None:
             view = _JobView(
                 id=job.id,
                 tenant_id=job.tenant_id,
-                params=GenerationParams(
-                    prompt=job.prompt,
-                    seed=job.seed,
-                    steps=job.steps,
-                    width=job.width,
-                    height=job.height,
-                    guidance=job.guidance,
-                    negative_prompt=job.negative_prompt,
-                ),
+                params=params_from_row(job),
                 cache_mode=job.cache_mode,
-                shared_cache=bool(tenant and tenant.shared_cache and job.cache_mode == "shared"),
+                shared_cache=uses_shared_scope(
+                    tenant_opted_in=bool(tenant and tenant.shared_cache), cache_mode=job.cache_mode
+                ),
                 k=job.k,
                 source_entry_id=job.source_entry_id,
             )
@@ -222,7 +217,7 @@ def _insert_entry(context: WorkerContext, job: _JobView, result: GenerationResul
     """Store the run's latents and index the entry, after making room in the scope's budget."""
     settings = context.settings
     entry_id = uuid.uuid5(ENTRY_NAMESPACE, str(job.id))
-    scope = cache.SHARED_SCOPE if job.shared_cache else cache.tenant_scope(job.tenant_id)
+    scope = insert_scope(job.tenant_id, shared_cache=job.shared_cache)
     with session_scope(settings) as session:
         if session.get(CacheEntry, entry_id) is not None:
             return  # a previous delivery of this job cached it already

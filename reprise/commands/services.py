@@ -42,7 +42,7 @@ def migrate_command(
     downgrade: str | None = typer.Option(None, help="Downgrade to this revision instead (e.g. base)."),
 ) -> None:
     """Apply the database migrations (creates the vector extension and HNSW indexes)."""
-    from db import migrate
+    from reprise import migrate
 
     settings = get_settings()
     try:

@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import delete, select, update
 
 from core.errors import SourceVanished
+from core.scopes import tenant_scope
 from core.settings import Settings
 from core.vocabulary import EntryState, EvictionPolicyName
 from db import cache
@@ -39,7 +40,7 @@ def blobs(tmp_path: Path) -> LocalBlobStore:
 
 @pytest.fixture
 def scope() -> str:
-    return cache.tenant_scope(uuid.uuid4())
+    return tenant_scope(uuid.uuid4())
 
 
 def fill(
@@ -192,7 +193,7 @@ def test_fifo_removes_the_oldest_entries_whole(
 
 def test_lru_and_lrbu_passes_reach_the_budget(db_settings: Settings, blobs: LocalBlobStore) -> None:
     for policy in (EvictionPolicyName.LRU, EvictionPolicyName.LRBU, EvictionPolicyName.LFU):
-        scope = cache.tenant_scope(uuid.uuid4())
+        scope = tenant_scope(uuid.uuid4())
         ids = fill(db_settings, blobs, scope, 3)
         settings = with_budget(db_settings, 2 * ENTRY_BYTES, policy)
         report = evict_scope(settings, blobs, scope=scope, headroom=0.0)
@@ -217,7 +218,7 @@ def test_a_scope_within_budget_is_left_alone(
     db_settings: Settings, blobs: LocalBlobStore, scope: str
 ) -> None:
     ids = fill(db_settings, blobs, scope, 2)
-    other = cache.tenant_scope(uuid.uuid4())
+    other = tenant_scope(uuid.uuid4())
     fill(db_settings, blobs, other, 3)
     settings = with_budget(db_settings, 2 * ENTRY_BYTES, EvictionPolicyName.LCBFU)
     report = evict_scope(settings, blobs, scope=scope, headroom=0.0)
@@ -278,7 +279,7 @@ def test_a_pass_equals_the_pure_planner_over_the_whole_scope(
     """The pass ranks in SQL and plans over the top candidates only; the result must be the plan the
     pure policy makes from every state of the scope (same scores, same tie-breaks, same holes)."""
     rng = np.random.default_rng(sorted(EvictionPolicyName).index(policy))
-    scope = cache.tenant_scope(uuid.uuid4())
+    scope = tenant_scope(uuid.uuid4())
     ids = fill(db_settings, blobs, scope, 30, with_blobs=False)
     now = T0 + timedelta(days=2)
     with session_scope(db_settings) as session:

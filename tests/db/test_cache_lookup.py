@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import delete, func, select, update
 
 from core.errors import SourceVanished
+from core.scopes import SHARED_SCOPE, lookup_scopes, tenant_scope
 from core.settings import Settings
 from core.vocabulary import EntryState, LookupMode
 from db import cache
@@ -93,19 +94,17 @@ def test_a_tenant_never_sees_another_tenants_entries(
     dim = db_settings.text_embedding_dim
     a, b = uuid.uuid4(), uuid.uuid4()
     query = unit(rng, dim)
-    b_entry = insert(
-        db_settings, scope=cache.tenant_scope(b), family=family, text=query
-    )  # identical to the query
+    b_entry = insert(db_settings, scope=tenant_scope(b), family=family, text=query)  # identical to the query
     a_entry = insert(
-        db_settings, scope=cache.tenant_scope(a), family=family, text=towards(query, unit(rng, dim), 0.5)
+        db_settings, scope=tenant_scope(a), family=family, text=towards(query, unit(rng, dim), 0.5)
     )
 
-    found_a = lookup(db_settings, query, cache.lookup_scopes(a, shared_cache=False), family)
+    found_a = lookup(db_settings, query, lookup_scopes(a, shared_cache=False), family)
     assert found_a is not None and found_a.entry_id == a_entry and found_a.similarity < 0.99
-    found_b = lookup(db_settings, query, cache.lookup_scopes(b, shared_cache=True), family)
+    found_b = lookup(db_settings, query, lookup_scopes(b, shared_cache=True), family)
     assert found_b is not None and found_b.entry_id == b_entry
     assert found_b.similarity == pytest.approx(1.0, abs=1e-5)
-    assert lookup(db_settings, query, cache.lookup_scopes(uuid.uuid4(), shared_cache=False), family) is None
+    assert lookup(db_settings, query, lookup_scopes(uuid.uuid4(), shared_cache=False), family) is None
 
 
 def test_shared_scope_only_when_opted_in(
@@ -115,24 +114,20 @@ def test_shared_scope_only_when_opted_in(
     tenant = uuid.uuid4()
     query = unit(rng, dim)
     own = insert(
-        db_settings, scope=cache.tenant_scope(tenant), family=family, text=towards(query, unit(rng, dim), 0.6)
+        db_settings, scope=tenant_scope(tenant), family=family, text=towards(query, unit(rng, dim), 0.6)
     )
-    shared = insert(
-        db_settings, scope=cache.SHARED_SCOPE, family=family, text=towards(query, unit(rng, dim), 0.1)
-    )
+    shared = insert(db_settings, scope=SHARED_SCOPE, family=family, text=towards(query, unit(rng, dim), 0.1))
 
-    without = lookup(db_settings, query, cache.lookup_scopes(tenant, shared_cache=False), family)
+    without = lookup(db_settings, query, lookup_scopes(tenant, shared_cache=False), family)
     assert without is not None and without.entry_id == own
-    with_shared = lookup(db_settings, query, cache.lookup_scopes(tenant, shared_cache=True), family)
-    assert (
-        with_shared is not None and with_shared.entry_id == shared and with_shared.scope == cache.SHARED_SCOPE
-    )
+    with_shared = lookup(db_settings, query, lookup_scopes(tenant, shared_cache=True), family)
+    assert with_shared is not None and with_shared.entry_id == shared and with_shared.scope == SHARED_SCOPE
     assert lookup(db_settings, query, (), family) is None
 
 
 def test_lookup_filters_by_model_family(db_settings: Settings, rng: np.random.Generator, family: str) -> None:
     dim = db_settings.text_embedding_dim
-    scope = cache.tenant_scope(uuid.uuid4())
+    scope = tenant_scope(uuid.uuid4())
     query = unit(rng, dim)
     other_family = family + "-xl"
     exact_other = insert(db_settings, scope=scope, family=other_family, text=query)
@@ -146,7 +141,7 @@ def test_lookup_filters_by_model_family(db_settings: Settings, rng: np.random.Ge
 
 def test_lookup_filters_by_size(db_settings: Settings, rng: np.random.Generator, family: str) -> None:
     dim = db_settings.text_embedding_dim
-    scope = cache.tenant_scope(uuid.uuid4())
+    scope = tenant_scope(uuid.uuid4())
     query = unit(rng, dim)
     exact_but_large = insert(db_settings, scope=scope, family=family, text=query, size=(512, 512))
     small = insert(
@@ -171,7 +166,7 @@ def test_similarity_is_one_minus_cosine_distance_and_ks_are_listed(
     db_settings: Settings, rng: np.random.Generator, family: str
 ) -> None:
     dim = db_settings.text_embedding_dim
-    scope = cache.tenant_scope(uuid.uuid4())
+    scope = tenant_scope(uuid.uuid4())
     stored = unit(rng, dim) * 3.0  # not normalised: cosine does not care
     query = towards(stored / 3.0, unit(rng, dim), 0.3)
     entry_id = insert(db_settings, scope=scope, family=family, text=stored.astype(np.float32), ks=(25, 5, 15))
@@ -187,7 +182,7 @@ def test_image_mode_searches_image_embeddings(
     db_settings: Settings, rng: np.random.Generator, family: str
 ) -> None:
     text_dim, image_dim = db_settings.text_embedding_dim, db_settings.image_embedding_dim
-    scope = cache.tenant_scope(uuid.uuid4())
+    scope = tenant_scope(uuid.uuid4())
     query = unit(rng, image_dim)
     no_image = insert(db_settings, scope=scope, family=family, text=unit(rng, text_dim), image=None)
     near_image = insert(
@@ -206,7 +201,7 @@ def test_image_mode_searches_image_embeddings(
 
 def test_dirty_entries_are_invisible(db_settings: Settings, rng: np.random.Generator, family: str) -> None:
     dim = db_settings.text_embedding_dim
-    scope = cache.tenant_scope(uuid.uuid4())
+    scope = tenant_scope(uuid.uuid4())
     query = unit(rng, dim)
     best = insert(db_settings, scope=scope, family=family, text=query)
     second = insert(db_settings, scope=scope, family=family, text=towards(query, unit(rng, dim), 0.5))
@@ -222,8 +217,8 @@ def test_hnsw_lookup_agrees_with_the_exact_scan_in_a_small_scope_of_a_big_table(
     """The scope filter is applied while walking the index (iterative scan): a scope of 3 entries among
     hundreds of others still finds its own nearest entry."""
     dim = db_settings.text_embedding_dim
-    crowd = cache.tenant_scope(uuid.uuid4())
-    mine = cache.tenant_scope(uuid.uuid4())
+    crowd = tenant_scope(uuid.uuid4())
+    mine = tenant_scope(uuid.uuid4())
     query = unit(rng, dim)
     with session_scope(db_settings) as session:
         for _ in range(400):
@@ -278,7 +273,7 @@ def test_ef_search_out_of_range_is_refused(db_settings: Settings, rng: np.random
 def test_record_use_counts_entry_and_state(
     db_settings: Settings, rng: np.random.Generator, family: str
 ) -> None:
-    scope = cache.tenant_scope(uuid.uuid4())
+    scope = tenant_scope(uuid.uuid4())
     entry_id = insert(db_settings, scope=scope, family=family, text=unit(rng, db_settings.text_embedding_dim))
     with session_scope(db_settings) as session:
         before = session.scalar(select(CacheEntry.last_access_at).where(CacheEntry.id == entry_id))
@@ -308,7 +303,7 @@ def test_reads_of_an_evicted_source_raise_source_vanished(
     db_settings: Settings, rng: np.random.Generator, family: str, tmp_path: Path
 ) -> None:
     blobs = LocalBlobStore(tmp_path)
-    scope = cache.tenant_scope(uuid.uuid4())
+    scope = tenant_scope(uuid.uuid4())
     entry_id = insert(
         db_settings, scope=scope, family=family, text=unit(rng, db_settings.text_embedding_dim), ks=(5, 10)
     )

@@ -10,6 +10,7 @@ import numpy.typing as npt
 import pytest
 from sqlalchemy import func, select, update
 
+from core.scopes import tenant_scope
 from core.settings import Settings
 from core.vocabulary import EntryState, LookupMode
 from db import cache, predictor_store
@@ -59,7 +60,7 @@ def retrain(settings: Settings, scope: str) -> int | None:
 def test_fit_is_persisted_reloaded_and_retrained_after_more_than_5_percent(db_settings: Settings) -> None:
     rng = np.random.default_rng(42)
     dim = db_settings.text_embedding_dim
-    scope = cache.tenant_scope(uuid.uuid4())
+    scope = tenant_scope(uuid.uuid4())
     cached = unit_rows(rng, 40, dim)
     ids = add(db_settings, scope, cached)
 
@@ -98,7 +99,7 @@ def test_fit_is_persisted_reloaded_and_retrained_after_more_than_5_percent(db_se
 
 def test_retrain_predictors_covers_every_scope_and_respects_the_switch(db_settings: Settings) -> None:
     rng = np.random.default_rng(7)
-    scope = cache.tenant_scope(uuid.uuid4())
+    scope = tenant_scope(uuid.uuid4())
     add(db_settings, scope, unit_rows(rng, 5, db_settings.text_embedding_dim))
     assert retrain_predictors(db_settings.model_copy(update={"predictor_enabled": False})) == []
     enabled = db_settings.model_copy(update={"predictor_enabled": True})
@@ -110,7 +111,7 @@ def test_retrain_predictors_covers_every_scope_and_respects_the_switch(db_settin
 
 def test_an_emptied_scope_gets_a_fit_that_predicts_misses(db_settings: Settings) -> None:
     rng = np.random.default_rng(3)
-    scope = cache.tenant_scope(uuid.uuid4())
+    scope = tenant_scope(uuid.uuid4())
     cached = unit_rows(rng, 4, db_settings.text_embedding_dim)
     ids = add(db_settings, scope, cached)
     assert retrain(db_settings, scope) is not None
@@ -124,7 +125,7 @@ def test_an_emptied_scope_gets_a_fit_that_predicts_misses(db_settings: Settings)
 
 def test_outcome_counters_give_precision_and_recall(db_settings: Settings) -> None:
     rng = np.random.default_rng(1)
-    scope = cache.tenant_scope(uuid.uuid4())
+    scope = tenant_scope(uuid.uuid4())
     add(db_settings, scope, unit_rows(rng, 3, db_settings.text_embedding_dim))
     version = retrain(db_settings, scope)
     assert version is not None

@@ -12,8 +12,8 @@ from sqlalchemy import inspect, text
 
 from core.errors import EmbeddingDimensionMismatch
 from core.settings import Settings
-from db import migrate
 from db.engine import engine_for
+from reprise import migrate
 
 pytestmark = pytest.mark.integration
 
