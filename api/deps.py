@@ -18,7 +18,8 @@ from core.settings import Settings
 from db.blobs.base import BlobStore
 from db.engine import engine_for
 from db.models import Tenant
-from jobs.dispatch import Dispatcher, ImageDecoder, dispatcher_for
+from jobs.decoding import ImageDecoder
+from jobs.dispatch import CeleryDispatcher, Dispatcher
 from jobs.webhooks import Resolver, system_resolver
 
 BROKER_TIMEOUT_S = 1.0  # the API asks Redis only cheap questions (LLEN, PING): fail fast when it is down
@@ -38,7 +39,7 @@ class AppState:
     @property
     def dispatcher(self) -> Dispatcher:
         if self.dispatcher_ is None:
-            self.dispatcher_ = dispatcher_for(self.settings)
+            self.dispatcher_ = CeleryDispatcher.for_settings(self.settings)
         return self.dispatcher_
 
     @property

@@ -14,7 +14,8 @@ from api.routes import generations, health, stats
 from api.schemas import problem_media_types
 from core.settings import Settings, get_settings
 from db.blobs.base import BlobStore
-from jobs.dispatch import Dispatcher, ImageDecoder
+from jobs.decoding import ImageDecoder
+from jobs.dispatch import Dispatcher
 from jobs.webhooks import Resolver, system_resolver
 
 DESCRIPTION = """Text-to-image generation as asynchronous jobs, with an approximate cache of earlier work.
@@ -66,7 +67,7 @@ def create_serving_app() -> FastAPI:
 
     app = create_app()
     state = app.state.reprise
-    state.decoder = DecodePoolDecoder(state.settings, state.blob_store, state.redis)
+    state.decoder = DecodePoolDecoder(state.settings, state.blob_store, state.redis, state.dispatcher)
     return app
 
 

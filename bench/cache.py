@@ -35,7 +35,7 @@ from db import cache
 from db.blobs import keys
 from db.blobs.local import LocalBlobStore
 from db.engine import engine_for, session_scope
-from db.eviction import evict_scope
+from db.eviction import EvictionReport, evict_scope
 from db.models import CacheEntry, CacheState
 
 BENCH_FAMILY = "bench"
@@ -151,54 +151,8 @@ def measure_cache(settings: Settings, *, entries: int, queries: int = 200, seed:
         _fill(settings, scope, vectors, rng)
         fill_s = time.perf_counter() - started
         _analyze(settings)
-
-        timings: list[float] = []
-        agree = 0
-        with session_scope(settings) as session:
-            for warm in probes[: min(10, queries)]:  # warm the index pages and the plan cache
-                cache.lookup(
-                    session,
-                    query_embedding=warm,
-                    mode=LookupMode.TEXT_TO_TEXT,
-                    scopes=(scope,),
-                    model_family=BENCH_FAMILY,
-                    ef_search=settings.hnsw_ef_search,
-                )
-                session.rollback()
-            for probe in probes:
-                started = time.perf_counter()
-                found = cache.lookup(
-                    session,
-                    query_embedding=probe,
-                    mode=LookupMode.TEXT_TO_TEXT,
-                    scopes=(scope,),
-                    model_family=BENCH_FAMILY,
-                    ef_search=settings.hnsw_ef_search,
-                )
-                session.commit()
-                timings.append((time.perf_counter() - started) * 1000.0)
-                exact = cache.lookup_exact(
-                    session,
-                    query_embedding=probe,
-                    mode=LookupMode.TEXT_TO_TEXT,
-                    scopes=(scope,),
-                    model_family=BENCH_FAMILY,
-                )
-                session.rollback()
-                agree += int(found is not None and exact is not None and found.entry_id == exact.entry_id)
-
-        with session_scope(settings) as session:
-            used = cache.scope_bytes(session, scope=scope)
-        with tempfile.TemporaryDirectory(prefix="reprise-bench-") as blob_dir:
-            started = time.perf_counter()
-            report = evict_scope(
-                settings,
-                LocalBlobStore(Path(blob_dir)),
-                scope=scope,
-                budget_bytes=used - max(1, used // 100),
-                headroom=0.0,
-            )
-            evict_ms = (time.perf_counter() - started) * 1000.0
+        timings, agree = _time_lookups(settings, scope, probes)
+        report, evict_ms = _time_eviction(settings, scope)
         return CacheBench(
             lookup_p50_ms=round(statistics.median(timings), 3),
             lookup_p99_ms=round(_percentile(timings, 99), 3),
@@ -217,6 +171,62 @@ def measure_cache(settings: Settings, *, entries: int, queries: int = 200, seed:
     finally:
         with session_scope(settings) as session:
             session.execute(delete(CacheEntry).where(CacheEntry.scope == scope))
+
+
+def _time_lookups(settings: Settings, scope: str, probes: npt.NDArray[np.float32]) -> tuple[list[float], int]:
+    """Each probe's lookup time in ms (the production HNSW query, one transaction each), and how
+    many found the exact scan's nearest entry."""
+    timings: list[float] = []
+    agree = 0
+    with session_scope(settings) as session:
+        for warm in probes[: min(10, len(probes))]:  # warm the index pages and the plan cache
+            cache.lookup(
+                session,
+                query_embedding=warm,
+                mode=LookupMode.TEXT_TO_TEXT,
+                scopes=(scope,),
+                model_family=BENCH_FAMILY,
+                ef_search=settings.hnsw_ef_search,
+            )
+            session.rollback()
+        for probe in probes:
+            started = time.perf_counter()
+            found = cache.lookup(
+                session,
+                query_embedding=probe,
+                mode=LookupMode.TEXT_TO_TEXT,
+                scopes=(scope,),
+                model_family=BENCH_FAMILY,
+                ef_search=settings.hnsw_ef_search,
+            )
+            session.commit()
+            timings.append((time.perf_counter() - started) * 1000.0)
+            exact = cache.lookup_exact(
+                session,
+                query_embedding=probe,
+                mode=LookupMode.TEXT_TO_TEXT,
+                scopes=(scope,),
+                model_family=BENCH_FAMILY,
+            )
+            session.rollback()
+            agree += int(found is not None and exact is not None and found.entry_id == exact.entry_id)
+    return timings, agree
+
+
+def _time_eviction(settings: Settings, scope: str) -> tuple[EvictionReport, float]:
+    """One eviction pass freeing 1% of the scope's bytes (blobs in a throwaway store), and its ms."""
+    with session_scope(settings) as session:
+        used = cache.scope_bytes(session, scope=scope)
+    with tempfile.TemporaryDirectory(prefix="reprise-bench-") as blob_dir:
+        started = time.perf_counter()
+        report = evict_scope(
+            settings,
+            LocalBlobStore(Path(blob_dir)),
+            scope=scope,
+            budget_bytes=used - max(1, used // 100),
+            headroom=0.0,
+        )
+        return report, (time.perf_counter() - started) * 1000.0
 
 
 def format_table(result: CacheBench) -> str:

@@ -1,10 +1,12 @@
-"""MoDM's global monitor in the simulator: the service's own policy (jobs.policies.pool_monitor).
+"""MoDM's global monitor in the simulator: the service's own loop and policy (jobs.pools).
 
 Every period the simulator hands the monitor a snapshot of the last period (bench.pools); the monitor
-builds Algorithm 1's inputs from it and from the profiled costs -- R, H_cache, P(K = k) as counted,
-P_large and P_small from the per-step costs (MoDM Table 1 calls them profiled throughputs) -- and
-returns the allocation `allocate` gives, exactly as the service's beat task does from its statistics
-(workers.rebalance). No worker is pinned in a simulation; the configured per-role limits apply.
+runs the service's period (jobs.pools.loop.run_period) on the simulated pools: it measures Algorithm
+1's inputs from the snapshot and the profiled costs -- R, H_cache, P(K = k) as counted, P_large and
+P_small from the per-step costs (MoDM Table 1 calls them profiled throughputs) --, every move is
+accepted, and the decision's PID state is kept for the next period, exactly as the service's beat task
+does from its statistics (jobs.pools.rebalance). No worker is pinned in a simulation; the configured
+per-role limits apply.
 """
 
 from __future__ import annotations
@@ -19,28 +21,18 @@ from bench.costs import StepCosts
 from bench.pools import MonitorSnapshot, PoolTargets
 from bench.report import BenchReport, SweepPoint
 from core.settings import Settings
-from core.vocabulary import MonitorMode
-from jobs.policies.pool_monitor import (
-    LargeBounds,
-    PidGains,
-    PidState,
-    PoolLoad,
-    RoleLimits,
-    allocate,
-    large_bounds,
-    resume_state,
-    throughput_per_worker,
-)
+from core.vocabulary import MonitorMode, Role
+from jobs.pools.loop import Measurement, MonitorConfig, PeriodDecision, run_period
+from jobs.pools.policy import LargeBounds, PidState, PoolLoad, throughput_per_worker
 
 
 @dataclass(frozen=True, slots=True)
 class MonitorSpec:
-    """How a simulated deployment runs its monitor (picklable: one monitor is built per run)."""
+    """How a simulated deployment runs its monitor: the service's decision (`config`) every `period_s`
+    of simulated time (picklable: one monitor is built per run)."""
 
-    mode: MonitorMode
+    config: MonitorConfig
     period_s: float
-    gains: PidGains = field(default_factory=PidGains)
-    limits: RoleLimits = field(default_factory=RoleLimits)
 
     @classmethod
     def from_settings(
@@ -48,15 +40,8 @@ class MonitorSpec:
     ) -> MonitorSpec:
         """The service's configuration (gains and limits, MoDM 5.3 defaults), in `mode`."""
         return cls(
-            mode=mode,
+            config=MonitorConfig.from_settings(settings, mode=mode),
             period_s=float(period_s if period_s is not None else settings.monitor_period_s),
-            gains=PidGains(settings.monitor_kp, settings.monitor_ki, settings.monitor_kd),
-            limits=RoleLimits(
-                min_large=settings.monitor_min_large,
-                max_large=settings.monitor_max_large,
-                min_small=settings.monitor_min_small,
-                max_small=settings.monitor_max_small,
-            ),
         )
 
 
@@ -128,7 +113,8 @@ def step_cost_ms(step_ms: float, decode_ms: float, steps: int) -> float:
 
 @dataclass
 class SimulatedMonitor:
-    """A bench.pools.PoolMonitor running MoDM's Algorithm 1 with the PID kept between periods."""
+    """A bench.pools.PoolMonitor running the service's monitor period after period, the PID kept
+    between periods."""
 
     spec: MonitorSpec
     costs: StepCosts
@@ -157,11 +143,35 @@ class SimulatedMonitor:
         )
 
     def __call__(self, snapshot: MonitorSnapshot) -> PoolTargets | None:
-        bounds = large_bounds(snapshot.targets.total, pinned_large=0, pinned_small=0, limits=self.spec.limits)
-        state = resume_state(self.state, self.bounds, bounds, snapshot.targets.large)
-        allocation = allocate(
-            self.load(snapshot), mode=self.spec.mode, bounds=bounds, state=state, gains=self.spec.gains
+        decision = run_period(self.spec.config, _SimulatedPools(self, snapshot))
+        if decision is None:
+            return None
+        return PoolTargets(large=decision.allocation.large, small=decision.allocation.small)
+
+
+@dataclass
+class _SimulatedPools:
+    """The simulated pools for one period (jobs.pools.loop.MonitoredPools): anonymous GPUs, as many per
+    role as the current targets; a move is a change of targets, which the simulator applies."""
+
+    monitor: SimulatedMonitor
+    snapshot: MonitorSnapshot
+
+    def measure(self) -> Measurement:
+        targets = self.snapshot.targets
+        pool = {f"gpu-{i:04d}": Role.LARGE for i in range(targets.large)}
+        pool.update({f"gpu-{targets.large + i:04d}": Role.SMALL for i in range(targets.small)})
+        return Measurement(
+            self.monitor.load(self.snapshot),
+            pool,
+            pinned={},
+            memory=self.monitor.state,
+            memory_bounds=self.monitor.bounds,
         )
-        self.state, self.bounds = allocation.state, bounds
-        self.decisions += 1
-        return PoolTargets(large=allocation.large, small=allocation.small)
+
+    def actuate(self, worker: str, role: Role) -> bool:
+        return True
+
+    def record(self, decision: PeriodDecision) -> None:
+        self.monitor.state, self.monitor.bounds = decision.allocation.state, decision.bounds
+        self.monitor.decisions += 1

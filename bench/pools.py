@@ -1,9 +1,9 @@
 """The simulator's GPU workers, grouped by role, and the hook a pool monitor plugs into.
 
 Worker counts per role live in one place, `Pools.targets`. A `PoolMonitor` (MoDM 5.3's global
-monitor, with its PID controller, is the intended one) is called every `period_s` of simulated
-time with a `MonitorSnapshot` of the last period and may return new targets; idle workers then
-switch roles at once, busy ones when their job ends, each paying `switch_s` to load the other
+monitor with its PID controller, bench.monitor, is the intended one) is called every `period_s` of
+simulated time with a `MonitorSnapshot` of the last period and may return new targets; idle workers
+then switch roles at once, busy ones when their job ends, each paying `switch_s` to load the other
 model (a worker hosts one model at a time, MoDM Eq. 6).
 """
 
@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from core.vocabulary import Role
-
-POOL_ROLES = (Role.LARGE, Role.SMALL)
+from jobs.pools.policy import POOL_ROLES
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """What `reprise bench simulate` and `reprise bench replay` do, behind their option parsing.
 
-Both build a workload from the same options (bench.trace), report with the same contract
+Both build a workload from the same options (bench.options, bench.trace), report with the same contract
 (bench.report), print a markdown table on stdout and what they ran on to stderr, and write
 --json and --plots when asked.
 """
@@ -8,7 +8,6 @@ Both build a workload from the same options (bench.trace), report with the same 
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -17,24 +16,17 @@ from pathlib import Path
 from typing import Any
 
 from bench.compare import compare_reports
-from bench.costs import load_costs
+from bench.costs import StepCosts, load_costs
 from bench.embeddings import TraceEmbeddings, configured_embedder, trace_embeddings
 from bench.monitor import MonitorSpec, write_simulation_json
+from bench.options import WorkloadOptions, parse_list, parse_size
 from bench.outcomes import step_ms_by_model
 from bench.plots import TraceCurve, plot_against_cache, plot_against_rate, plot_over_trace
 from bench.profiles import Profile, build_profile, settings_mismatches
 from bench.progress import ProgressBar
 from bench.report import BenchReport, SweepPoint, markdown_table, write_json
 from bench.simulate import SimConfig, SimResult, run_simulation
-from bench.trace import (
-    DEFAULT_PROMPTS,
-    ArrivalKind,
-    ArrivalSpec,
-    PromptOrder,
-    Workload,
-    build_workload,
-    load_prompts,
-)
+from bench.trace import Workload
 from core.settings import Settings
 from core.vocabulary import EvictionPolicyName, MonitorMode
 
@@ -43,110 +35,6 @@ DEFAULT_SWEEP_SIZES = "16MiB,64MiB,256MiB,1GiB,4GiB"
 default 277 KB per latent state), so each profile goes from a tiny cache to an unbounded one
 (NIRVANA Table 3 sweeps 1 GB to 1000 GB over 2M prompts; MoDM Fig. 9, 1k to 100k images)."""
 ALL_POLICIES = tuple(policy.value for policy in EvictionPolicyName)
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-
-
-def parse_size(text: str) -> int:
-    """'1GiB', '256MiB', '64M', '1048576' -> bytes (binary units)."""
-    match = _SIZE.match(text)
-    if match is None:
-        raise ValueError(f"not a size: {text!r} (e.g. 1GiB, 256MiB, 1048576)")
-    unit = (match.group(2) or "").upper()[:1]
-    return int(float(match.group(1)) * _UNITS[unit if unit != "B" else ""])
-
-
-def parse_list(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
-
-
-def parse_monitor(text: str) -> MonitorMode | None:
-    """'off' -> None (a fixed allocation); 'quality' or 'throughput' -> that mode (MoDM 5.3)."""
-    if text == "off":
-        return None
-    try:
-        return MonitorMode(text)
-    except ValueError:
-        raise ValueError(f"--monitor {text!r}: choose off, quality or throughput") from None
-
-
-def guarded(main: Callable[[], int]) -> int:
-    """Run a command body; a bad input (any ValueError: trace, costs, table, option) prints one
-    line and gives exit status 2 instead of a traceback."""
-    try:
-        return main()
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-
-
-def workload_options(
-    trace: Path | None,
-    arrivals: Path | None,
-    process: str | None,
-    order: str,
-    rate: float | None,
-    concurrency: int,
-    time_scale: float,
-    limit: int | None,
-    seed: int,
-) -> WorkloadOptions:
-    """WorkloadOptions from the commands' raw option values (ValueError names a bad one)."""
-    try:
-        kind = ArrivalKind(process) if process is not None else None
-    except ValueError:
-        raise ValueError(f"--process {process!r}: choose closed, poisson or file") from None
-    try:
-        prompt_order = PromptOrder(order)
-    except ValueError:
-        raise ValueError(f"--order {order!r}: choose trace or file-index") from None
-    return WorkloadOptions(
-        trace=trace if trace is not None else DEFAULT_PROMPTS,
-        arrivals=arrivals,
-        process=kind,
-        order=prompt_order,
-        rate=rate,
-        concurrency=concurrency,
-        time_scale=time_scale,
-        limit=limit,
-        seed=seed,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class WorkloadOptions:
-    """The options both commands share to say what to send and when."""
-
-    trace: Path
-    arrivals: Path | None = None
-    process: ArrivalKind | None = None
-    order: PromptOrder = PromptOrder.TRACE
-    rate: float | None = None
-    concurrency: int = 4
-    time_scale: float = 1.0
-    limit: int | None = None
-    seed: int = 0
-
-    def spec(self, *, rate: float | None = None) -> ArrivalSpec:
-        """The arrival process: as given, else poisson with a rate, file with --arrivals, closed otherwise."""
-        rate = rate if rate is not None else self.rate
-        kind = self.process
-        if rate is not None and (kind is None or kind is ArrivalKind.POISSON):
-            kind = ArrivalKind.POISSON
-        elif kind is None:
-            kind = ArrivalKind.FILE if self.arrivals is not None else ArrivalKind.CLOSED
-        return ArrivalSpec(
-            kind=kind,
-            rate_rps=rate,
-            path=self.arrivals,
-            time_scale=self.time_scale,
-            concurrency=self.concurrency,
-            order=self.order,
-            seed=self.seed,
-        )
-
-    def workload(self, *, rate: float | None = None) -> Workload:
-        return build_workload(load_prompts(self.trace), self.spec(rate=rate), limit=self.limit)
 
 
 def _note(text: str) -> None:
@@ -164,6 +52,8 @@ def _embeddings(settings: Settings, workload: Workload) -> TraceEmbeddings:
 
 @dataclass(frozen=True, slots=True)
 class SimulateOptions:
+    """What `reprise bench simulate` was asked for, parsed (bench.options)."""
+
     workload: WorkloadOptions
     profiles: tuple[str, ...]
     costs: Path | None = None
@@ -273,7 +163,35 @@ def simulate_main(settings: Settings, options: SimulateOptions) -> int:
         EvictionPolicyName(policy)  # a ValueError names an unknown policy before any work
     workload = options.workload.workload()
     embeddings = _embeddings(settings, workload) if any(p.caches for p in profiles) else None
-    budget = options.cache_bytes if options.cache_bytes is not None else settings.cache_budget_bytes
+
+    # 2. Plan the runs, 3. run them, then report.
+    planned = _plan(
+        settings, options, _config_factory(settings, options, costs), profiles, policies, workload
+    )
+    results = _execute(
+        [run for run, _, _ in planned],
+        settings=settings,
+        embeddings=embeddings,
+        jobs=options.jobs,
+        progress=options.progress,
+    )
+    output = _output(options, planned, results, costs)
+    rows: Sequence[BenchReport | SweepPoint] = [output] if isinstance(output, BenchReport) else output
+    print(markdown_table(rows))
+    if options.json_path is not None:
+        _write_json(options.json_path, output, results)
+    if options.compare is not None:
+        return _compare(rows, options.compare)
+    return 0
+
+
+_Planned = tuple[_Run, int, str]
+"""A run, its cache budget and its policy label (the sweep's columns)."""
+_ConfigFor = Callable[[Profile, int], SimConfig]
+
+
+def _config_factory(settings: Settings, options: SimulateOptions, costs: StepCosts) -> _ConfigFor:
+    """The deployment every run simulates, for a profile and a cache budget."""
 
     def config(profile: Profile, cache_bytes: int) -> SimConfig:
         return SimConfig(
@@ -293,12 +211,25 @@ def simulate_main(settings: Settings, options: SimulateOptions) -> int:
             else None,
         )
 
+    return config
+
+
+def _plan(
+    settings: Settings,
+    options: SimulateOptions,
+    config: _ConfigFor,
+    profiles: Sequence[Profile],
+    policies: Sequence[str],
+    workload: Workload,
+) -> list[_Planned]:
+    """The runs the options ask for, each with the vanilla throughput of its workload (run here)."""
+
     def vanilla_rps(work: Workload) -> float | None:
         vanilla = config(build_profile("vanilla", settings), 0)
         return run_simulation(work, vanilla, settings=settings, embeddings=None).report.throughput_rps
 
-    # 2. Plan the runs: (run, cache budget, policy label).
-    planned: list[tuple[_Run, int, str]] = []
+    budget = options.cache_bytes if options.cache_bytes is not None else settings.cache_budget_bytes
+    planned: list[_Planned] = []
     if options.rates:
         for rate in options.rates:
             work = options.workload.workload(rate=rate)
@@ -320,47 +251,43 @@ def simulate_main(settings: Settings, options: SimulateOptions) -> int:
         planned.extend(
             (_Run(workload, config(p, budget), baseline), budget, p.eviction.value) for p in profiles
         )
+    return planned
 
-    # 3. Run them, then report.
-    results = _execute(
-        [run for run, _, _ in planned],
-        settings=settings,
-        embeddings=embeddings,
-        jobs=options.jobs,
-        progress=options.progress,
-    )
-    output: BenchReport | list[BenchReport] | list[SweepPoint]
+
+def _output(
+    options: SimulateOptions, planned: Sequence[_Planned], results: Sequence[SimResult], costs: StepCosts
+) -> BenchReport | list[BenchReport] | list[SweepPoint]:
+    """What the runs report: sweep points for --rates and --sweep, else one report per profile;
+    the figures too when --plots asks."""
     if options.rates or options.sweep:
-        output = [
+        points = [
             SweepPoint(r.report, size, label) for r, (_, size, label) in zip(results, planned, strict=True)
         ]
         if options.plots is not None:
             figure = (
-                plot_against_rate(output, options.plots / "throughput-vs-rate.png")
+                plot_against_rate(points, options.plots / "throughput-vs-rate.png")
                 if options.rates
-                else plot_against_cache(output, options.plots / "against-cache-size.png")
+                else plot_against_cache(points, options.plots / "against-cache-size.png")
             )
             _note(f"wrote {figure}")
+        return points
+    reports = [r.report for r in results]
+    if options.plots is not None:
+        curves = [TraceCurve(r.report.profile, r.outcomes, r.prices, costs.large_step_ms) for r in results]
+        _note(f"wrote {plot_over_trace(curves, options.plots / 'over-trace.png')}")
+    return reports[0] if len(reports) == 1 else reports
+
+
+def _write_json(
+    path: Path, output: BenchReport | list[BenchReport] | list[SweepPoint], results: Sequence[SimResult]
+) -> None:
+    """The reports as JSON, with each run's allocation timeline when a pool monitor ran."""
+    timelines = [r.allocation_timeline for r in results]
+    if any(timeline is not None for timeline in timelines):
+        write_simulation_json(path, output, timelines)
     else:
-        reports = [r.report for r in results]
-        output = reports[0] if len(reports) == 1 else reports
-        if options.plots is not None:
-            curves = [
-                TraceCurve(r.report.profile, r.outcomes, r.prices, costs.large_step_ms) for r in results
-            ]
-            _note(f"wrote {plot_over_trace(curves, options.plots / 'over-trace.png')}")
-    rows: Sequence[BenchReport | SweepPoint] = [output] if isinstance(output, BenchReport) else output
-    print(markdown_table(rows))
-    if options.json_path is not None:
-        timelines = [r.allocation_timeline for r in results]
-        if any(timeline is not None for timeline in timelines):
-            write_simulation_json(options.json_path, output, timelines)
-        else:
-            write_json(options.json_path, output)
-        _note(f"wrote {options.json_path}")
-    if options.compare is not None:
-        return _compare(rows, options.compare)
-    return 0
+        write_json(path, output)
+    _note(f"wrote {path}")
 
 
 def _compare(rows: Sequence[BenchReport | SweepPoint], measured_path: Path) -> int:
@@ -382,6 +309,8 @@ def _compare(rows: Sequence[BenchReport | SweepPoint], measured_path: Path) -> i
 
 @dataclass(frozen=True, slots=True)
 class ReplayCliOptions:
+    """What `reprise bench replay` was asked for, parsed (bench.options)."""
+
     workload: WorkloadOptions
     profile: str
     base_url: str

@@ -337,40 +337,17 @@ def run_simulation(
     profile = config.profile
     if monitor is None and config.monitor is not None and profile.hits_on_small:
         monitor = SimulatedMonitor(config.monitor, config.costs, profile.steps)
-    cache: SimCache | None = None
-    table_text: str | None = None
-    embedder: dict[str, object] = {"name": None, "lookup": "none (nothing is cached)"}
-    if profile.caches:
-        if embeddings is None:
-            raise ValueError(f"profile {profile.name} looks prompts up: pass the trace's embeddings")
-        table, how = simulated_table(profile, config.k_table)
-        table_text = table.describe()
-        cache = SimCache(
-            queries=embeddings.vectors,
-            capacity=max(1, len(workload.requests)),
-            table=table,
-            knob=profile.quality_knob,
-            budget_bytes=config.cache_bytes,
-            policy=profile.eviction,
-            cached_ks=profile.cached_ks,
-            state_bytes=config.costs.state_bytes,
-            use_predictor=profile.predictor,
-            final_latent_k=final_latent_k(profile, table, settings),
-        )
-        lookup = (
-            "text-to-text"
-            if profile.lookup is LookupMode.TEXT_TO_TEXT
-            else ("text-to-text, standing in for text-to-image (no images are generated in simulation)")
-        )
-        embedder = {**embeddings.describe, "lookup": lookup, "k_table": f"{table_text} ({how})"}
+    lookup = _simulated_lookup(workload, config, settings, embeddings)
     progress = (
         ProgressBar(len(workload.requests), label=f"simulate {profile.name}") if show_progress else None
     )
     simulation = _Simulation(
         workload,
         config,
-        cache=cache,
-        admit_s=(embeddings.embed_ms_per_prompt / 1000.0) if (cache is not None and embeddings) else 0.0,
+        cache=lookup.cache,
+        admit_s=(embeddings.embed_ms_per_prompt / 1000.0)
+        if (lookup.cache is not None and embeddings)
+        else 0.0,
         embed_ms=embeddings.embed_ms_per_prompt if embeddings is not None else 0.0,
         monitor=monitor,
         progress=progress,
@@ -381,7 +358,65 @@ def run_simulation(
     if vanilla_throughput_rps is None:
         vanilla_throughput_rps = _vanilla_throughput(workload, config, settings) if profile.caches else None
     prices = step_ms_by_model(config.costs, outcomes) if outcomes else {}
-    context = ReportContext(
+    report = summarize(outcomes, _report_context(workload, config, vanilla_throughput_rps, lookup.embedder))
+    if not profile.caches:
+        report = _with_vanilla(report)
+    return SimResult(
+        report=report,
+        outcomes=tuple(outcomes),
+        prices=prices,
+        counters=lookup.cache.counters if lookup.cache is not None else None,
+        table=lookup.table,
+        allocation_timeline=tuple(simulation.timeline) if monitor is not None else None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Lookup:
+    """How a run looks prompts up: its simulated cache (None when the profile caches nothing), the
+    threshold table it uses and the report's `embedder`."""
+
+    cache: SimCache | None
+    table: str | None
+    embedder: dict[str, object]
+
+
+def _simulated_lookup(
+    workload: Workload, config: SimConfig, settings: Settings, embeddings: TraceEmbeddings | None
+) -> _Lookup:
+    profile = config.profile
+    if not profile.caches:
+        return _Lookup(cache=None, table=None, embedder={"name": None, "lookup": "none (nothing is cached)"})
+    if embeddings is None:
+        raise ValueError(f"profile {profile.name} looks prompts up: pass the trace's embeddings")
+    table, how = simulated_table(profile, config.k_table)
+    table_text = table.describe()
+    cache = SimCache(
+        queries=embeddings.vectors,
+        capacity=max(1, len(workload.requests)),
+        table=table,
+        knob=profile.quality_knob,
+        budget_bytes=config.cache_bytes,
+        policy=profile.eviction,
+        cached_ks=profile.cached_ks,
+        state_bytes=config.costs.state_bytes,
+        use_predictor=profile.predictor,
+        final_latent_k=final_latent_k(profile, table, settings),
+    )
+    lookup = (
+        "text-to-text"
+        if profile.lookup is LookupMode.TEXT_TO_TEXT
+        else ("text-to-text, standing in for text-to-image (no images are generated in simulation)")
+    )
+    embedder = {**embeddings.describe, "lookup": lookup, "k_table": f"{table_text} ({how})"}
+    return _Lookup(cache=cache, table=table_text, embedder=embedder)
+
+
+def _report_context(
+    workload: Workload, config: SimConfig, vanilla_throughput_rps: float | None, embedder: dict[str, object]
+) -> ReportContext:
+    profile = config.profile
+    return ReportContext(
         profile=profile.name,
         costs=config.costs,
         slo_base_ms=config.costs.full_generation_ms(profile.steps),
@@ -393,17 +428,6 @@ def run_simulation(
         if profile.caches
         else None,
         png_bytes=float(config.costs.png_bytes),
-    )
-    report = summarize(outcomes, context)
-    if not profile.caches:
-        report = _with_vanilla(report)
-    return SimResult(
-        report=report,
-        outcomes=tuple(outcomes),
-        prices=prices,
-        counters=cache.counters if cache is not None else None,
-        table=table_text,
-        allocation_timeline=tuple(simulation.timeline) if monitor is not None else None,
     )
 
 

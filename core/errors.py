@@ -139,7 +139,7 @@ class LeaseBusy(RepriseError):
         self.retry_in_s = retry_in_s
 
 
-# raised in workers.pool_role
+# raised in workers.role_switch
 class NotThisPool(RepriseError):
     """The worker's role no longer takes this task's queue (it was moved while the task was on its
     way): hand the message back to the broker for a worker of the right pool. Recoverable."""

@@ -1,4 +1,4 @@
-"""Engine and sessions. One engine per process and URL."""
+"""Engine and sessions. One engine per process and URL (and one without a pool, for a process that forks)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from functools import lru_cache
 
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import NullPool
 
 from core.settings import Settings, get_settings
 
@@ -22,14 +23,25 @@ def get_engine(settings: Settings | None = None) -> Engine:
 
 
 @lru_cache(maxsize=8)
-def _sessionmaker(url: str) -> sessionmaker[Session]:
-    return sessionmaker(bind=engine_for(url), expire_on_commit=False)
+def _unpooled_engine_for(url: str) -> Engine:
+    """Opens a connection per session and closes it after: a process that forks (a worker's main
+    process) keeps no socket open that a child would inherit, and share."""
+    return create_engine(url, poolclass=NullPool)
+
+
+@lru_cache(maxsize=16)
+def _sessionmaker(url: str, pooled: bool) -> sessionmaker[Session]:
+    engine = engine_for(url) if pooled else _unpooled_engine_for(url)
+    return sessionmaker(bind=engine, expire_on_commit=False)
 
 
 @contextmanager
-def session_scope(settings: Settings | None = None) -> Iterator[Session]:
-    """A session that commits on success and rolls back on error."""
-    session = _sessionmaker((settings or get_settings()).sqlalchemy_url)()
+def session_scope(settings: Settings | None = None, *, pooled: bool = True) -> Iterator[Session]:
+    """A session that commits on success and rolls back on error.
+
+    pooled=False: its connection is closed at the end rather than kept in the pool (see
+    _unpooled_engine_for)."""
+    session = _sessionmaker((settings or get_settings()).sqlalchemy_url, pooled)()
     try:
         yield session
         session.commit()

@@ -1,13 +1,19 @@
-"""Encode a decoded image as PNG, WebP or JPEG, the formats a client can ask for."""
+"""A job's decoded images: the formats a client can ask for, their encoding (PNG, WebP, JPEG), and
+where each decoded image of a job is recorded (jobs.image_keys: format -> blob key)."""
 
 from __future__ import annotations
 
 import io
+import uuid
+from dataclasses import dataclass
 from enum import StrEnum
 
 from PIL import Image
+from sqlalchemy import func, update
+from sqlalchemy.orm import Session
 
 from core.errors import ImageFormatError
+from db.models import Job
 
 # Lossy settings: quality 90 keeps diffusion output visually intact at a fraction of PNG's size.
 JPEG_QUALITY = 90
@@ -63,3 +69,35 @@ def encode_image(image: Image.Image, fmt: ImageFormat | str) -> bytes:
             image = image.convert("RGB")
         image.save(buffer, format="JPEG", quality=JPEG_QUALITY)
     return buffer.getvalue()
+
+
+@dataclass(frozen=True, slots=True)
+class JobImage:
+    """What a job holds for one image format."""
+
+    latent_key: str | None  # the job's final latent, None while it has none
+    image_key: str | None  # the image decoded in the format asked for, None while there is none
+
+
+def job_image(session: Session, job_id: uuid.UUID, fmt: str) -> JobImage | None:
+    """The job's final latent and its decoded image in `fmt` (a format's value); None: no such job."""
+    job = session.get(Job, job_id)
+    if job is None:
+        return None
+    return JobImage(latent_key=job.final_latent_key, image_key=(job.image_keys or {}).get(fmt))
+
+
+def decoded_image_key(session: Session, job_id: uuid.UUID, fmt: str) -> str | None:
+    """The blob key of a job's decoded image in `fmt`; None while there is none (or no such job)."""
+    found = job_image(session, job_id, fmt)
+    return found.image_key if found is not None else None
+
+
+def record_image_key(session: Session, job_id: uuid.UUID, fmt: str, key: str) -> None:
+    """Record where the job's image in `fmt` is stored. jsonb || merges, so concurrent decodes of two
+    formats both land."""
+    session.execute(
+        update(Job)
+        .where(Job.id == job_id)
+        .values(image_keys=Job.image_keys.op("||")(func.jsonb_build_object(fmt, key)))
+    )

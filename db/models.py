@@ -201,7 +201,9 @@ class WebhookDelivery(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=_now())
 
 
-class WorkerRole(Base):
+class WorkerRoleRow(Base):
+    """A row of worker_roles: the role (core.vocabulary.Role) a worker hosts now, and the operator's pin."""
+
     __tablename__ = "worker_roles"
 
     worker_name: Mapped[str] = mapped_column(String(255), primary_key=True)

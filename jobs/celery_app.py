@@ -8,20 +8,12 @@ from celery import Celery
 from kombu.entity import Queue as KombuQueue
 
 from core.settings import Settings, get_settings
-from jobs.queues import Queue, TaskName
+from jobs.queues import ROUTES, Queue
 
-# Where each task goes. A worker's role decides which queues it consumes (jobs.queues.QUEUES_BY_ROLE).
-TASK_ROUTES: dict[str, dict[str, str]] = {
-    TaskName.ADMIT: {"queue": Queue.ADMIT},
-    TaskName.GENERATE: {"queue": Queue.CACHE_MISS},
-    TaskName.REUSE: {"queue": Queue.CACHE_HIT},
-    TaskName.DECODE_IMAGE: {"queue": Queue.DECODE},
-    TaskName.DELIVER_WEBHOOK: {"queue": Queue.WEBHOOKS},
-    TaskName.EVICT: {"queue": Queue.MAINTENANCE},
-    TaskName.RETRAIN_PREDICTORS: {"queue": Queue.MAINTENANCE},
-    TaskName.REBALANCE_POOLS: {"queue": Queue.MAINTENANCE},
-    TaskName.RECONCILE: {"queue": Queue.MAINTENANCE},
-}
+
+def task_routes() -> dict[str, dict[str, str]]:
+    """Celery's task_routes, from the route table (jobs.queues.ROUTES)."""
+    return {task.value: {"queue": queue.value} for task, queue in ROUTES.items()}
 
 
 def make_celery_app(settings: Settings) -> Celery:
@@ -39,7 +31,7 @@ def make_celery_app(settings: Settings) -> Celery:
         broker_connection_retry_on_startup=True,
         task_queues=[KombuQueue(queue.value, routing_key=queue.value) for queue in Queue],  # type: ignore[no-untyped-call]
         task_default_queue=Queue.ADMIT.value,
-        task_routes=TASK_ROUTES,
+        task_routes=task_routes(),
         task_time_limit=settings.task_time_limit_s,
         task_soft_time_limit=max(settings.task_time_limit_s - 30, settings.task_time_limit_s * 9 // 10),
         task_ignore_result=True,

@@ -1,5 +1,9 @@
-"""Sending work to the queues from outside a worker (the API), and the decode contract it reads images
-through. The one place the API touches Celery.
+"""The one way work is put on a queue: the Dispatcher, with a method per kind of work.
+
+Every enqueue of the project goes through a Dispatcher: the API holds one (api.deps.AppState), each
+worker process holds one (workers.context.WorkerContext). CeleryDispatcher sends through one private
+`_send` that takes the queue from the route table (jobs.queues.ROUTES); the arguments each task takes
+are written once, in DispatcherBase.
 
 Enqueueing is best effort: Postgres holds the job first, and the reconciler re-enqueues any job left
 'starting' too long, so a broker outage delays a job but never loses it.
@@ -8,11 +12,12 @@ Enqueueing is best effort: Postgres holds the job first, and the reconciler re-e
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Protocol
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
-import redis
-
-from jobs.queues import Queue, TaskName
+from core.vocabulary import Route
+from jobs.queues import ROUTES, TaskName
 from jobs.webhooks import WebhookEvent
 
 if TYPE_CHECKING:
@@ -23,89 +28,71 @@ if TYPE_CHECKING:
 # Fail fast when the broker is down: the API must answer, and the job is safe in Postgres anyway.
 PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 
+# The task that runs an admitted job on each route: cache_miss (large pool) or cache_hit (small pool).
+ROUTE_TASKS: dict[Route, TaskName] = {Route.MISS: TaskName.GENERATE, Route.HIT: TaskName.REUSE}
+
 
 class Dispatcher(Protocol):
     """Puts tasks on the broker. Implementations raise on failure; callers decide if that matters."""
 
-    def enqueue_admit(self, job_id: uuid.UUID) -> None: ...
+    def admit(self, job_id: uuid.UUID) -> None:
+        """Queue the admission of a job that is committed in Postgres as 'starting'."""
 
-    def enqueue_webhook(
-        self, job_id: uuid.UUID, event: WebhookEvent, *, attempt: int = 1, countdown: float = 0.0
-    ) -> None: ...
+    def run_route(self, job_id: uuid.UUID, route: Route, *, countdown: float | None = None) -> None:
+        """Queue an admitted job on the pool of its route (hit or miss)."""
+
+    def decode_image(self, job_id: uuid.UUID, fmt: str) -> None:
+        """Queue the decode of a job's final latent into an image in `fmt`."""
+
+    def deliver_webhook(
+        self, job_id: uuid.UUID, event: WebhookEvent, *, attempt: int = 1, countdown: float | None = None
+    ) -> None:
+        """Queue one delivery attempt of a job's webhook event."""
 
 
-class CeleryDispatcher:
+class DispatcherBase(ABC):
+    """The Dispatcher's methods over one `_send`: the arguments each task takes, written once.
+    Subclasses say how a message is sent (CeleryDispatcher; tests.support's recording double)."""
+
+    def admit(self, job_id: uuid.UUID) -> None:
+        self._send(TaskName.ADMIT, [str(job_id)])
+
+    def run_route(self, job_id: uuid.UUID, route: Route, *, countdown: float | None = None) -> None:
+        self._send(ROUTE_TASKS[route], [str(job_id)], countdown=countdown)
+
+    def decode_image(self, job_id: uuid.UUID, fmt: str) -> None:
+        self._send(TaskName.DECODE_IMAGE, [str(job_id), fmt])
+
+    def deliver_webhook(
+        self, job_id: uuid.UUID, event: WebhookEvent, *, attempt: int = 1, countdown: float | None = None
+    ) -> None:
+        """Args of reprise.deliver_webhook: [job_id, event, attempt] (see workers.webhook_delivery)."""
+        self._send(TaskName.DELIVER_WEBHOOK, [str(job_id), event.value, attempt], countdown=countdown)
+
+    @abstractmethod
+    def _send(self, task: TaskName, args: Sequence[Any], countdown: float | None = None) -> None: ...
+
+
+class CeleryDispatcher(DispatcherBase):
     """A Dispatcher over a Celery app. Uses send_task by name, so no task module is imported here."""
 
     def __init__(self, celery: Celery) -> None:
         self.celery = celery
 
-    def enqueue_admit(self, job_id: uuid.UUID) -> None:
+    @classmethod
+    def for_settings(cls, settings: Settings) -> CeleryDispatcher:
+        """Over a Celery app built for these settings. Build one per process and keep it."""
+        from jobs.celery_app import make_celery_app  # deferred: celery is only needed to send
+
+        return cls(make_celery_app(settings))
+
+    def _send(self, task: TaskName, args: Sequence[Any], countdown: float | None = None) -> None:
+        """Publish `task` on the queue the route table gives it, retrying the publish briefly."""
         self.celery.send_task(
-            TaskName.ADMIT.value,
-            args=[str(job_id)],
-            queue=Queue.ADMIT.value,
+            task.value,
+            args=list(args),
+            queue=ROUTES[task].value,
+            countdown=countdown or None,  # 0 means now: no eta on the message
             retry=True,
             retry_policy=PUBLISH_RETRY_POLICY,
         )
-
-    def enqueue_webhook(
-        self, job_id: uuid.UUID, event: WebhookEvent, *, attempt: int = 1, countdown: float = 0.0
-    ) -> None:
-        """Args of reprise.deliver_webhook: [job_id, event, attempt] (see workers.webhook_delivery)."""
-        self.celery.send_task(
-            TaskName.DELIVER_WEBHOOK.value,
-            args=[str(job_id), event.value, attempt],
-            queue=Queue.WEBHOOKS.value,
-            countdown=countdown or None,
-            retry=True,
-            retry_policy=PUBLISH_RETRY_POLICY,
-        )
-
-
-def default_dispatcher() -> CeleryDispatcher:
-    """Over the process-wide Celery app (from the environment's settings)."""
-    from jobs.celery_app import get_celery_app  # deferred: building the app reads settings
-
-    return CeleryDispatcher(get_celery_app())
-
-
-def dispatcher_for(settings: Settings) -> CeleryDispatcher:
-    """Over a Celery app for these settings (an API app built with its own settings)."""
-    from jobs.celery_app import make_celery_app
-
-    return CeleryDispatcher(make_celery_app(settings))
-
-
-def enqueue_admit(job_id: uuid.UUID) -> None:
-    """Queue the admission of a job that is committed in Postgres as 'starting'."""
-    default_dispatcher().enqueue_admit(job_id)
-
-
-def enqueue_webhook(
-    job_id: uuid.UUID, event: WebhookEvent, *, attempt: int = 1, countdown: float = 0.0
-) -> None:
-    """Queue one delivery attempt of a job's webhook event."""
-    default_dispatcher().enqueue_webhook(job_id, event, attempt=attempt, countdown=countdown)
-
-
-def queue_depth(client: redis.Redis, queue: Queue) -> int | None:
-    """Messages waiting in a queue (Celery's Redis transport keeps each queue as a list named after
-    it); None when the broker cannot be asked."""
-    try:
-        return int(client.llen(queue.value))
-    except redis.RedisError:
-        return None
-
-
-# --- decoding images on read (LatentBox) ---------------------------------------------------------
-
-
-class ImageDecoder(Protocol):
-    """Turns a succeeded job's final latent into an encoded image.
-
-    Contract: return the image bytes in `fmt` ('png', 'webp' or 'jpeg'); raise DecodeTimeout when
-    the decode pool does not answer in time, and core.errors.BlobNotFound when the latent is gone.
-    """
-
-    def decode(self, job_id: uuid.UUID, fmt: str) -> bytes: ...

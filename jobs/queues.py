@@ -1,8 +1,16 @@
-"""Queue and task names: the one place that says where work goes."""
+"""Queues and task names, and the route table: the one place that says where each task goes.
+
+A queue's name is written here only: Celery's task routes, the beat schedule and the dispatcher all
+read ROUTES. A worker's role decides which queues it consumes (QUEUES_BY_ROLE).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
+from types import MappingProxyType
+
+import redis
 
 from core.vocabulary import Role
 
@@ -28,6 +36,21 @@ class TaskName(StrEnum):
     RECONCILE = "reprise.reconcile"
 
 
+# The route table: each task paired with the queue it goes on.
+ROUTES: Mapping[TaskName, Queue] = MappingProxyType(
+    {
+        TaskName.ADMIT: Queue.ADMIT,
+        TaskName.GENERATE: Queue.CACHE_MISS,
+        TaskName.REUSE: Queue.CACHE_HIT,
+        TaskName.DECODE_IMAGE: Queue.DECODE,
+        TaskName.DELIVER_WEBHOOK: Queue.WEBHOOKS,
+        TaskName.EVICT: Queue.MAINTENANCE,
+        TaskName.RETRAIN_PREDICTORS: Queue.MAINTENANCE,
+        TaskName.REBALANCE_POOLS: Queue.MAINTENANCE,
+        TaskName.RECONCILE: Queue.MAINTENANCE,
+    }
+)
+
 # A large worker takes cache_miss before cache_hit; a small worker takes cache_hit only.
 QUEUES_BY_ROLE: dict[Role, tuple[Queue, ...]] = {
     Role.ADMIT: (Queue.ADMIT,),
@@ -36,3 +59,12 @@ QUEUES_BY_ROLE: dict[Role, tuple[Queue, ...]] = {
     Role.DECODE: (Queue.DECODE,),
     Role.IO: (Queue.WEBHOOKS, Queue.MAINTENANCE),
 }
+
+
+def queue_depth(client: redis.Redis, queue: Queue) -> int | None:
+    """Messages waiting in a queue (Celery's Redis transport keeps each queue as a list named after
+    it); None when the broker cannot be asked."""
+    try:
+        return int(client.llen(queue.value))
+    except redis.RedisError:
+        return None

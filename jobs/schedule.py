@@ -5,28 +5,26 @@ from __future__ import annotations
 from typing import Any
 
 from core.settings import Settings
-from jobs.queues import Queue, TaskName
+from jobs.queues import ROUTES, TaskName
+
+
+def _every(task: TaskName, period: float) -> dict[str, Any]:
+    # Expire each run after one period: a backlog of identical maintenance runs helps nobody.
+    return {
+        "task": task.value,
+        "schedule": period,
+        "options": {"queue": ROUTES[task].value, "expires": period},
+    }
 
 
 def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
     period = settings.beat_period_s
-    # Expire each run after one period: a backlog of identical maintenance runs helps nobody.
-    options = {"queue": Queue.MAINTENANCE.value, "expires": period}
     schedule: dict[str, dict[str, Any]] = {
-        "evict": {"task": TaskName.EVICT.value, "schedule": period, "options": options},
-        "retrain-predictors": {
-            "task": TaskName.RETRAIN_PREDICTORS.value,
-            "schedule": period,
-            "options": options,
-        },
-        "reconcile": {"task": TaskName.RECONCILE.value, "schedule": period, "options": options},
+        "evict": _every(TaskName.EVICT, period),
+        "retrain-predictors": _every(TaskName.RETRAIN_PREDICTORS, period),
+        "reconcile": _every(TaskName.RECONCILE, period),
     }
     if settings.monitor_enabled:
         # MoDM 5.3: the global monitor re-plans the pools once per monitoring period.
-        monitor = float(settings.monitor_period_s)
-        schedule["rebalance-pools"] = {
-            "task": TaskName.REBALANCE_POOLS.value,
-            "schedule": monitor,
-            "options": {"queue": Queue.MAINTENANCE.value, "expires": monitor},
-        }
+        schedule["rebalance-pools"] = _every(TaskName.REBALANCE_POOLS, float(settings.monitor_period_s))
     return schedule

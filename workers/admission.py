@@ -22,7 +22,6 @@ from db.models import Job, Tenant
 from jobs.admission import MISS_UNSEARCHED, AdmissionDecision, Candidate, cache_applies, decide
 from jobs.policies.k_selection import ThresholdTable, parse_table
 from jobs.policies.predictor import MatchPredictor, likely_hit
-from jobs.routing import send_route
 from workers.context import WorkerContext
 
 log = logging.getLogger(__name__)
@@ -45,7 +44,8 @@ def admit(context: WorkerContext, job_id: uuid.UUID) -> AdmissionDecision | None
         if job is None or job.status != JobStatus.STARTING.value:
             return None
         if job.admitted_at is not None and job.route is not None:
-            send_route(job_id, Route(job.route))  # redelivered after routing: the route task dedups
+            # redelivered after routing: the route task dedups
+            context.dispatcher.run_route(job_id, Route(job.route))
             return None
         tenant = session.get(Tenant, job.tenant_id)
         request = _Request(
@@ -76,7 +76,7 @@ def admit(context: WorkerContext, job_id: uuid.UUID) -> AdmissionDecision | None
             stats.record_admission(session, outcome=decision.outcome, k=decision.k)
     if not recorded:  # canceled or admitted by a concurrent delivery meanwhile
         return None
-    send_route(job_id, decision.route)
+    context.dispatcher.run_route(job_id, decision.route)
     log.info(
         "admitted %s: %s k=%s similarity=%s in %s ms",
         job_id,

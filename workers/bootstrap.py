@@ -12,10 +12,10 @@ from celery.utils.nodenames import default_nodename, host_format
 from core.settings import get_settings
 from core.vocabulary import GPU_ROLES, Role
 from jobs.celery_app import get_celery_app
-from workers import pool_role
+from workers import role_switch
 from workers.context import ROLE_ENV
-from workers.pool_role import consumed_queues
 from workers.registry import keep_record, starting_role
+from workers.role_switch import consumed_queues
 
 log = logging.getLogger(__name__)
 
@@ -28,15 +28,15 @@ def run_worker(role: Role, *, name: str | None = None, concurrency: int = 1) -> 
     """Run a Celery worker for `role` in the foreground (blocks until it is stopped).
 
     A large or small worker whose name an operator pinned to the other pool starts there; the pool
-    monitor may move it later (workers.control). Its role is recorded in worker_roles (workers.registry).
+    monitor may move it later (workers.role_switch). Its role is recorded in worker_roles (workers.registry).
     """
     settings = get_settings()
     hostname = host_format(default_nodename(name or worker_node_name(role)))
     role = starting_role(settings, worker_name=hostname, role=role)
     os.environ[ROLE_ENV] = role.value  # read by the child processes' context
-    pool_role.install(role)  # shared memory: created before the pool forks its children
+    role_switch.install(role)  # shared memory: created before the pool forks its children
     app = get_celery_app()
-    import workers.control  # (registers the remote control commands)
+    role_switch.register_commands()  # the pool monitor's remote control commands
     import workers.tasks  # noqa: F401  (registers the task bodies on the app)
 
     keep_record(settings, worker_name=hostname, role=role)
@@ -63,7 +63,7 @@ def _load_models_in_child(**_: object) -> None:
     role_name = os.environ.get(ROLE_ENV)
     if role_name is None:
         return
-    role = pool_role.shared_role() or Role(role_name)  # a child forked after a move takes the new role
+    role = role_switch.shared_role() or Role(role_name)  # a child forked after a move takes the new role
     from workers.context import get_context
 
     context = get_context()

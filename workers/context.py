@@ -1,4 +1,5 @@
-"""What one worker process holds: settings, the blob store, and its models, each loaded once.
+"""What one worker process holds: settings, the blob store, the dispatcher it enqueues through,
+and its models, each built once.
 
 The role's model is loaded on first use (or eagerly at process start, see bootstrap), so a
 process only pays for what its queues need.
@@ -15,6 +16,8 @@ from core.settings import Settings, get_settings
 from core.vocabulary import Role
 from db.blobs.base import BlobStore
 from db.blobs.factory import blob_store_from_settings
+from jobs.celery_app import get_celery_app
+from jobs.dispatch import CeleryDispatcher, Dispatcher
 
 if TYPE_CHECKING:
     from workers.runtime.runtime import DiffusionRuntime
@@ -23,10 +26,11 @@ if TYPE_CHECKING:
 class WorkerContext:
     """Process-wide state of a worker. Not thread-safe: one task at a time (prefetch 1)."""
 
-    def __init__(self, settings: Settings, role: Role) -> None:
+    def __init__(self, settings: Settings, role: Role, *, dispatcher: Dispatcher | None = None) -> None:
         self.settings = settings
         self.role = role
         self.blobs: BlobStore = blob_store_from_settings(settings)
+        self._dispatcher = dispatcher
         self._runtime: DiffusionRuntime | None = None
         self._text_embedder: Any = None
         self._image_embedder: Any = None
@@ -39,12 +43,20 @@ class WorkerContext:
 
     def switch_role(self, role: Role) -> None:
         """Host `role` from now on: a loaded runtime swaps its model (releasing the old one first);
-        an unloaded one loads the new role's on first use. Between tasks only (workers.pool_role)."""
+        an unloaded one loads the new role's on first use. Between tasks only (workers.role_switch)."""
         if role is self.role:
             return
         if self._runtime is not None:
             self._runtime.switch_role(role)
         self.role = role
+
+    @property
+    def dispatcher(self) -> Dispatcher:
+        """Every enqueue of this process goes through it; over a Celery app for these settings unless
+        one was given (get_context gives the process-wide app, tests a recording one)."""
+        if self._dispatcher is None:
+            self._dispatcher = CeleryDispatcher.for_settings(self.settings)
+        return self._dispatcher
 
     def runtime(self) -> DiffusionRuntime:
         if self._runtime is None:
@@ -75,4 +87,10 @@ ROLE_ENV = "REPRISE_WORKER_ROLE"  # set by workers.bootstrap in the main process
 
 @lru_cache(maxsize=1)
 def get_context() -> WorkerContext:
-    return WorkerContext(get_settings(), Role(os.environ.get(ROLE_ENV, Role.LARGE.value)))
+    """This process's context: settings from the environment, the role bootstrap set, and a dispatcher
+    over the process-wide Celery app (the one workers.tasks registers the tasks on)."""
+    return WorkerContext(
+        get_settings(),
+        Role(os.environ.get(ROLE_ENV, Role.LARGE.value)),
+        dispatcher=CeleryDispatcher(get_celery_app()),
+    )

@@ -5,13 +5,10 @@ from __future__ import annotations
 import logging
 import uuid
 
-from sqlalchemy import func, update
-
 from db.blobs import keys
 from db.codec import decode_latent
 from db.engine import session_scope
-from db.images import encode_image, parse_image_format
-from db.models import Job
+from db.images import encode_image, job_image, parse_image_format, record_image_key
 from workers.context import WorkerContext
 
 log = logging.getLogger(__name__)
@@ -21,22 +18,16 @@ def decode_job_image(context: WorkerContext, job_id: uuid.UUID, fmt: str) -> str
     """Decode the job's final latent, store the image as `fmt`, record its key. Idempotent."""
     image_format = parse_image_format(fmt)
     with session_scope(context.settings) as session:
-        job = session.get(Job, job_id)
-        if job is None or job.final_latent_key is None:
-            return None
-        if image_format.value in job.image_keys:
-            return job.image_keys[image_format.value]
-        latent_key = job.final_latent_key
-    latent = decode_latent(context.blobs.get(latent_key))
+        found = job_image(session, job_id, image_format.value)
+    if found is None or found.latent_key is None:
+        return None
+    if found.image_key is not None:
+        return found.image_key
+    latent = decode_latent(context.blobs.get(found.latent_key))
     decoded = context.runtime().decode(latent.array, family=latent.family)
     key = keys.image_key(job_id, image_format.value)
     context.blobs.put(key, encode_image(decoded.image, image_format))
     with session_scope(context.settings) as session:
-        # jsonb || merges: concurrent decodes of two formats both land.
-        session.execute(
-            update(Job)
-            .where(Job.id == job_id)
-            .values(image_keys=Job.image_keys.op("||")(func.jsonb_build_object(image_format.value, key)))
-        )
+        record_image_key(session, job_id, image_format.value, key)
     log.info("decoded job %s to %s in %.0f ms", job_id, image_format.value, decoded.wall_s * 1e3)
     return key

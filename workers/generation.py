@@ -26,7 +26,6 @@ from db.codec import decode_latent, encode_latent
 from db.engine import session_scope
 from db.job_runs import Claim, ClaimOutcome, claim_run, complete, finish, is_cancel_requested, reroute_to_miss
 from db.models import CacheEntry, Job, Tenant
-from jobs.routing import send_route
 from jobs.webhooks import WebhookEvent
 from workers.context import WorkerContext
 from workers.notify import notify
@@ -148,9 +147,9 @@ def _claim(context: WorkerContext, job_id: uuid.UUID) -> _JobView | None:
             )
             first_start = job.attempts == 1
     if ended_now:
-        notify(settings, job_id, WebhookEvent.COMPLETED)
+        notify(context, job_id, WebhookEvent.COMPLETED)
     if view is not None and first_start:
-        notify(settings, job_id, WebhookEvent.STARTED)
+        notify(context, job_id, WebhookEvent.STARTED)
     return view
 
 
@@ -202,7 +201,7 @@ def _finish_run(context: WorkerContext, job: _JobView, result: GenerationResult,
                 denoiser_evals=result.denoiser_evals,
             )
     if completed:
-        notify(settings, job.id, WebhookEvent.COMPLETED)
+        notify(context, job.id, WebhookEvent.COMPLETED)
     log.info(
         "job %s done on %s: %d steps from %d in %.2fs",
         job.id,
@@ -265,11 +264,11 @@ def _reroute(context: WorkerContext, job: _JobView, reason: str) -> None:
     log.warning("job %s: cached source unusable (%s); running it as a miss", job.id, reason)
     with session_scope(context.settings) as session:
         reroute_to_miss(session, job.id, owner=context.owner)
-    send_route(job.id, Route.MISS)
+    context.dispatcher.run_route(job.id, Route.MISS)
 
 
 def _end(context: WorkerContext, job_id: uuid.UUID, status: JobStatus, error: str | None) -> None:
     with session_scope(context.settings) as session:
         changed = finish(session, job_id, status, error=error)
     if changed:
-        notify(context.settings, job_id, WebhookEvent.COMPLETED)
+        notify(context, job_id, WebhookEvent.COMPLETED)

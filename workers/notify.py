@@ -5,17 +5,16 @@ from __future__ import annotations
 import logging
 import uuid
 
-from core.settings import Settings
 from db.engine import session_scope
 from db.models import Job
-from jobs.dispatch import enqueue_webhook
 from jobs.webhooks import WebhookEvent, wants_event
+from workers.context import WorkerContext
 
 log = logging.getLogger(__name__)
 
 
-def notify(settings: Settings, job_id: uuid.UUID, event: WebhookEvent) -> None:
-    with session_scope(settings) as session:
+def notify(context: WorkerContext, job_id: uuid.UUID, event: WebhookEvent) -> None:
+    with session_scope(context.settings) as session:
         job = session.get(Job, job_id)
         wanted = (
             job is not None and job.webhook_url is not None and wants_event(job.webhook_events_filter, event)
@@ -23,6 +22,6 @@ def notify(settings: Settings, job_id: uuid.UUID, event: WebhookEvent) -> None:
     if not wanted:
         return
     try:
-        enqueue_webhook(job_id, event)
+        context.dispatcher.deliver_webhook(job_id, event)
     except Exception:  # the broker is down: the reconciler sends undelivered events later
         log.exception("could not queue webhook %s for job %s", event.value, job_id)

@@ -8,14 +8,13 @@ from core.settings import Settings
 from core.vocabulary import Route
 from db.engine import session_scope
 from db.job_runs import find_stuck
-from jobs.dispatch import enqueue_admit
-from jobs.routing import send_route
+from jobs.dispatch import Dispatcher
 from workers.webhook_delivery import enqueue_due_retries
 
 log = logging.getLogger(__name__)
 
 
-def reconcile(settings: Settings) -> int:
+def reconcile(settings: Settings, dispatcher: Dispatcher) -> int:
     """Re-enqueue jobs untouched past stuck_after_s and due webhook retries; return how many.
 
     Duplicates are harmless: admission and the GPU tasks are idempotent on the job id.
@@ -24,9 +23,9 @@ def reconcile(settings: Settings) -> int:
         stuck = find_stuck(session, older_than_s=settings.stuck_after_s)
     for job in stuck:
         if job.admitted and job.route is not None:
-            send_route(job.job_id, Route(job.route))
+            dispatcher.run_route(job.job_id, Route(job.route))
         else:
-            enqueue_admit(job.job_id)
+            dispatcher.admit(job.job_id)
     if stuck:
         log.warning("reconciler re-enqueued %d stuck jobs", len(stuck))
-    return len(stuck) + enqueue_due_retries(settings=settings)
+    return len(stuck) + enqueue_due_retries(settings=settings, dispatcher=dispatcher)

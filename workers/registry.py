@@ -5,39 +5,26 @@ process); when it is ready to consume it records its role; when it stops it remo
 pinned. The monitor records the moves it makes and drops the rows of workers that stopped without a
 word (SIGKILL, a lost machine).
 
-The main process forks the pool children: it talks to the database through connections it closes at
-once (no pool), so that no child ever inherits, and shares, one of its sockets.
+The main process forks the pool children: it talks to the database through sessions whose connection
+is closed at once (db.engine's unpooled sessions), so that no child ever inherits, and shares, one of
+its sockets. The SQL is db.pools'; the other half of the worker side is workers.role_switch.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from celery.signals import worker_ready, worker_shutdown
-from sqlalchemy import create_engine
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session
-from sqlalchemy.pool import NullPool
 
 from core.settings import Settings
 from core.vocabulary import Role
-from db import worker_roles
-from jobs.policies.pool_monitor import POOL_ROLES
+from db import pools
+from db.engine import session_scope
+from jobs.pools.policy import POOL_ROLES
 
 log = logging.getLogger(__name__)
-
-
-@contextmanager
-def _unpooled_session(settings: Settings) -> Iterator[Session]:
-    engine = create_engine(settings.sqlalchemy_url, poolclass=NullPool)
-    try:
-        with Session(engine) as session, session.begin():
-            yield session
-    finally:
-        engine.dispose()
 
 
 def starting_role(settings: Settings, *, worker_name: str, role: Role) -> Role:
@@ -45,8 +32,8 @@ def starting_role(settings: Settings, *, worker_name: str, role: Role) -> Role:
     if role not in POOL_ROLES:
         return role
     try:
-        with _unpooled_session(settings) as session:
-            pinned = worker_roles.pinned_role(session, worker_name=worker_name)
+        with session_scope(settings, pooled=False) as session:
+            pinned = pools.pinned_role(session, worker_name=worker_name)
     except SQLAlchemyError:  # the worker's tasks will say what is wrong with the database
         log.warning("could not read the pins of %s; starting as %s", worker_name, role.value, exc_info=True)
         return role
@@ -61,15 +48,15 @@ def keep_record(settings: Settings, *, worker_name: str, role: Role) -> None:
 
     def on_ready(**_: Any) -> None:
         try:
-            with _unpooled_session(settings) as session:
-                worker_roles.record_role(session, worker_name=worker_name, role=role)
+            with session_scope(settings, pooled=False) as session:
+                pools.record_role(session, worker_name=worker_name, role=role)
         except SQLAlchemyError:  # the monitor records every worker that answers it, later
             log.warning("could not record worker %s in worker_roles", worker_name, exc_info=True)
 
     def on_shutdown(**_: Any) -> None:
         try:
-            with _unpooled_session(settings) as session:
-                worker_roles.forget(session, worker_name=worker_name)
+            with session_scope(settings, pooled=False) as session:
+                pools.forget(session, worker_name=worker_name)
         except SQLAlchemyError:  # stopping must not fail for want of a database; the monitor prunes later
             log.warning("could not remove worker %s from worker_roles", worker_name, exc_info=True)
 

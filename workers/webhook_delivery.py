@@ -22,7 +22,7 @@ from core.settings import Settings
 from core.vocabulary import TERMINAL_STATUSES
 from db.engine import session_scope
 from db.models import Job, Tenant, WebhookDelivery
-from jobs.dispatch import Dispatcher, default_dispatcher
+from jobs.dispatch import Dispatcher
 from jobs.representation import generation_json
 from jobs.webhooks import (
     FILTER_OF_EVENT,
@@ -209,7 +209,7 @@ def run_delivery(
     job_id: uuid.UUID,
     event: WebhookEvent,
     attempt: int = 1,
-    dispatcher: Dispatcher | None = None,
+    dispatcher: Dispatcher,
 ) -> DeliveryOutcome:
     """The body of the reprise.deliver_webhook task: one attempt, then queue the next when due soon.
 
@@ -218,9 +218,7 @@ def run_delivery(
     """
     outcome = deliver_webhook(settings=settings, job_id=job_id, event=event, attempt=attempt)
     if outcome.retry_in is not None and _queued_with_countdown(settings, outcome.retry_in):
-        (dispatcher or default_dispatcher()).enqueue_webhook(
-            job_id, event, attempt=attempt + 1, countdown=outcome.retry_in
-        )
+        dispatcher.deliver_webhook(job_id, event, attempt=attempt + 1, countdown=outcome.retry_in)
     return outcome
 
 
@@ -272,9 +270,7 @@ def _never_attempted(
     return found
 
 
-def enqueue_due_retries(
-    *, settings: Settings, dispatcher: Dispatcher | None = None, now: datetime | None = None
-) -> int:
+def enqueue_due_retries(*, settings: Settings, dispatcher: Dispatcher, now: datetime | None = None) -> int:
     """For the reconciler: queue every delivery attempt that is due and that no queued task will make.
 
     That is the next attempt of each event whose latest attempt failed: the long waits run_delivery
@@ -297,9 +293,8 @@ def enqueue_due_retries(
             )
         ).all()
         first = _never_attempted(session, settings, current)
-    sender = dispatcher or default_dispatcher()
     for job_id, event, attempt in retries:
-        sender.enqueue_webhook(job_id, WebhookEvent(event), attempt=attempt + 1)
+        dispatcher.deliver_webhook(job_id, WebhookEvent(event), attempt=attempt + 1)
     for job_id, first_event in first:
-        sender.enqueue_webhook(job_id, first_event, attempt=1)
+        dispatcher.deliver_webhook(job_id, first_event, attempt=1)
     return len(retries) + len(first)

@@ -19,8 +19,7 @@ from core.params import GenerationParams, check_params
 from core.vocabulary import JobStatus
 from db import jobs as jobs_db
 from db.models import Job, Tenant
-from jobs.dispatch import queue_depth
-from jobs.queues import Queue
+from jobs.queues import Queue, queue_depth
 from jobs.representation import generation_object
 from jobs.webhooks import WebhookEvent, check_webhook_url, wants_event
 
@@ -76,9 +75,49 @@ def _check_capacity(state: AppState) -> None:
         )
 
 
+def _new_job(
+    body: GenerationCreate, tenant: Tenant, state: AppState, idempotency_key: str | None
+) -> jobs_db.NewJob:
+    """The job a request asks for, once every check passed (422 naming the field otherwise)."""
+    params = _params(body, state)
+    if body.cache == "shared" and not tenant.shared_cache:
+        raise InvalidInput("this tenant has not opted in to the shared cache", field="cache")
+    if body.webhook is not None:
+        check_webhook_url(
+            body.webhook, allow_hosts=state.settings.webhook_allow_hosts, resolve=state.resolver
+        )
+    if idempotency_key is not None and "\x00" in idempotency_key:
+        raise InvalidInput("Idempotency-Key must not contain NUL characters", field="Idempotency-Key")
+    return jobs_db.NewJob(
+        params=params,
+        cache_mode=body.cache,
+        webhook_url=body.webhook,
+        webhook_events_filter=body.events(),
+        idempotency_key=idempotency_key,
+        request_fingerprint=body.fingerprint() if idempotency_key is not None else None,
+    )
+
+
+def _insert(session: SessionDep, tenant: Tenant, state: AppState, new: jobs_db.NewJob) -> tuple[Job, bool]:
+    """Insert and commit the job under the queue's and the tenant's limits (503, 429): (job, created)."""
+    _check_capacity(state)
+    try:
+        result = jobs_db.create_job(session=session, tenant=tenant, new=new)
+    except InflightLimitExceeded as error:
+        JOBS_REJECTED.labels("inflight_limit").inc()
+        raise Problem(
+            429,
+            str(error),
+            slug="inflight-limit",
+            headers={"Retry-After": str(state.settings.retry_after_s)},
+        ) from None
+    session.commit()
+    return result.job, result.created
+
+
 def _enqueue_admit(state: AppState, job_id: uuid.UUID) -> None:
     try:
-        state.dispatcher.enqueue_admit(job_id)
+        state.dispatcher.admit(job_id)
     except Exception:  # the broker is down: the job stays 'starting' and the reconciler re-enqueues it
         ENQUEUE_FAILURES.labels("admit").inc()
         log.warning("could not enqueue admission of job %s; the reconciler will", job_id, exc_info=True)
@@ -115,41 +154,13 @@ def create_generation(
 ) -> Generation:
     """Submit a job: 202 with the queued job, or 200 with the first job for a repeated Idempotency-Key."""
     # 1. Check the request before touching anything.
-    params = _params(body, state)
-    if body.cache == "shared" and not tenant.shared_cache:
-        raise InvalidInput("this tenant has not opted in to the shared cache", field="cache")
-    if body.webhook is not None:
-        check_webhook_url(
-            body.webhook, allow_hosts=state.settings.webhook_allow_hosts, resolve=state.resolver
-        )
-    if idempotency_key is not None and "\x00" in idempotency_key:
-        raise InvalidInput("Idempotency-Key must not contain NUL characters", field="Idempotency-Key")
-    new = jobs_db.NewJob(
-        params=params,
-        cache_mode=body.cache,
-        webhook_url=body.webhook,
-        webhook_events_filter=body.events(),
-        idempotency_key=idempotency_key,
-        request_fingerprint=body.fingerprint() if idempotency_key is not None else None,
-    )
+    new = _new_job(body, tenant, state, idempotency_key)
     # 2. A replay answers with the first job even when we are busy now.
     replayed = None
     if idempotency_key is not None:
         replayed = jobs_db.find_replay(session=session, tenant_id=tenant.id, new=new)
     if replayed is None:
-        _check_capacity(state)
-        try:
-            result = jobs_db.create_job(session=session, tenant=tenant, new=new)
-        except InflightLimitExceeded as error:
-            JOBS_REJECTED.labels("inflight_limit").inc()
-            raise Problem(
-                429,
-                str(error),
-                slug="inflight-limit",
-                headers={"Retry-After": str(state.settings.retry_after_s)},
-            ) from None
-        session.commit()
-        job, created = result.job, result.created
+        job, created = _insert(session, tenant, state, new)
     else:
         job, created = replayed, False
     # 3. Queue it only once it is committed, so a worker never looks for a row that is not there.
@@ -211,7 +222,7 @@ def cancel_generation(
         and wants_event(canceled.webhook_events_filter, WebhookEvent.COMPLETED)
     ):
         try:
-            state.dispatcher.enqueue_webhook(canceled.id, WebhookEvent.COMPLETED)
+            state.dispatcher.deliver_webhook(canceled.id, WebhookEvent.COMPLETED)
         except Exception:
             ENQUEUE_FAILURES.labels("webhook").inc()
             log.warning("could not enqueue the webhook of canceled job %s", canceled.id, exc_info=True)

@@ -11,10 +11,9 @@ from sqlalchemy import func, select
 from api.deps import SessionDep, StateDep, TenantDep
 from api.schemas import CacheStats, ComputeStats, IntervalRow, PoolDecisionView, Stats, problem_responses
 from db import jobs as jobs_db
-from db.models import IntervalStats, PoolDecision, WorkerRole
-from db.pool_decisions import latest_decision
-from jobs.dispatch import queue_depth
-from jobs.queues import Queue
+from db.models import IntervalStats, PoolDecision, WorkerRoleRow
+from db.pools import latest_decision
+from jobs.queues import Queue, queue_depth
 
 router = APIRouter(prefix="/v1/stats", tags=["stats"])
 
@@ -38,7 +37,7 @@ def get_stats(
     pools = {
         role: int(count)
         for role, count in session.execute(
-            select(WorkerRole.role, func.count()).group_by(WorkerRole.role).order_by(WorkerRole.role)
+            select(WorkerRoleRow.role, func.count()).group_by(WorkerRoleRow.role).order_by(WorkerRoleRow.role)
         )
     }
     intervals = session.scalars(

@@ -19,6 +19,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from core.errors import ThresholdTableError
+from core.vocabulary import LookupMode, TextEmbedderKind
 
 
 class Comparison(StrEnum):
@@ -53,6 +54,8 @@ class ThresholdTable:
     rows: tuple[ThresholdRow, ...]
     comparison: Comparison
     source: str
+    mode: LookupMode | None = None  # the lookup it was profiled for; None: unknown (a custom table)
+    profiled_with: str | None = None  # the embedder it was profiled for (embedder_tag); None: unknown
 
     def __post_init__(self) -> None:
         if not self.rows:
@@ -104,6 +107,10 @@ class ThresholdTable:
         return ",".join(f"{self.comparison.value}{row.similarity:g}:{row.k}" for row in self.rows)
 
 
+CLIP_VIT_L_14 = "open_clip:ViT-L-14"
+MINILM = "minilm:all-MiniLM-L6-v2"
+
+
 def _rows(*pairs: tuple[float, int]) -> tuple[ThresholdRow, ...]:
     return tuple(ThresholdRow(similarity, k) for similarity, k in pairs)
 
@@ -114,6 +121,8 @@ NIRVANA_T2T = ThresholdTable(
     comparison=Comparison.GREATER,
     source="NIRVANA 5.3.1, Figure 10 (CLIP text-to-text similarity, alpha = 0.9), as reimplemented "
     "by the MoDM authors (MoDM 5.2 quotes NIRVANA's 0.65-0.95 thresholds)",
+    mode=LookupMode.TEXT_TO_TEXT,
+    profiled_with=CLIP_VIT_L_14,  # NIRVANA 5.1: 768-d CLIP text embeddings
 )
 
 MODM_T2I = ThresholdTable(
@@ -121,9 +130,72 @@ MODM_T2I = ThresholdTable(
     rows=_rows((0.30, 30), (0.29, 25), (0.28, 15), (0.27, 10), (0.25, 5)),
     comparison=Comparison.GREATER_EQUAL,
     source="MoDM 5.2, Figure 5b (CLIP score / 100, text-to-image similarity, alpha = 0.95)",
+    mode=LookupMode.TEXT_TO_IMAGE,
+    profiled_with=CLIP_VIT_L_14,  # MoDM 5.2: CLIPScore, the CLIP ViT-L/14 text and image towers
 )
 
 PRESETS: Mapping[str, ThresholdTable] = MappingProxyType({t.name: t for t in (NIRVANA_T2T, MODM_T2I)})
+
+AUTO = "auto"  # Settings.k_table's default: the preset profiled for the configured lookup mode
+PRESET_FOR_MODE: Mapping[LookupMode, ThresholdTable] = MappingProxyType(
+    {LookupMode.TEXT_TO_TEXT: NIRVANA_T2T, LookupMode.TEXT_TO_IMAGE: MODM_T2I}
+)
+
+# Where the similarities of related pairs lie in each lookup mode, so a table outside them is refused:
+# text-to-text cosines of paraphrases and near-duplicates lie in 0.65-0.95 (NIRVANA Figure 10), and
+# unrelated prompts reach 0.3-0.4 with sentence embedders; CLIP text-to-image cosines of matching
+# pairs lie in 0.25-0.35 (MoDM 5.2, Figure 5b) and rarely pass 0.4.
+PLAUSIBLE_FLOOR: Mapping[LookupMode, tuple[float, float]] = MappingProxyType(
+    {LookupMode.TEXT_TO_TEXT: (0.4, 0.99), LookupMode.TEXT_TO_IMAGE: (0.1, 0.45)}
+)
+
+
+def table_for(spec: str, mode: LookupMode) -> ThresholdTable:
+    """The table a deployment uses: `spec` (Settings.k_table) read for the lookup mode.
+
+    'auto' is the mode's own preset (nirvana-t2t for text, modm-t2i for image). A preset profiled for
+    the other mode, or a custom table whose lowest row no related pair of the mode would pass (or
+    every unrelated one would), is refused with the fix: similarities of the two modes live on
+    different scales, so such a table either never hits or serves unrelated images.
+    """
+    if spec.strip() == AUTO:
+        return PRESET_FOR_MODE[mode]
+    table = parse_table(spec)
+    if table.mode is not None and table.mode is not mode:
+        raise ThresholdTableError(
+            f"threshold table {table.name!r} was profiled for {table.mode.value} lookups, but "
+            f"REPRISE_LOOKUP_MODE={mode.value}: set REPRISE_K_TABLE=auto (or {PRESET_FOR_MODE[mode].name})"
+        )
+    low, high = PLAUSIBLE_FLOOR[mode]
+    if not low <= table.lowest_similarity <= high:
+        raise ThresholdTableError(
+            f"threshold table {table.name!r}: its lowest row ({table.lowest_similarity:g}) is implausible "
+            f"for {mode.value} lookups, whose hits need a floor in [{low:g}, {high:g}]; set "
+            f"REPRISE_K_TABLE=auto (or {PRESET_FOR_MODE[mode].name}), or a table profiled for this mode"
+        )
+    return table
+
+
+def embedder_tag(kind: TextEmbedderKind, open_clip_model: str | None, mode: LookupMode) -> str:
+    """Names the embedder a lookup in `mode` runs with, in the form ThresholdTable.profiled_with uses.
+    Image lookups always embed the prompt with open_clip; text lookups with the text embedder."""
+    if mode is LookupMode.TEXT_TO_TEXT and kind is TextEmbedderKind.MINILM:
+        return MINILM
+    return f"open_clip:{open_clip_model or 'tiny-random'}"
+
+
+def embedder_mismatch(table: ThresholdTable, embedder: str) -> str | None:
+    """A warning when the table was profiled for another embedder than the one in use (or for an
+    unknown one): its similarities may mean other k's. None when they agree."""
+    if table.profiled_with == embedder:
+        return None
+    profiled = table.profiled_with or "an unknown embedder"
+    return (
+        f"threshold table {table.name!r} was profiled with {profiled}, but lookups embed with {embedder}: "
+        "its similarity thresholds may not keep quality. Profile a table for this embedder (NIRVANA "
+        "Algorithm 1; the quality lab's `reprise profile k`, issue 13) and set REPRISE_K_TABLE to it, or "
+        "set REPRISE_K_TABLE_PROFILED_WITH when a custom table was profiled for this embedder."
+    )
 
 
 def parse_table(spec: str) -> ThresholdTable:

@@ -35,6 +35,43 @@ JsonOpt = Annotated[Path | None, typer.Option("--json", help="Write the report(s
 PlotsOpt = Annotated[Path | None, typer.Option("--plots", help="Write PNG figures into this directory.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the Poisson arrivals.")]
 
+# Options of `simulate` alone: the simulated deployment, sweeps and the pool monitor.
+ProfilesOpt = Annotated[
+    str, typer.Option("--profile", help="vanilla, nirvana, modm, configured; a comma list.")
+]
+CacheBytesOpt = Annotated[
+    str | None, typer.Option("--cache-bytes", help="Budget, e.g. 1GiB (default: settings).")
+]
+LargeWorkersOpt = Annotated[int, typer.Option("--large-workers", min=0, help="GPUs hosting the large model.")]
+SmallWorkersOpt = Annotated[int, typer.Option("--small-workers", min=0, help="GPUs hosting the small model.")]
+SweepOpt = Annotated[
+    bool, typer.Option("--sweep", help="Sweep cache sizes and policies (adds cache_bytes, policy).")
+]
+SizesOpt = Annotated[str | None, typer.Option("--sizes", help="Sweep budgets, e.g. 16MiB,256MiB,4GiB.")]
+PoliciesOpt = Annotated[str | None, typer.Option("--policies", help="Sweep policies, a comma list, or all.")]
+RatesOpt = Annotated[
+    str | None, typer.Option("--rates", help="Poisson rates (per second) to sweep, a comma list.")
+]
+KTableOpt = Annotated[str | None, typer.Option("--k-table", help="Threshold table for the simulated lookup.")]
+SwitchOpt = Annotated[
+    float, typer.Option("--switch-s", min=0.0, help="Seconds a worker takes to change model.")
+]
+MonitorOpt = Annotated[
+    str,
+    typer.Option(
+        "--monitor",
+        help="MoDM's global monitor moving GPUs between the pools: off (fixed allocation), quality or "
+        "throughput (MoDM 5.3). Adds allocation_timeline to the JSON.",
+    ),
+]
+MonitorPeriodOpt = Annotated[
+    float | None,
+    typer.Option("--monitor-period-s", min=1.0, help="Seconds between decisions (default: settings, 60)."),
+]
+CompareOpt = Annotated[Path | None, typer.Option("--compare", help="A replay's JSON to validate against.")]
+JobsOpt = Annotated[int, typer.Option("--jobs", min=1, help="Simulations to run in parallel processes.")]
+ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bar on stderr.")]
+
 
 @bench_app.command("runtime")
 def runtime_command(
@@ -97,7 +134,8 @@ def replay_command(
     seed: SeedOpt = 0,
 ) -> None:
     """Replay a trace through a running stack's HTTP API and report hit rate, k, compute saved, latency."""
-    from bench.runner import ReplayCliOptions, guarded, replay_main, workload_options
+    from bench.options import guarded, workload_options
+    from bench.runner import ReplayCliOptions, replay_main
 
     raise typer.Exit(
         guarded(
@@ -133,81 +171,54 @@ def simulate_command(
     concurrency: ConcurrencyOpt = 4,
     time_scale: TimeScaleOpt = 1.0,
     limit: LimitOpt = None,
-    profile: str = typer.Option(
-        "nirvana", "--profile", help="vanilla, nirvana, modm, configured; a comma list."
-    ),
+    profile: ProfilesOpt = "nirvana",
     costs: CostsOpt = None,
-    cache_bytes: str | None = typer.Option(
-        None, "--cache-bytes", help="Budget, e.g. 1GiB (default: settings)."
-    ),
-    large_workers: int = typer.Option(3, "--large-workers", min=0, help="GPUs hosting the large model."),
-    small_workers: int = typer.Option(1, "--small-workers", min=0, help="GPUs hosting the small model."),
-    sweep: bool = typer.Option(
-        False, "--sweep", help="Sweep cache sizes and policies (adds cache_bytes, policy)."
-    ),
-    sizes: str | None = typer.Option(None, "--sizes", help="Sweep budgets, e.g. 16MiB,256MiB,4GiB."),
-    policies: str | None = typer.Option(None, "--policies", help="Sweep policies, a comma list, or all."),
-    rates: str | None = typer.Option(
-        None, "--rates", help="Poisson rates (per second) to sweep, a comma list."
-    ),
-    k_table: str | None = typer.Option(None, "--k-table", help="Threshold table for the simulated lookup."),
-    switch_s: float = typer.Option(
-        0.0, "--switch-s", min=0.0, help="Seconds a worker takes to change model."
-    ),
-    monitor: str = typer.Option(
-        "off",
-        "--monitor",
-        help="MoDM's global monitor moving GPUs between the pools: off (fixed allocation), quality or "
-        "throughput (MoDM 5.3). Adds allocation_timeline to the JSON.",
-    ),
-    monitor_period_s: float | None = typer.Option(
-        None, "--monitor-period-s", min=1.0, help="Seconds between decisions (default: settings, 60)."
-    ),
+    cache_bytes: CacheBytesOpt = None,
+    large_workers: LargeWorkersOpt = 3,
+    small_workers: SmallWorkersOpt = 1,
+    sweep: SweepOpt = False,
+    sizes: SizesOpt = None,
+    policies: PoliciesOpt = None,
+    rates: RatesOpt = None,
+    k_table: KTableOpt = None,
+    switch_s: SwitchOpt = 0.0,
+    monitor: MonitorOpt = "off",
+    monitor_period_s: MonitorPeriodOpt = None,
     json_path: JsonOpt = None,
     plots: PlotsOpt = None,
-    compare: Path | None = typer.Option(None, "--compare", help="A replay's JSON to validate against."),
+    compare: CompareOpt = None,
     seed: SeedOpt = 0,
-    jobs: int = typer.Option(1, "--jobs", min=1, help="Simulations to run in parallel processes."),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on stderr."),
+    jobs: JobsOpt = 1,
+    progress: ProgressOpt = True,
 ) -> None:
     """Simulate a trace with profiled costs and the service's own policies (no GPU, no images)."""
-    from bench.runner import (
-        SimulateOptions,
-        guarded,
-        parse_list,
-        parse_monitor,
-        parse_size,
-        simulate_main,
-        workload_options,
-    )
+    from bench.options import guarded, parse_list, parse_monitor, parse_size, workload_options
+    from bench.runner import SimulateOptions, simulate_main
 
-    raise typer.Exit(
-        guarded(
-            lambda: simulate_main(
-                get_settings(),
-                SimulateOptions(
-                    workload=workload_options(
-                        trace, arrivals, process, order, rate, concurrency, time_scale, limit, seed
-                    ),
-                    profiles=tuple(parse_list(profile)),
-                    costs=costs,
-                    cache_bytes=parse_size(cache_bytes) if cache_bytes else None,
-                    large_workers=large_workers,
-                    small_workers=small_workers,
-                    sweep=sweep,
-                    sizes=tuple(parse_size(size) for size in parse_list(sizes or "")),
-                    policies=tuple(parse_list(policies or "")),
-                    rates=tuple(float(r) for r in parse_list(rates or "")),
-                    k_table=k_table,
-                    switch_s=switch_s,
-                    monitor=parse_monitor(monitor),
-                    monitor_period_s=monitor_period_s,
-                    jobs=jobs,
-                    json_path=json_path,
-                    plots=plots,
-                    compare=compare,
-                    progress=progress,
-                ),
-            )
+    def main() -> int:
+        options = SimulateOptions(
+            workload=workload_options(
+                trace, arrivals, process, order, rate, concurrency, time_scale, limit, seed
+            ),
+            profiles=tuple(parse_list(profile)),
+            costs=costs,
+            cache_bytes=parse_size(cache_bytes) if cache_bytes else None,
+            large_workers=large_workers,
+            small_workers=small_workers,
+            sweep=sweep,
+            sizes=tuple(parse_size(size) for size in parse_list(sizes or "")),
+            policies=tuple(parse_list(policies or "")),
+            rates=tuple(float(r) for r in parse_list(rates or "")),
+            k_table=k_table,
+            switch_s=switch_s,
+            monitor=parse_monitor(monitor),
+            monitor_period_s=monitor_period_s,
+            jobs=jobs,
+            json_path=json_path,
+            plots=plots,
+            compare=compare,
+            progress=progress,
         )
-    )
+        return simulate_main(get_settings(), options)
+
+    raise typer.Exit(guarded(main))

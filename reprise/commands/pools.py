@@ -10,7 +10,7 @@ from core.settings import get_settings
 from core.vocabulary import Role
 
 if TYPE_CHECKING:
-    from jobs.pool_control import PoolControl
+    from jobs.pools.actuator import PoolActuator
 
 pools_app = typer.Typer(help="GPU pools: status, and pinning workers to a pool.", no_args_is_help=True)
 
@@ -20,23 +20,23 @@ def _group() -> None:
     """GPU pools: status, and pinning workers to a pool."""  # keeps `pools status` a subcommand
 
 
-def _control() -> PoolControl:
+def _actuator() -> PoolActuator:
     from jobs.celery_app import get_celery_app
-    from jobs.pool_control import PoolControl
+    from jobs.pools.actuator import PoolActuator
 
-    return PoolControl(get_celery_app())
+    return PoolActuator(get_celery_app())
 
 
 @pools_app.command("status")
 def status_command() -> None:
     """Every worker (alive or recorded), its role and pin, and the monitor's latest decision."""
-    from db import pool_decisions, worker_roles
+    from db import pools
     from db.engine import session_scope
 
-    live = _control().roles()
+    live = _actuator().roles()
     with session_scope(get_settings()) as session:
-        rows = {row.worker_name: row for row in worker_roles.list_roles(session)}
-        latest = pool_decisions.latest_decision(session)
+        rows = {row.worker_name: row for row in pools.recorded_workers(session)}
+        latest = pools.latest_decision(session)
     typer.echo(f"{'worker':40} {'role':8} {'pinned':7} {'alive':6} since")
     for name in sorted(set(rows) | set(live)):
         row = rows.get(name)
@@ -64,10 +64,10 @@ def pin_command(
     role: Role = typer.Argument(..., help="large or small."),
 ) -> None:
     """Pin a worker to a pool: it moves there now if it runs elsewhere, and the monitor leaves it."""
-    from jobs.pins import pin_worker
+    from jobs.pools.pins import pin_worker
 
     try:
-        outcome = pin_worker(get_settings(), _control(), worker=worker, role=role)
+        outcome = pin_worker(get_settings(), _actuator(), worker=worker, role=role)
     except ValueError as error:
         raise typer.BadParameter(str(error)) from None
     if not outcome.alive:
@@ -81,7 +81,7 @@ def pin_command(
 @pools_app.command("unpin")
 def unpin_command(worker: str = typer.Argument(..., help="Worker node name.")) -> None:
     """Let the monitor move a pinned worker again."""
-    from jobs.pins import unpin_worker
+    from jobs.pools.pins import unpin_worker
 
     if not unpin_worker(get_settings(), worker=worker):
         typer.echo(f"no worker {worker} is recorded", err=True)

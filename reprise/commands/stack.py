@@ -38,11 +38,13 @@ def serving_app() -> FastAPI:
     from api.main import create_app
     from db.blobs.factory import blob_store_from_settings
     from jobs.decoding import DecodePoolDecoder
+    from jobs.dispatch import CeleryDispatcher
 
     settings = get_settings()
     blobs = blob_store_from_settings(settings)
-    decoder = DecodePoolDecoder(settings, blobs, redis.Redis.from_url(settings.broker_url))
-    return create_app(settings, blob_store=blobs, decoder=decoder)
+    dispatcher = CeleryDispatcher.for_settings(settings)
+    decoder = DecodePoolDecoder(settings, blobs, redis.Redis.from_url(settings.broker_url), dispatcher)
+    return create_app(settings, dispatcher=dispatcher, blob_store=blobs, decoder=decoder)
 
 
 def worker_command(

@@ -23,7 +23,8 @@ from db.engine import session_scope
 from db.models import Job
 from db.tenants import TenantCredentials, issue_key
 from jobs.celery_app import make_celery_app
-from jobs.dispatch import CeleryDispatcher, ImageDecoder
+from jobs.decoding import ImageDecoder
+from jobs.dispatch import CeleryDispatcher
 from jobs.queues import Queue
 
 

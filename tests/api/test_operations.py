@@ -16,7 +16,7 @@ from sqlalchemy import delete
 
 from core.settings import Settings
 from db.engine import session_scope
-from db.models import IntervalStats, WorkerRole
+from db.models import IntervalStats, WorkerRoleRow
 from db.tenants import TenantCredentials
 from jobs.queues import Queue
 
@@ -84,7 +84,7 @@ def worker_names(api_settings: Settings) -> Iterator[list[str]]:
     names = [f"gpu-{uuid.uuid4().hex[:8]}" for _ in range(3)]
     yield names
     with session_scope(api_settings) as session:
-        session.execute(delete(WorkerRole).where(WorkerRole.worker_name.in_(names)))
+        session.execute(delete(WorkerRoleRow).where(WorkerRoleRow.worker_name.in_(names)))
         session.execute(delete(IntervalStats).where(IntervalStats.period_start == FAR_FUTURE))
 
 
@@ -111,7 +111,9 @@ def test_stats_report_hits_k_compute_saved_queues_and_pools(
     set_job(ids[2], status="succeeded", route="miss", steps=50, denoiser_evals={"large": 50})
     with session_scope(api_settings) as session:
         roles = ["large", "small", "small"]
-        session.add_all([WorkerRole(worker_name=n, role=r) for n, r in zip(worker_names, roles, strict=True)])
+        session.add_all(
+            [WorkerRoleRow(worker_name=n, role=r) for n, r in zip(worker_names, roles, strict=True)]
+        )
         session.merge(
             IntervalStats(
                 period_start=FAR_FUTURE, period_seconds=60, arrivals=4, hits=2, misses=1, predicted_misses=0

@@ -12,7 +12,7 @@ from sqlalchemy import delete
 
 from core.settings import Settings
 from db.engine import session_scope
-from db.models import PoolDecision, WorkerRole
+from db.models import PoolDecision, WorkerRoleRow
 from db.tenants import TenantCredentials
 
 pytestmark = pytest.mark.integration
@@ -43,12 +43,15 @@ def decision(api_settings: Settings) -> Iterator[PoolDecision]:
     with session_scope(api_settings) as session:
         session.add(row)
         session.add_all(
-            [WorkerRole(worker_name=names[0], role="small"), WorkerRole(worker_name=names[1], role="large")]
+            [
+                WorkerRoleRow(worker_name=names[0], role="small"),
+                WorkerRoleRow(worker_name=names[1], role="large"),
+            ]
         )
     yield row
     with session_scope(api_settings) as session:
         session.execute(delete(PoolDecision).where(PoolDecision.id == row.id))
-        session.execute(delete(WorkerRole).where(WorkerRole.worker_name.in_(names)))
+        session.execute(delete(WorkerRoleRow).where(WorkerRoleRow.worker_name.in_(names)))
 
 
 def test_stats_show_the_latest_pool_decision(

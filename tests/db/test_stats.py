@@ -110,33 +110,20 @@ def test_last_period_feeds_the_pool_monitor(
             stats.record_admission(
                 session, outcome=AdmissionOutcome.SEARCHED_MISS, at=at, period_seconds=period_seconds
             )
-        stats.record_service(
-            session,
-            role="large",
-            service_ms=9000.0,
-            steps=50,
-            denoiser_evals={"sd-large": 50},
-            at=at,
-            period_seconds=period_seconds,
-        )
-        stats.record_service(
-            session,
-            role="large",
-            service_ms=7000.0,
-            steps=50,
-            denoiser_evals={"sd-large": 50},
-            at=at,
-            period_seconds=period_seconds,
-        )
-        stats.record_service(
-            session,
-            role="small",
-            service_ms=1000.0,
-            steps=25,
-            denoiser_evals={"sd-small": 25},
-            at=at,
-            period_seconds=period_seconds,
-        )
+        for role, service_ms, steps, model in (
+            ("large", 9000.0, 50, "sd-large"),
+            ("large", 7000.0, 50, "sd-large"),
+            ("small", 1000.0, 25, "sd-small"),
+        ):
+            stats.record_service(
+                session,
+                role=role,
+                service_ms=service_ms,
+                steps=steps,
+                denoiser_evals={model: steps},
+                at=at,
+                period_seconds=period_seconds,
+            )
         # In the current (incomplete) period: the monitor must not see it yet.
         stats.record_admission(
             session,

@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import httpx
 import pytest
@@ -22,14 +23,14 @@ from sqlalchemy import delete, func, select
 from core.settings import Settings
 from core.vocabulary import MonitorMode, Role
 from db.engine import session_scope
-from db.models import CacheEntry, Job, PoolDecision, WorkerRole
+from db.models import CacheEntry, Job, PoolDecision, WorkerRoleRow
 from db.tenants import TenantCredentials
 from jobs.celery_app import make_celery_app
-from jobs.pins import pin_worker
-from jobs.pool_control import PoolControl
+from jobs.pools.actuator import ROLE_COMMAND, PoolActuator
+from jobs.pools.pins import pin_worker
+from jobs.pools.rebalance import rebalance_pools
 from tests.conftest import fresh_database
 from tests.e2e.conftest import START_TIMEOUT_S, Stack, free_port, make_tenant
-from workers.rebalance import rebalance_pools
 from workers.runtime.tiny import ensure_tiny_models
 
 pytestmark = pytest.mark.integration
@@ -117,16 +118,30 @@ def pool_stack(
     finally:
         stack.stop()
         with session_scope(db_settings) as session:
-            session.execute(delete(WorkerRole).where(WorkerRole.worker_name.like("%-pool@%")))
+            session.execute(delete(WorkerRoleRow).where(WorkerRoleRow.worker_name.like("%-pool@%")))
 
 
-def _control(stack: Stack) -> PoolControl:
-    return PoolControl(make_celery_app(stack.settings))
+def _actuator(stack: Stack) -> PoolActuator:
+    return PoolActuator(make_celery_app(stack.settings))
+
+
+def _hosting(stack: Stack, worker: str) -> list[dict[str, Any]]:
+    """The worker's own answer to the actuator's role command: its role and the queues it consumes."""
+    replies: list[dict[str, Any]] = _actuator(stack).app.control.broadcast(
+        ROLE_COMMAND, reply=True, timeout=2.0, destination=[worker]
+    )
+    return replies
+
+
+def _recorded_roles(settings: Settings) -> dict[str, str]:
+    with session_scope(settings) as session:
+        rows = session.execute(select(WorkerRoleRow.worker_name, WorkerRoleRow.role))
+        return {name: role for name, role in rows}
 
 
 def _roles(stack: Stack) -> dict[str, Role]:
     """Live roles by the short worker name (before the @host)."""
-    return {name.split("@")[0]: role for name, role in _control(stack).roles().items()}
+    return {name.split("@")[0]: role for name, role in _actuator(stack).roles().items()}
 
 
 def _wait_roles(stack: Stack, wanted: dict[str, Role]) -> None:
@@ -199,7 +214,7 @@ def test_mostly_hit_traffic_moves_a_worker_to_the_small_pool_without_losing_a_ta
     shifted += [_submit(stack, tenant, prompt, seed=7) for prompt in NEW_PROMPTS[:2]]
     _wait_jobs(stack, shifted, admitted_only=True)
     unfinished = sum(job.status not in TERMINAL for job in _jobs(stack, shifted))
-    decision = rebalance_pools(settings, _control(stack), window=_window(start))
+    decision = rebalance_pools(settings, _actuator(stack), window=_window(start))
     assert decision is not None
     assert unfinished >= 3, f"the move should happen under load; {unfinished} jobs were unfinished"
 
@@ -238,10 +253,8 @@ def test_mostly_hit_traffic_moves_a_worker_to_the_small_pool_without_losing_a_ta
     assert any(job.models_used == ["tiny-small"] for job in late_hits)
 
     # The worker consumes the small pool's queue, and worker_roles says so.
-    live = _control(stack).app.control.broadcast("reprise_role", reply=True, timeout=2.0, destination=[moved])
-    assert live == [{moved: {"role": "small", "queues": ["cache_hit"]}}]
-    with session_scope(settings) as session:
-        rows = {name: role for name, role in session.execute(select(WorkerRole.worker_name, WorkerRole.role))}
+    assert _hosting(stack, moved) == [{moved: {"role": "small", "queues": ["cache_hit"]}}]
+    rows = _recorded_roles(settings)
     assert rows[moved] == "small" and rows[GPU_WORKERS[1] + "@" + moved.split("@")[1]] == "large"
     with session_scope(settings) as session:
         assert session.scalar(select(func.count()).select_from(PoolDecision)) == 1
@@ -249,22 +262,21 @@ def test_mostly_hit_traffic_moves_a_worker_to_the_small_pool_without_losing_a_ta
 
 def test_a_pinned_worker_stays_where_the_operator_put_it(pool_stack: Stack) -> None:
     stack, settings = pool_stack, pool_stack.settings
-    control = _control(stack)
-    names = {name.split("@")[0]: name for name in control.roles()}
+    actuator = _actuator(stack)
+    names = {name.split("@")[0]: name for name in actuator.roles()}
     first, second = names[GPU_WORKERS[0]], names[GPU_WORKERS[1]]
 
     # Pinning moves the worker back at once, and a large worker drains cache_miss before cache_hit.
-    outcome = pin_worker(settings, control, worker=first, role=Role.LARGE)
+    outcome = pin_worker(settings, actuator, worker=first, role=Role.LARGE)
     assert (outcome.alive, outcome.moved) == (True, True)
-    reply = control.app.control.broadcast("reprise_role", reply=True, timeout=2.0, destination=[first])
-    assert reply == [{first: {"role": "large", "queues": ["cache_miss", "cache_hit"]}}]
+    assert _hosting(stack, first) == [{first: {"role": "large", "queues": ["cache_miss", "cache_hit"]}}]
 
     # The hit-heavy period again: the monitor still wants one large worker, and moves the unpinned one.
     tenant = make_tenant(settings, f"pins-{uuid.uuid4().hex[:8]}")
     start = _db_now(settings)
     ids = [_submit(stack, tenant, PROMPTS[i % 4], seed=300 + i) for i in range(4)]
     _wait_jobs(stack, ids)
-    decision = rebalance_pools(settings, control, window=_window(start))
+    decision = rebalance_pools(settings, actuator, window=_window(start))
     assert decision is not None
     assert decision.inputs["pinned"] == {"large": 1, "small": 0}
     assert [(s["worker"], s["to"], s["ok"]) for s in decision.switches] == [(second, "small", True)]

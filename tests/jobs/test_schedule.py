@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from core.settings import load_settings
-from jobs.celery_app import TASK_ROUTES
-from jobs.queues import Queue, TaskName
+from jobs.queues import ROUTES, Queue, TaskName
 from jobs.schedule import beat_schedule
 
 
@@ -14,7 +13,7 @@ def test_the_pool_monitor_runs_once_per_monitoring_period() -> None:
     assert entry["task"] == TaskName.REBALANCE_POOLS.value
     # A late run is dropped rather than stacked: the next period's run decides on fresher numbers.
     assert (entry["schedule"], entry["options"]["expires"]) == (120.0, 120.0)
-    assert TASK_ROUTES[TaskName.REBALANCE_POOLS]["queue"] == entry["options"]["queue"] == Queue.MAINTENANCE
+    assert ROUTES[TaskName.REBALANCE_POOLS] == entry["options"]["queue"] == Queue.MAINTENANCE
 
 
 def test_every_periodic_task_goes_to_maintenance_and_the_monitor_can_be_turned_off() -> None:

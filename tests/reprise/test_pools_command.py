@@ -14,7 +14,7 @@ from core.errors import SettingsError
 from core.settings import Settings, get_settings, load_settings
 from core.vocabulary import MonitorMode
 from db.engine import session_scope
-from db.models import WorkerRole
+from db.models import WorkerRoleRow
 from reprise.commands.pools import pools_app
 
 
@@ -52,7 +52,7 @@ def test_pin_status_unpin_a_worker_that_is_not_running(cli_settings: Settings) -
         assert refused.exit_code == 2 and "large or small" in refused.output
     finally:
         with session_scope(cli_settings) as session:
-            session.execute(delete(WorkerRole).where(WorkerRole.worker_name == worker))
+            session.execute(delete(WorkerRoleRow).where(WorkerRoleRow.worker_name == worker))
 
 
 def test_monitor_defaults_follow_modm() -> None:

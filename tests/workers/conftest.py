@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import os
+import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from core.settings import Settings, load_settings
 from core.vocabulary import Role
+from db.engine import session_scope
+from db.models import Job, Tenant
+from tests.support.dispatch import RecordingDispatcher
+from workers.context import WorkerContext
 from workers.runtime import DiffusionRuntime, TinyModelPaths, ensure_tiny_models
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here may download
@@ -45,3 +52,52 @@ def large(tiny_settings: Settings) -> DiffusionRuntime:
 @pytest.fixture(scope="session")
 def small(tiny_settings: Settings) -> DiffusionRuntime:
     return DiffusionRuntime(tiny_settings, Role.SMALL)
+
+
+# --- task bodies against the real database, with a recording dispatcher ------------------------------
+
+
+@pytest.fixture
+def task_settings(db_settings: Settings, tiny_data_dir: Path, tmp_path: Path) -> Settings:
+    """The test database, the tiny models, blobs in a directory of this test's own."""
+    return db_settings.model_copy(
+        update={"data_dir": tiny_data_dir, "blob_dir": tmp_path / "blobs", "device": "cpu"}
+    )
+
+
+@pytest.fixture
+def dispatcher() -> RecordingDispatcher:
+    return RecordingDispatcher()
+
+
+@pytest.fixture
+def context_for(task_settings: Settings, dispatcher: RecordingDispatcher) -> Callable[[Role], WorkerContext]:
+    """A worker context of a role over the test database, its sends recorded (nothing reaches Redis)."""
+
+    def make(role: Role) -> WorkerContext:
+        return WorkerContext(task_settings, role, dispatcher=dispatcher)
+
+    return make
+
+
+def make_tenant(settings: Settings, *, shared_cache: bool = False) -> uuid.UUID:
+    with session_scope(settings) as session:
+        tenant = Tenant(
+            name=f"t-{uuid.uuid4().hex[:10]}", webhook_secret="whsec_dGVzdHNlY3JldHRlc3RzZWNyZXQ=",
+            shared_cache=shared_cache,
+        )  # fmt: skip
+        session.add(tenant)
+        session.flush()
+        return tenant.id
+
+
+def make_job(settings: Settings, tenant_id: uuid.UUID, prompt: str, **columns: Any) -> uuid.UUID:
+    """A job row as the API inserts it ('starting', the tiny models' 64x64, T = 50)."""
+    with session_scope(settings) as session:
+        values: dict[str, Any] = {
+            "prompt": prompt, "seed": 7, "steps": 50, "width": 64, "height": 64, "guidance": 7.5, **columns
+        }  # fmt: skip
+        job = Job(tenant_id=tenant_id, **values)
+        session.add(job)
+        session.flush()
+        return job.id

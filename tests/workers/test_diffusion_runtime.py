@@ -16,6 +16,7 @@ from core.settings import Settings, load_settings
 from core.vocabulary import Role
 from workers.runtime import TINY_NOTICE, DiffusionRuntime, RoleMismatch, TinyModelPaths, resolve_model_sources
 from workers.runtime import loading as loading_module
+from workers.runtime import runtime as runtime_module
 
 CAPTURE = {5, 10, 15, 20, 25}  # NIRVANA 5.3's K, the default capture set
 
@@ -225,8 +226,8 @@ def test_bad_inputs_fail_before_any_model_work(
     def no_model_work(*_: Any, **__: Any) -> Any:
         raise AssertionError("model work started before the inputs were checked")
 
-    monkeypatch.setattr(small, "_encode_prompt", no_model_work)
-    monkeypatch.setattr(small, "_to_image", no_model_work)
+    monkeypatch.setattr(runtime_module, "encode_prompt", no_model_work)
+    monkeypatch.setattr(runtime_module, "to_image", no_model_work)
     monkeypatch.setattr(small, "_family_vae", no_model_work)
     with pytest.raises(error):
         call(small)

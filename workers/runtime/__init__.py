@@ -2,9 +2,10 @@
 capture, resume (NIRVANA), refine (MoDM), decode (LatentBox), embedders and the quality score."""
 
 from core.errors import RoleMismatch
+from workers.runtime.denoising import ShouldStop
 from workers.runtime.loading import TINY_NOTICE, ModelSources, VaeSource, resolve_model_sources
 from workers.runtime.results import DecodeResult, GenerationResult, Latent
-from workers.runtime.runtime import DiffusionRuntime, ShouldStop
+from workers.runtime.runtime import DiffusionRuntime
 from workers.runtime.tiny import TinyModelPaths, ensure_tiny_models
 
 __all__ = [

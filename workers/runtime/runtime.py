@@ -5,28 +5,33 @@
     refine    MoDM 5.1: noise a cached final latent to step k, denoise T-k steps (img2img)
     decode    LatentBox 4.1: a stored latent back to pixels, VAE only
 
-The denoising loop is written here from the pipeline's components (encode_prompt, unet,
-scheduler) rather than calling the pipeline, so that capture, evaluation counts and
-cancellation are exact: diffusers' img2img picks its start with int(T * strength), which can
-run one step more or less than T - k.
+Each operation checks its inputs, then runs the denoising loop of workers.runtime.denoising
+(capture, evaluation counts, cancellation) and the VAE of workers.runtime.latents.
 """
 
 from __future__ import annotations
 
-import inspect
 import time
-from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from collections.abc import Collection
 from typing import Any
 
-import numpy as np
 import torch
 from PIL import Image
 
-from core.errors import GenerationCanceled, LatentError, RoleMismatch, StepsError
+from core.errors import LatentError, RoleMismatch, StepsError
 from core.params import GenerationParams, Limits, check_k, check_params
 from core.settings import Settings
 from core.vocabulary import GPU_ROLES, Role
+from workers.runtime.denoising import (
+    DenoiseRun,
+    ShouldStop,
+    denoise,
+    encode_prompt,
+    new_scheduler,
+    scheduler_template,
+    seeded_noise,
+)
+from workers.runtime.latents import checked_latent, to_image, to_numpy, vae_decode, vae_encode
 from workers.runtime.loading import (
     ModelSources,
     compute_dtype,
@@ -38,15 +43,6 @@ from workers.runtime.loading import (
     vae_latent_channels,
 )
 from workers.runtime.results import DecodeResult, GenerationResult, Latent
-
-ShouldStop = Callable[[], bool]
-
-
-@dataclass(slots=True)
-class _Run:
-    latents: torch.Tensor
-    captured: dict[int, Latent]
-    step_ms: list[float]
 
 
 class DiffusionRuntime:
@@ -123,7 +119,7 @@ class DiffusionRuntime:
         else:
             self._pipe = load_pipeline(self._sources.pipeline(role), device=self.device, dtype=self.dtype)
             self._vae = self._pipe.vae
-            self._scheduler_template = self._make_scheduler_template(self._pipe.scheduler)
+            self._scheduler_template = scheduler_template(self._pipe.scheduler, self._scheduler_name)
         self._role = role
 
     def release(self) -> None:
@@ -159,17 +155,26 @@ class DiffusionRuntime:
                 )
         with torch.inference_mode():
             # 2. Encode the prompt
-            embeds, guided = self._encode_prompt(pipe, params)
+            embeds, guided = encode_prompt(pipe, params, self.device)
             # 3. Schedule and initial noise
             scheduler = self._new_scheduler(params.steps, start_step=0)
             noise = self._noise(params, pipe.unet.config.in_channels)
             latents = noise * scheduler.init_noise_sigma
             # 4. Denoise
-            run = self._denoise(
-                pipe, scheduler, latents, embeds, guided, params, 0, set(capture), should_stop
+            run = denoise(
+                pipe,
+                scheduler,
+                latents,
+                embeds,
+                guided,
+                params,
+                0,
+                set(capture),
+                should_stop,
+                device=self.device,
             )
             # 5. Decode
-            image = self._to_image(self._vae, run.latents)
+            image = to_image(self._vae, run.latents)
         return self._result(params, run, image, start_step=0, started=started)
 
     def resume(
@@ -203,13 +208,15 @@ class DiffusionRuntime:
         latents = self._checked_latent(latent, pipe.unet.config.in_channels, params)
         with torch.inference_mode():
             # 2. Encode the prompt
-            embeds, guided = self._encode_prompt(pipe, params)
+            embeds, guided = encode_prompt(pipe, params, self.device)
             # 3. Schedule: skip the first k steps (multistep/Euler schedulers index sigmas from k)
             scheduler = self._new_scheduler(params.steps, start_step=k)
             # 4. Denoise
-            run = self._denoise(pipe, scheduler, latents, embeds, guided, params, k, set(), should_stop)
+            run = denoise(
+                pipe, scheduler, latents, embeds, guided, params, k, set(), should_stop, device=self.device
+            )
             # 5. Decode
-            image = self._to_image(self._vae, run.latents)
+            image = to_image(self._vae, run.latents)
         return self._result(params, run, image, start_step=k, started=started)
 
     def refine(
@@ -242,18 +249,20 @@ class DiffusionRuntime:
         with torch.inference_mode():
             # 2. Bring the source into this model's latent space
             if source_family != self.family:
-                pixels = self._vae_decode(self._family_vae(source_family), source)
-                source = self._vae_encode(self._vae, pixels)
+                pixels = vae_decode(self._family_vae(source_family), source)
+                source = vae_encode(self._vae, pixels, self.dtype)
             # 3. Encode the prompt
-            embeds, guided = self._encode_prompt(pipe, params)
+            embeds, guided = encode_prompt(pipe, params, self.device)
             # 4. Schedule; noise the source to the timestep of step k (the first one run)
             scheduler = self._new_scheduler(params.steps, start_step=k)
             noise = self._noise(params, channels=source.shape[1])
             latents = scheduler.add_noise(source, noise, scheduler.timesteps[k : k + 1])
             # 5. Denoise
-            run = self._denoise(pipe, scheduler, latents, embeds, guided, params, k, set(), should_stop)
+            run = denoise(
+                pipe, scheduler, latents, embeds, guided, params, k, set(), should_stop, device=self.device
+            )
             # 6. Decode
-            image = self._to_image(self._vae, run.latents)
+            image = to_image(self._vae, run.latents)
         return self._result(params, run, image, start_step=k, started=started)
 
     def decode(self, latent: Latent | torch.Tensor, *, family: str) -> DecodeResult:
@@ -271,169 +280,23 @@ class DiffusionRuntime:
             channels = int(vae.config.latent_channels)
         latents = self._checked_latent(latent, channels, None)
         with torch.inference_mode():
-            image = self._to_image(vae if vae is not None else self._family_vae(family), latents)
+            image = to_image(vae if vae is not None else self._family_vae(family), latents)
         return DecodeResult(image=image, family=family, wall_s=time.perf_counter() - started)
 
-    # --- steps ----------------------------------------------------------------------------
-    def _denoise(
-        self,
-        pipe: Any,
-        scheduler: Any,
-        latents: torch.Tensor,
-        embeds: torch.Tensor,
-        guided: bool,
-        params: GenerationParams,
-        start_step: int,
-        capture: set[int],
-        should_stop: ShouldStop | None,
-    ) -> _Run:
-        """Run schedule steps start_step..T-1: one UNet evaluation each (both halves of a
-        guidance batch in one forward pass)."""
-        run = _Run(latents=latents, captured={}, step_ms=[])
-        step_kwargs = self._step_kwargs(scheduler, params.seed)
-        for index in range(start_step, params.steps):
-            if should_stop is not None and should_stop():
-                raise GenerationCanceled(f"canceled after {index} of {params.steps} steps", step=index)
-            step_started = time.perf_counter()
-            t = scheduler.timesteps[index]
-            model_in = torch.cat([run.latents] * 2) if guided else run.latents
-            model_in = scheduler.scale_model_input(model_in, t)
-            noise_pred = pipe.unet(model_in, t, encoder_hidden_states=embeds, return_dict=False)[0]
-            if guided:
-                uncond, cond = noise_pred.chunk(2)
-                noise_pred = uncond + params.guidance * (cond - uncond)
-            run.latents = scheduler.step(noise_pred, t, run.latents, **step_kwargs, return_dict=False)[0]
-            if self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)  # so step_ms is the step's GPU time, not its launch
-            run.step_ms.append((time.perf_counter() - step_started) * 1000.0)
-            if index + 1 in capture:
-                run.captured[index + 1] = _to_numpy(run.latents)
-        return run
-
-    def _encode_prompt(self, pipe: Any, params: GenerationParams) -> tuple[torch.Tensor, bool]:
-        """Prompt embeddings; with guidance > 1 the negative (or empty) prompt's come first,
-        batched with the prompt's, as diffusers' pipelines do."""
-        guided = params.guidance > 1.0
-        positive, negative = pipe.encode_prompt(
-            params.prompt, self.device, 1, guided, negative_prompt=params.negative_prompt
-        )
-        return (torch.cat([negative, positive]) if guided else positive), guided
+    # --- helpers --------------------------------------------------------------------------
+    def _new_scheduler(self, steps: int, *, start_step: int) -> Any:
+        return new_scheduler(self._scheduler_template, steps, start_step=start_step, device=self.device)
 
     def _noise(self, params: GenerationParams, channels: int) -> torch.Tensor:
-        """Seeded Gaussian noise, drawn on the CPU so a seed gives the same noise on every device."""
-        generator = torch.Generator("cpu").manual_seed(params.seed)
         scale = self._limits.vae_scale_factor
-        shape = (1, channels, params.height // scale, params.width // scale)
-        noise = torch.randn(shape, generator=generator, dtype=torch.float32)
-        return noise.to(self.device, self.dtype)
+        return seeded_noise(params, channels, scale=scale, device=self.device, dtype=self.dtype)
 
-    def _new_scheduler(self, steps: int, *, start_step: int) -> Any:
-        """A fresh scheduler per call (schedulers keep step state), set to T steps and told where
-        the run starts, so schedulers that index sigmas by step count from there."""
-        scheduler = type(self._scheduler_template).from_config(self._scheduler_template.config)
-        scheduler.set_timesteps(steps, device=self.device)
-        if len(scheduler.timesteps) != steps:  # refused at load by `order`; this guards the indexing
-            raise RuntimeError(
-                f"{type(scheduler).__name__} made {len(scheduler.timesteps)} timesteps for {steps}"
-            )
-        if hasattr(scheduler, "set_begin_index"):
-            scheduler.set_begin_index(start_step)
-        return scheduler
-
-    def _step_kwargs(self, scheduler: Any, seed: int) -> dict[str, Any]:
-        """DDIM with eta=0 (deterministic, NIRVANA 6); a seeded generator for stochastic ones."""
-        accepted = inspect.signature(scheduler.step).parameters
-        kwargs: dict[str, Any] = {}
-        if "eta" in accepted:
-            kwargs["eta"] = 0.0
-        if "generator" in accepted:
-            kwargs["generator"] = torch.Generator("cpu").manual_seed(seed + 1)
-        return kwargs
-
-    def _make_scheduler_template(self, pipeline_scheduler: Any) -> Any:
-        """The scheduler each call copies: the pipeline's own, or the one named at construction."""
-        template = pipeline_scheduler
-        if self._scheduler_name is not None:
-            import diffusers
-
-            cls = getattr(diffusers, self._scheduler_name, None)
-            if cls is None or not hasattr(cls, "from_config"):
-                raise ValueError(f"{self._scheduler_name!r} is not a diffusers scheduler class")
-            template = cls.from_config(pipeline_scheduler.config)
-        if getattr(template, "order", 1) != 1:
-            # Step k of the schedule must be the k-th UNet evaluation for capture, resume and counts.
-            raise ValueError(
-                f"{type(template).__name__} evaluates the UNet {template.order} times per step; "
-                "use a first-order scheduler (DDIM, Euler, DPM-Solver++ multistep, ...)"
-            )
-        return template
-
-    # --- latents and pixels -------------------------------------------------------------------
     def _checked_latent(
         self, latent: Latent | torch.Tensor, channels: int, params: GenerationParams | None
     ) -> torch.Tensor:
-        """Check a caller's latent and put it on the device as (1, C, h, w).
-
-        Accepts (C, h, w) or (1, C, h, w), numpy or torch, any float dtype. With params, h and w
-        must be the request's size / 8; without, within the size limits.
-        """
-        if isinstance(latent, np.ndarray):
-            if latent.dtype.kind != "f":
-                raise LatentError(f"latent dtype {latent.dtype} is not a float type", field="latent")
-            tensor = torch.from_numpy(np.ascontiguousarray(latent))
-        elif isinstance(latent, torch.Tensor):
-            if not latent.is_floating_point():
-                raise LatentError(f"latent dtype {latent.dtype} is not a float type", field="latent")
-            tensor = latent.detach()
-        else:
-            raise LatentError(
-                f"a latent must be a numpy array or tensor, got {type(latent).__name__}", field="latent"
-            )
-        if tensor.ndim == 4 and tensor.shape[0] == 1:
-            tensor = tensor[0]
-        scale = self._limits.vae_scale_factor
-        if params is not None:
-            expected = (channels, params.height // scale, params.width // scale)
-            if tuple(tensor.shape) != expected:
-                raise LatentError(
-                    f"latent shape {tuple(tensor.shape)} does not fit a {params.width}x{params.height} "
-                    f"image: expected {expected}",
-                    field="latent",
-                )
-        else:
-            largest = self._limits.max_side // scale
-            if (
-                tensor.ndim != 3
-                or tensor.shape[0] != channels
-                or not (1 <= tensor.shape[1] <= largest and 1 <= tensor.shape[2] <= largest)
-            ):
-                raise LatentError(
-                    f"latent shape {tuple(tensor.shape)} is not ({channels}, h, w) with h, w in 1..{largest}",
-                    field="latent",
-                )
-        if not bool(torch.isfinite(tensor).all()):
-            raise LatentError("latent holds NaN or infinite values", field="latent")
-        return tensor.unsqueeze(0).to(self.device, self.dtype)
-
-    def _vae_decode(self, vae: Any, latents: torch.Tensor) -> torch.Tensor:
-        """Latents to pixels in [-1, 1] (undoing the VAE's latent scaling and shift)."""
-        shift = vae.config.shift_factor or 0.0
-        scaled = latents / vae.config.scaling_factor + shift
-        pixels: torch.Tensor = vae.decode(scaled.to(vae.dtype), return_dict=False)[0]
-        return pixels
-
-    def _vae_encode(self, vae: Any, pixels: torch.Tensor) -> torch.Tensor:
-        """Pixels in [-1, 1] to this VAE's latents, using the posterior's mode (deterministic)."""
-        posterior = vae.encode(pixels.to(vae.dtype)).latent_dist
-        latents: torch.Tensor = (
-            posterior.mode() - (vae.config.shift_factor or 0.0)
-        ) * vae.config.scaling_factor
-        return latents.to(self.dtype)
-
-    def _to_image(self, vae: Any, latents: torch.Tensor) -> Image.Image:
-        pixels = self._vae_decode(vae, latents)[0].float()
-        array = ((pixels / 2 + 0.5).clamp(0, 1).permute(1, 2, 0).cpu().numpy() * 255).round().astype(np.uint8)
-        return Image.fromarray(array)
+        return checked_latent(
+            latent, channels, params, limits=self._limits, device=self.device, dtype=self.dtype
+        )
 
     def _family_vae_source(self, family: str) -> Any:
         source = self._sources.vae_for_family(family)
@@ -451,7 +314,6 @@ class DiffusionRuntime:
             self._family_vaes[family] = load_vae(source, device=self.device, dtype=self.dtype)
         return self._family_vaes[family]
 
-    # --- helpers --------------------------------------------------------------------------
     def _require_pipeline(self, operation: str) -> Any:
         if self._pipe is None:
             raise RoleMismatch(
@@ -460,11 +322,17 @@ class DiffusionRuntime:
         return self._pipe
 
     def _result(
-        self, params: GenerationParams, run: _Run, image: Image.Image, *, start_step: int, started: float
+        self,
+        params: GenerationParams,
+        run: DenoiseRun,
+        image: Image.Image,
+        *,
+        start_step: int,
+        started: float,
     ) -> GenerationResult:
         return GenerationResult(
             image=image,
-            final_latent=_to_numpy(run.latents),
+            final_latent=to_numpy(run.latents),
             captured=run.captured,
             family=self.family,
             model=self.model_name,
@@ -475,9 +343,3 @@ class DiffusionRuntime:
             step_ms=tuple(run.step_ms),
             wall_s=time.perf_counter() - started,
         )
-
-
-def _to_numpy(latents: torch.Tensor) -> Latent:
-    """(1, C, h, w) device tensor -> (C, h, w) numpy copy in the compute dtype (lossless)."""
-    array: Latent = latents[0].detach().to("cpu").numpy().copy()
-    return array

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 from core.settings import Settings
 from core.vocabulary import Role
-from db import pool_decisions, worker_roles
+from db import pools
 from db.engine import session_scope
-from jobs.policies.pool_monitor import POOL_ROLES
-from jobs.pool_control import PoolControl
+from jobs.pools.actuator import PoolActuator
+from jobs.pools.policy import POOL_ROLES
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,7 +22,7 @@ class PinOutcome:
     moved: bool
 
 
-def pin_worker(settings: Settings, control: PoolControl, *, worker: str, role: Role) -> PinOutcome:
+def pin_worker(settings: Settings, actuator: PoolActuator, *, worker: str, role: Role) -> PinOutcome:
     """Pin `worker` to `role` (large or small) and, when it runs in the other pool, move it now.
 
     The pin is written first, under the monitor's lock, so that no decision in progress moves the
@@ -30,17 +30,17 @@ def pin_worker(settings: Settings, control: PoolControl, *, worker: str, role: R
     if role not in POOL_ROLES:
         raise ValueError(f"a worker is pinned to large or small, not {role.value}")
     with session_scope(settings) as session:
-        pool_decisions.wait_for_monitor(session)
-        worker_roles.pin_role(session, worker_name=worker, role=role)
-        current = control.roles().get(worker)
+        pools.wait_for_monitor(session)
+        pools.pin_role(session, worker_name=worker, role=role)
+        current = actuator.roles().get(worker)
         if current is not None and current not in POOL_ROLES:
             raise ValueError(f"worker {worker} hosts {current.value}; only large and small workers move")
-        moved = current is not None and current is not role and control.switch(worker, role)
+        moved = current is not None and current is not role and actuator.switch(worker, role)
     return PinOutcome(worker=worker, role=role, alive=current is not None, moved=moved)
 
 
 def unpin_worker(settings: Settings, *, worker: str) -> bool:
     """Let the monitor move `worker` again; False when no such worker is recorded."""
     with session_scope(settings) as session:
-        pool_decisions.wait_for_monitor(session)
-        return worker_roles.unpin(session, worker_name=worker)
+        pools.wait_for_monitor(session)
+        return pools.unpin(session, worker_name=worker)

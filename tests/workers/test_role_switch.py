@@ -1,9 +1,12 @@
-"""A worker's role at run time: shared with forked children, and taken up by the child between tasks."""
+"""A worker's role at run time: shared with forked children, taken up by the child between tasks, and
+changed by the actuator's remote control commands."""
 
 from __future__ import annotations
 
 import multiprocessing
 from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -11,17 +14,25 @@ from core.errors import NotThisPool
 from core.settings import Settings
 from core.vocabulary import Role
 from jobs.queues import Queue
-from workers import pool_role
+from workers import role_switch
 from workers.context import WorkerContext
-from workers.pool_role import RoleCell, consumed_queues, enter_pool, queue_changes
+from workers.role_switch import (
+    RoleCell,
+    consumed_queues,
+    enter_pool,
+    move_queues,
+    queue_changes,
+    report_role,
+    switch_role,
+)
 
 
 @pytest.fixture
 def cell() -> Iterator[RoleCell]:
     """This process as a worker's main process, hosting large; restored after."""
-    before = pool_role._cell
-    yield pool_role.install(Role.LARGE)
-    pool_role._cell = before
+    before = role_switch._cell
+    yield role_switch.install(Role.LARGE)
+    role_switch._cell = before
 
 
 def _read_after(
@@ -36,7 +47,7 @@ def test_a_child_forked_before_the_move_sees_the_new_role(cell: RoleCell) -> Non
     ready, out = context.Event(), context.Queue()
     child = context.Process(target=_read_after, args=(cell, ready, out))
     child.start()  # forked while the worker hosts large, like a pool child
-    pool_role.set_shared_role(Role.SMALL)
+    role_switch.set_shared_role(Role.SMALL)
     ready.set()
     assert out.get(timeout=10) == "small"
     child.join(10)
@@ -79,7 +90,7 @@ def test_a_moved_worker_refuses_a_queue_it_left_and_switches_models_for_one_it_t
 ) -> None:
     context = WorkerContext(tiny_settings, Role.LARGE)
     large_model = context.runtime().model_name
-    pool_role.set_shared_role(Role.SMALL)
+    role_switch.set_shared_role(Role.SMALL)
     with pytest.raises(NotThisPool, match="small worker does not take cache_miss"):
         enter_pool(context, Queue.CACHE_MISS)
     assert context.role is Role.LARGE  # refused before anything changed
@@ -89,9 +100,52 @@ def test_a_moved_worker_refuses_a_queue_it_left_and_switches_models_for_one_it_t
 
 
 def test_outside_a_worker_the_context_keeps_its_role(tiny_settings: Settings) -> None:
-    assert pool_role.shared_role() is None
+    assert role_switch.shared_role() is None
     context = WorkerContext(tiny_settings, Role.SMALL)
     enter_pool(context, Queue.CACHE_HIT)
     assert context.role is Role.SMALL
     with pytest.raises(NotThisPool):
         enter_pool(context, Queue.CACHE_MISS)
+
+
+class FakeConsumer:
+    """The parts of Celery's consumer a move touches: its task queues, and its event loop."""
+
+    def __init__(self, queues: list[str]) -> None:
+        self.task_consumer = SimpleNamespace(queues=[SimpleNamespace(name=name) for name in queues])
+        self.soon: list[tuple[Any, tuple[Any, ...]]] = []
+
+    @property
+    def names(self) -> list[str]:
+        return [queue.name for queue in self.task_consumer.queues]
+
+    def call_soon(self, callback: Any, *args: Any) -> None:
+        self.soon.append((callback, args))
+
+    def cancel_task_queue(self, name: str) -> None:
+        self.task_consumer.queues = [queue for queue in self.task_consumer.queues if queue.name != name]
+
+    def add_task_queue(self, name: str) -> None:
+        self.task_consumer.queues.append(SimpleNamespace(name=name))
+
+
+def test_a_switch_is_answered_at_once_and_applied_on_the_event_loop(cell: RoleCell) -> None:
+    consumer = FakeConsumer(["cache_miss", "cache_hit"])
+    state = SimpleNamespace(consumer=consumer)
+    assert report_role(state) == {"role": "large", "queues": ["cache_miss", "cache_hit"]}
+    assert switch_role(state, "small") == {"ok": {"role": "small", "previous": "large"}}
+    assert role_switch.shared_role() is Role.LARGE and consumer.names == ["cache_miss", "cache_hit"]
+    [(callback, args)] = consumer.soon
+    callback(*args)
+    assert report_role(state) == {"role": "small", "queues": ["cache_hit"]}
+    # Back to large: cache_miss must come before cache_hit again.
+    move_queues(consumer, Role.LARGE, args[2])
+    assert (role_switch.shared_role(), consumer.names) == (Role.LARGE, ["cache_miss", "cache_hit"])
+
+
+def test_only_large_and_small_workers_move(cell: RoleCell) -> None:
+    state = SimpleNamespace(consumer=FakeConsumer(["cache_miss", "cache_hit"]))
+    assert "unknown role" in switch_role(state, "huge")["error"]
+    assert "only large and small" in switch_role(state, "decode")["error"]
+    assert switch_role(state, "large") == {"ok": {"role": "large", "previous": "large"}}
+    assert state.consumer.soon == []  # already there: nothing to do

@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from core.vocabulary import MonitorMode, Role
-from jobs.policies.pool_monitor import (
+from jobs.pools.policy import (
     LargeBounds,
     PidGains,
     PidState,

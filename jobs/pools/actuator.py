@@ -1,11 +1,12 @@
-"""Talking to workers about their roles, over Celery's remote control (the broker's pidbox).
+"""The actuator: the pool monitor's and the operator's hand on the workers, over Celery's remote control
+(the broker's pidbox). It sends; the worker side that answers is workers.role_switch.
 
-Two commands, served by every worker's main process (workers.control registers them):
+Two commands, served by every worker's main process (workers.role_switch registers them):
 
     reprise_role          inspect: {"role": ..., "queues": [...]}: what the worker hosts and consumes
     reprise_switch_role   control: move a large or small worker to the other pool; answers at once,
                           the worker changes its queues on its next event-loop turn and its pool
-                          child the model before its next task (workers.pool_role)
+                          child the model before its next task (workers.role_switch)
 
 The main process answers while its pool child is busy, so neither command waits on a generation.
 """
@@ -28,8 +29,9 @@ DISCOVERY_TIMEOUT_S = 2.0
 SWITCH_TIMEOUT_S = 5.0
 
 
-class PoolControl:
-    """The monitor's and the CLI's handle on the workers (one Celery app: its broker)."""
+class PoolActuator:
+    """The monitor's and the CLI's handle on the workers (one Celery app: its broker): who is alive and
+    what each hosts (`roles`), and moving one to the other pool (`switch`)."""
 
     def __init__(self, app: Celery, *, discovery_timeout_s: float = DISCOVERY_TIMEOUT_S) -> None:
         self.app = app

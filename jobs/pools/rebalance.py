@@ -1,14 +1,14 @@
-"""The pool monitor's run (MoDM 5.3, Algorithm 1): read the last period, decide, move workers, record.
+"""The service's run of the pool monitor (MoDM 5.3, Algorithm 1): the beat task `reprise.rebalance_pools`.
 
-One run, every settings.monitor_period_s (the beat task `reprise.rebalance_pools`):
+One run, every settings.monitor_period_s, in one transaction; the chain is jobs.pools.loop's, with the
+service's pools measured, moved and recorded here:
 1. take the monitor's lock (one decision at a time, cluster-wide) and skip a period already decided;
-2. read the period's statistics (db.stats) and ask the broker which workers are alive and what they
-   host; bring worker_roles up to date with the answers (drop workers that stopped without a word);
-3. move pinned workers that are not in their pinned pool back to it;
-4. compute the allocation (jobs.policies.pool_monitor) within the bounds and from the last decision's
-   PID state;
-5. move the fewest unpinned workers to reach it (workers.control), recording each accepted move;
-6. record the decision (pool_decisions), which the next run continues from.
+2. measure: read the period's statistics (db.stats) and ask the broker which workers are alive and what
+   they host (jobs.pools.actuator); bring worker_roles up to date with the answers (drop workers that
+   stopped without a word); read the pins and the last decision's PID state (db.pools);
+3. the loop moves pinned workers back, decides (jobs.pools.policy) and moves unpinned workers; each
+   accepted move is recorded in worker_roles;
+4. record the decision in pool_decisions, which the next run continues from.
 """
 
 from __future__ import annotations
@@ -18,31 +18,25 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from core.settings import Settings
 from core.vocabulary import Role
-from db import pool_decisions, worker_roles
+from db import pools as db_pools
 from db.engine import session_scope
 from db.models import PoolDecision
 from db.stats import DEFAULT_PERIOD_SECONDS, PeriodStats, stats_between
-from jobs.policies.pool_monitor import (
+from jobs.pools.actuator import PoolActuator
+from jobs.pools.loop import Measurement, MonitorConfig, PeriodDecision, run_period
+from jobs.pools.policy import (
     POOL_ROLES,
     LargeBounds,
-    PidGains,
     PidState,
     PoolLoad,
-    RoleLimits,
-    allocate,
-    choose_moves,
     hit_workload,
-    large_bounds,
     miss_workload,
-    resume_state,
     throughput_per_worker,
 )
-from jobs.pool_control import PoolControl
 
 log = logging.getLogger(__name__)
 
@@ -96,90 +90,25 @@ def period_load(stats: PeriodStats, times: StepTimes, steps: int) -> PoolLoad | 
 
 def last_window(session: Session, period_s: int) -> tuple[datetime, datetime]:
     """The last `period_s` seconds of complete statistics intervals, by the database's clock."""
-    now = session.scalar(select(func.now()))
-    if now is None:
-        raise RuntimeError("the database returned no time")
+    now = db_pools.database_now(session)
     bin_s = DEFAULT_PERIOD_SECONDS
     until = datetime.fromtimestamp(int(now.timestamp()) // bin_s * bin_s, UTC)
     return until - timedelta(seconds=period_s), until
 
 
 def rebalance_pools(
-    settings: Settings, control: PoolControl, *, window: tuple[datetime, datetime] | None = None
+    settings: Settings, actuator: PoolActuator, *, window: tuple[datetime, datetime] | None = None
 ) -> PoolDecision | None:
     """One run of the monitor (see the module docstring); the decision recorded, or None when there
     was nothing to decide (another run holds the lock, the period is decided, no pool worker answered).
 
     `window` replaces the last monitoring period (tests, and operators replaying a stretch of time)."""
     with session_scope(settings) as session:
-        # 1. One decision at a time; a period once.
-        if not pool_decisions.lock_monitor(session):
-            log.info("pool monitor: another decision is running")
-            return None
-        since, until = window or last_window(session, settings.monitor_period_s)
-        previous = pool_decisions.latest_decision(session)
-        if window is None and previous is not None and previous.period_start == since:
-            return None
-        # 2. What the period asked for, and who is there to serve it.
-        stats = stats_between(session, since=since, until=until)
-        live = control.roles()
-        for name, role in live.items():
-            worker_roles.record_role(session, worker_name=name, role=role)
-        worker_roles.forget_all_but(session, alive=live)
-        pinned = {row.worker_name: row.role for row in worker_roles.list_roles(session) if row.pinned}
-        pool = {name: role for name, role in live.items() if role in POOL_ROLES}
-        if not pool:
-            log.warning("pool monitor: no large or small worker answered; nothing to rebalance")
-            return None
-        before = _counts(pool)
-        # 3. Pinned workers first: the operator's word is the law.
-        switches = [
-            _move(session, control, pool, name, pinned[name])
-            for name in sorted(pool)
-            if name in pinned and pinned[name] in POOL_ROLES and pool[name] is not pinned[name]
-        ]
-        # 4. The allocation.
-        times = step_times(stats, settings, previous)
-        load = period_load(stats, times, settings.steps)
-        pinned_in_pool = [pool[name] for name in pool if name in pinned]
-        bounds = large_bounds(
-            len(pool),
-            pinned_large=pinned_in_pool.count(Role.LARGE),
-            pinned_small=pinned_in_pool.count(Role.SMALL),
-            limits=RoleLimits(
-                min_large=settings.monitor_min_large,
-                max_large=settings.monitor_max_large,
-                min_small=settings.monitor_min_small,
-                max_small=settings.monitor_max_small,
-            ),
-        )
-        state = resume_state(*_previous_state(previous), bounds, _counts(pool)[0])
-        gains = PidGains(settings.monitor_kp, settings.monitor_ki, settings.monitor_kd)
-        allocation = allocate(load, mode=settings.monitor_mode, bounds=bounds, state=state, gains=gains)
-        # 5. The moves.
-        for name, role in choose_moves(pool, pinned, allocation.large).items():
-            switches.append(_move(session, control, pool, name, role))
-        # 6. The record.
-        after = _counts(pool)
-        decision = PoolDecision(
-            mode=settings.monitor_mode.value,
-            period_start=since,
-            period_seconds=int((until - since).total_seconds()),
-            inputs=_inputs(stats, times, load, bounds, pinned_in_pool),
-            heuristic_large=allocation.heuristic,
-            controlled_large=allocation.state.controlled,
-            pid_integral=allocation.state.integral,
-            pid_error=allocation.state.error,
-            large_before=before[0],
-            small_before=before[1],
-            target_large=allocation.large,
-            target_small=allocation.small,
-            applied_large=after[0],
-            applied_small=after[1],
-            switches=switches,
-        )
-        pool_decisions.add_decision(session, decision)
-        session.flush()
+        pools = ServicePools(session, settings, actuator, window=window)
+        run_period(MonitorConfig.from_settings(settings), pools)
+        decision = pools.recorded
+    if decision is None:
+        return None
     log.info(
         "pool monitor: %s mode, target %d large / %d small, now %d / %d (%d moves)",
         decision.mode,
@@ -187,26 +116,92 @@ def rebalance_pools(
         decision.target_small,
         decision.applied_large,
         decision.applied_small,
-        len(switches),
+        len(decision.switches),
     )
     return decision
 
 
-def _counts(pool: dict[str, Role]) -> tuple[int, int]:
-    roles = list(pool.values())
-    return roles.count(Role.LARGE), roles.count(Role.SMALL)
+@dataclass(frozen=True, slots=True)
+class _Period:
+    since: datetime
+    until: datetime
+    stats: PeriodStats
+    times: StepTimes
 
 
-def _move(
-    session: Session, control: PoolControl, pool: dict[str, Role], name: str, role: Role
-) -> dict[str, Any]:
-    """Ask one worker to move; on acceptance update `pool` and its row."""
-    previous = pool[name]
-    accepted = control.switch(name, role)
-    if accepted:
-        pool[name] = role
-        worker_roles.record_role(session, worker_name=name, role=role)
-    return {"worker": name, "from": previous.value, "to": role.value, "ok": accepted}
+class ServicePools:
+    """The service's pools for one run of the monitor (jobs.pools.loop.MonitoredPools), inside the
+    transaction that holds the monitor's lock."""
+
+    def __init__(
+        self,
+        session: Session,
+        settings: Settings,
+        actuator: PoolActuator,
+        *,
+        window: tuple[datetime, datetime] | None = None,
+    ) -> None:
+        self.session, self.settings, self.actuator, self.window = session, settings, actuator, window
+        self.period: _Period | None = None
+        self.recorded: PoolDecision | None = None
+
+    def measure(self) -> Measurement | None:
+        """Steps 1 and 2 of the module docstring; None when there is nothing to decide."""
+        session = self.session
+        if not db_pools.lock_monitor(session):
+            log.info("pool monitor: another decision is running")
+            return None
+        since, until = self.window or last_window(session, self.settings.monitor_period_s)
+        previous = db_pools.latest_decision(session)
+        if self.window is None and previous is not None and previous.period_start == since:
+            return None
+        stats = stats_between(session, since=since, until=until)
+        live = self.actuator.roles()
+        for name, role in live.items():
+            db_pools.record_role(session, worker_name=name, role=role)
+        db_pools.forget_all_but(session, alive=live)
+        pinned = db_pools.pinned_workers(session)
+        pool = {name: role for name, role in live.items() if role in POOL_ROLES}
+        if not pool:
+            log.warning("pool monitor: no large or small worker answered; nothing to rebalance")
+            return None
+        times = step_times(stats, self.settings, previous)
+        self.period = _Period(since, until, stats, times)
+        memory, memory_bounds = _previous_state(previous)
+        load = period_load(stats, times, self.settings.steps)
+        return Measurement(load, pool, pinned, memory=memory, memory_bounds=memory_bounds)
+
+    def actuate(self, worker: str, role: Role) -> bool:
+        """Ask the worker to move; an accepted move is recorded in worker_roles."""
+        accepted = self.actuator.switch(worker, role)
+        if accepted:
+            db_pools.record_role(self.session, worker_name=worker, role=role)
+        return accepted
+
+    def record(self, decision: PeriodDecision) -> None:
+        """Step 4: the decision's row in pool_decisions."""
+        if self.period is None:
+            raise RuntimeError("a decision is recorded after a measurement")
+        period, allocation = self.period, decision.allocation
+        self.recorded = PoolDecision(
+            mode=decision.mode.value,
+            period_start=period.since,
+            period_seconds=int((period.until - period.since).total_seconds()),
+            inputs=_inputs(period.stats, period.times, decision.load, decision.bounds, decision.pinned),
+            heuristic_large=allocation.heuristic,
+            controlled_large=allocation.state.controlled,
+            pid_integral=allocation.state.integral,
+            pid_error=allocation.state.error,
+            large_before=decision.before[0],
+            small_before=decision.before[1],
+            target_large=allocation.large,
+            target_small=allocation.small,
+            applied_large=decision.after[0],
+            applied_small=decision.after[1],
+            switches=[switch.as_json() for switch in decision.switches],
+        )
+        db_pools.add_decision(self.session, self.recorded)
+        self.session.flush()
 
 
 def _previous_state(previous: PoolDecision | None) -> tuple[PidState | None, LargeBounds | None]:
@@ -218,7 +213,11 @@ def _previous_state(previous: PoolDecision | None) -> tuple[PidState | None, Lar
 
 
 def _inputs(
-    stats: PeriodStats, times: StepTimes, load: PoolLoad | None, bounds: LargeBounds, pinned: list[Role]
+    stats: PeriodStats,
+    times: StepTimes,
+    load: PoolLoad | None,
+    bounds: LargeBounds,
+    pinned: tuple[int, int],
 ) -> dict[str, Any]:
     return {
         "arrivals": stats.cache.arrivals,
@@ -234,6 +233,6 @@ def _inputs(
         "miss_workload": miss_workload(load) if load is not None else None,
         "hit_workload": hit_workload(load) if load is not None else None,
         "workers": bounds.workers,
-        "pinned": {"large": pinned.count(Role.LARGE), "small": pinned.count(Role.SMALL)},
+        "pinned": {"large": pinned[0], "small": pinned[1]},
         "bounds": [bounds.workers, bounds.lo, bounds.hi],
     }

@@ -1,4 +1,4 @@
-"""The commands' option handling: sizes, lists, and which arrival process the options select."""
+"""The bench commands' option handling: sizes, lists, and which arrival process the options select."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.pools import Pools, PoolTargets
-from bench.runner import WorkloadOptions, guarded, parse_list, parse_size, workload_options
+from bench.options import WorkloadOptions, guarded, parse_list, parse_size, workload_options
 from bench.trace import DEFAULT_PROMPTS, ArrivalKind, PromptOrder
 from core.errors import TraceError
 
@@ -54,15 +53,3 @@ def test_guarded_turns_bad_input_into_status_2(capsys: pytest.CaptureFixture[str
     assert guarded(bad) == 2
     assert "error: prompts file x is empty" in capsys.readouterr().err
     assert guarded(lambda: 0) == 0
-
-
-def test_pools_switch_idle_workers_towards_the_targets() -> None:
-    pools = Pools(PoolTargets(large=3, small=1), switch_s=5.0)
-    pools.workers[0].job = 7  # busy: it switches only once its job ends
-    pools.set_targets(PoolTargets(large=1, small=3))
-    switched = pools.rebalance(now_s=10.0)
-    assert [w.worker_id for w in switched] == [1, 2]
-    assert all(w.available_s == 15.0 and not w.idle(12.0) for w in switched)
-    assert (pools.hosting(pools.workers[1].role), pools.switches) == (3, 2)
-    with pytest.raises(ValueError, match="must keep 4 workers"):
-        pools.set_targets(PoolTargets(large=4, small=1))

@@ -1,9 +1,18 @@
-"""A worker's role at run time: shared by its main process and its pool children.
+"""The worker side of pool control: a worker's role at run time, and how it moves when told to.
 
-The role decides which queues the main process consumes and which model the pool child hosts.
-When the monitor moves a worker (workers.control), the main process changes its queues and writes
-the new role here; the child reads it before each task and switches its model then (lazily, between
-tasks, so a running task always finishes on the model it started on).
+jobs.pools.actuator sends two remote control commands; the worker's main process answers them here
+(`register_commands`, called by workers.bootstrap before the worker starts): `reprise_role` reports
+what the worker hosts and consumes, `reprise_switch_role` moves a large or small worker to the other
+pool. A move never drops or repeats a task (acks_late, prefetch 1):
+1. the main process stops consuming the queues the new role does not take, so nothing new arrives from
+   them; a task already running stays unacknowledged and finishes on the model it started on;
+2. it writes the new role into the shared cell; the pool child reads it before its next task
+   (`enter_pool`) and switches its model then, releasing the old one first (lazily, between tasks);
+3. it starts consuming the new role's queues, in the role's order (a large worker drains cache_miss
+   before cache_hit, so a queue already consumed is re-added behind the new one).
+A message the broker had already handed over for a cancelled queue (a read in flight) is refused by
+the child (NotThisPool) and requeued for the right pool; kombu requeues one that arrives with no
+consumer left. The three steps run in one event-loop callback, so no delivery falls between them.
 
 The cell is shared memory created in the main process before the pool forks, so every child, also
 one forked later to replace a crashed one, sees the same value. Outside a worker (tests, scripts
@@ -16,11 +25,15 @@ import ctypes
 import logging
 import multiprocessing
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from celery.worker.control import control_command, inspect_command
 
 from core.errors import NotThisPool
-from core.settings import Settings
+from core.settings import Settings, get_settings
 from core.vocabulary import Role
+from jobs.pools.actuator import ROLE_COMMAND, SWITCH_COMMAND
+from jobs.pools.policy import POOL_ROLES
 from jobs.queues import QUEUES_BY_ROLE, Queue
 
 if TYPE_CHECKING:
@@ -56,7 +69,7 @@ def install(role: Role) -> RoleCell:
 
 
 def set_shared_role(role: Role) -> None:
-    """Move this worker (main process only; workers.control)."""
+    """Move this worker (main process only; `move_queues`)."""
     if _cell is None:
         raise RuntimeError("no role cell: this process is not a worker's main process")
     _cell.set(role)
@@ -102,3 +115,50 @@ def enter_pool(context: WorkerContext, queue: Queue) -> None:
     if role is not context.role:
         log.info("moved from the %s to the %s pool: switching models", context.role.value, role.value)
         context.switch_role(role)
+
+
+# --- the remote control commands, in the worker's main process ----------------------------------
+
+
+def _consuming(consumer: Any) -> list[str]:
+    """The task queues the consumer takes now, in its order."""
+    task_consumer = consumer.task_consumer
+    return [queue.name for queue in task_consumer.queues] if task_consumer is not None else []
+
+
+def report_role(state: Any, **_: Any) -> dict[str, Any]:
+    """What this worker hosts and the queues it consumes."""
+    role = shared_role()
+    return {"role": role.value if role is not None else None, "queues": _consuming(state.consumer)}
+
+
+def switch_role(state: Any, role: str, **_: Any) -> dict[str, Any]:
+    """Move this worker between the large and the small pool (see the module docstring)."""
+    current = shared_role()
+    try:
+        wanted = Role(role)
+    except ValueError:
+        return {"error": f"unknown role {role!r}"}
+    if current not in POOL_ROLES or wanted not in POOL_ROLES:
+        return {"error": f"only large and small workers move; this one hosts {current}, asked {role}"}
+    if wanted is not current:
+        state.consumer.call_soon(move_queues, state.consumer, wanted, get_settings())
+    return {"ok": {"role": wanted.value, "previous": current.value}}
+
+
+def move_queues(consumer: Any, role: Role, settings: Settings) -> None:
+    """Steps 1-3 of a move, on the worker's event loop."""
+    wanted = [queue.value for queue in consumed_queues(role, settings)]
+    cancel, add = queue_changes(_consuming(consumer), wanted)
+    for name in cancel:
+        consumer.cancel_task_queue(name)
+    set_shared_role(role)
+    for name in add:
+        consumer.add_task_queue(name)
+    log.info("now hosting %s: consuming %s", role.value, ", ".join(wanted))
+
+
+def register_commands() -> None:
+    """Serve the actuator's commands from this process (a worker's main process, before it starts)."""
+    control_command(name=SWITCH_COMMAND, args=[("role", str)], signature="<role>")(switch_role)
+    inspect_command(name=ROLE_COMMAND)(report_role)

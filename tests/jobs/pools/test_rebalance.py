@@ -9,7 +9,7 @@ import pytest
 from core.settings import Settings, load_settings
 from db.models import PoolDecision
 from db.stats import CacheSummary, PeriodStats, RoleService
-from workers.rebalance import period_load, step_times
+from jobs.pools.rebalance import period_load, step_times
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 

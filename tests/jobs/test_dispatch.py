@@ -1,0 +1,80 @@
+"""The dispatcher: each kind of work becomes its task with its arguments, sent on the routed queue
+with the publish retry policy."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from core.vocabulary import Route
+from jobs.dispatch import PUBLISH_RETRY_POLICY, CeleryDispatcher
+from jobs.queues import Queue, TaskName
+from jobs.webhooks import WebhookEvent
+from tests.support.dispatch import RecordingDispatcher, Sent
+
+JOB = uuid.UUID("5f0c2d2e-6f1a-4d56-9a53-3f3c1d2b7e10")
+
+
+def test_each_kind_of_work_becomes_its_task_with_its_arguments() -> None:
+    dispatcher = RecordingDispatcher()
+    dispatcher.admit(JOB)
+    dispatcher.run_route(JOB, Route.MISS)
+    dispatcher.run_route(JOB, Route.HIT, countdown=2.5)
+    dispatcher.decode_image(JOB, "webp")
+    dispatcher.deliver_webhook(JOB, WebhookEvent.COMPLETED, attempt=3, countdown=10.0)
+    assert dispatcher.sent == [
+        Sent(TaskName.ADMIT, (str(JOB),), None),
+        Sent(TaskName.GENERATE, (str(JOB),), None),
+        Sent(TaskName.REUSE, (str(JOB),), 2.5),
+        Sent(TaskName.DECODE_IMAGE, (str(JOB), "webp"), None),
+        Sent(TaskName.DELIVER_WEBHOOK, (str(JOB), WebhookEvent.COMPLETED.value, 3), 10.0),
+    ]
+    assert dispatcher.of(TaskName.REUSE) == [Sent(TaskName.REUSE, (str(JOB),), 2.5)]
+
+
+class _FakeCelery:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    def send_task(self, name: str, **options: Any) -> None:
+        self.calls.append((name, options))
+
+
+def test_celery_sends_by_name_on_the_routed_queue_and_a_zero_countdown_means_now() -> None:
+    celery = _FakeCelery()
+    dispatcher = CeleryDispatcher(celery)
+    dispatcher.deliver_webhook(JOB, WebhookEvent.STARTED)
+    dispatcher.deliver_webhook(JOB, WebhookEvent.COMPLETED, attempt=2, countdown=4.0)
+    dispatcher.run_route(JOB, Route.MISS, countdown=0.0)
+    assert celery.calls == [
+        (
+            TaskName.DELIVER_WEBHOOK.value,
+            {
+                "args": [str(JOB), WebhookEvent.STARTED.value, 1],
+                "queue": Queue.WEBHOOKS.value,
+                "countdown": None,
+                "retry": True,
+                "retry_policy": PUBLISH_RETRY_POLICY,
+            },
+        ),
+        (
+            TaskName.DELIVER_WEBHOOK.value,
+            {
+                "args": [str(JOB), WebhookEvent.COMPLETED.value, 2],
+                "queue": Queue.WEBHOOKS.value,
+                "countdown": 4.0,
+                "retry": True,
+                "retry_policy": PUBLISH_RETRY_POLICY,
+            },
+        ),
+        (
+            TaskName.GENERATE.value,
+            {
+                "args": [str(JOB)],
+                "queue": Queue.CACHE_MISS.value,
+                "countdown": None,
+                "retry": True,
+                "retry_policy": PUBLISH_RETRY_POLICY,
+            },
+        ),
+    ]
