@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from db.models import WorkerRoleRow
-from db.pools import latest_decision
+from db.pools import latest_decision, workers_per_role
 
 UNMATCHED_ROUTE = "<unmatched>"  # unknown paths share one label, so scanners cannot blow up cardinality
 
@@ -50,8 +48,7 @@ POOL_MONITOR_DECIDED = Gauge(
 
 def refresh_pool_gauges(session: Session) -> None:
     """Set the pool gauges from worker_roles and the latest pool decision."""
-    by_role = select(WorkerRoleRow.role, func.count()).group_by(WorkerRoleRow.role)
-    counts: dict[str, int] = {role: count for role, count in session.execute(by_role)}
+    counts = workers_per_role(session)
     for role in ("large", "small", *counts):
         POOL_WORKERS.labels(role=role).set(counts.get(role, 0))
     decision = latest_decision(session)

@@ -10,8 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from core.vocabulary import EventFilter
 from jobs.representation import Generation
-from jobs.webhooks import EventFilter
 
 __all__ = ["Generation", "GenerationCreate", "GenerationList", "ProblemDetails", "Stats"]
 

@@ -7,7 +7,7 @@ embedder's dimension, each with one state per capture step, then measures:
                                   per query, as admission runs it)
     recall_at_1                   how often that lookup returns the exact scan's nearest entry, for
                                   near-duplicate queries (a cached embedding plus noise, cosine ~0.9)
-    evict_pass_ms                 one eviction pass (db.eviction.evict_scope, configured policy) that
+    evict_pass_ms                 one eviction pass (jobs.passes.eviction.evict_scope, configured policy) that
                                   frees 1% of the scope's bytes, blob deletions included
     entries, dim                  the cache size and embedding dimension measured
 These JSON field names are a contract; further fields give the context. Embeddings are synthetic
@@ -27,16 +27,14 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from sqlalchemy import delete, insert, text
 
 from core.settings import Settings
 from core.vocabulary import EntryState, LookupMode
 from db import cache
 from db.blobs import keys
 from db.blobs.local import LocalBlobStore
-from db.engine import engine_for, session_scope
-from db.eviction import EvictionReport, evict_scope
-from db.models import CacheEntry, CacheState
+from db.engine import session_scope
+from jobs.passes.eviction import EvictionReport, evict_scope
 
 BENCH_FAMILY = "bench"
 STATE_BYTES = 4 * 64 * 64 * 2  # one SD-1.5 latent at 512 px in float16: 32 KiB
@@ -118,18 +116,13 @@ def _fill(settings: Settings, scope: str, vectors: npt.NDArray[np.float32], rng:
             for k in ks
         ]
         with session_scope(settings) as session:
-            session.execute(insert(CacheEntry), entry_rows)
-            if state_rows:
-                session.execute(insert(CacheState), state_rows)
+            cache.bulk_insert(session, entry_rows, state_rows)
 
 
 def _analyze(settings: Settings) -> None:
     """Refresh planner statistics, as autovacuum would after a bulk load: with stale estimates the
     planner takes the scope index and sorts every entry by distance instead of walking the HNSW index."""
-    with engine_for(settings.sqlalchemy_url).connect() as connection:
-        connection.execute(text("ANALYZE cache_entries"))
-        connection.execute(text("ANALYZE cache_states"))
-        connection.commit()
+    cache.analyze(settings.sqlalchemy_url)
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -170,7 +163,7 @@ def measure_cache(settings: Settings, *, entries: int, queries: int = 200, seed:
         )
     finally:
         with session_scope(settings) as session:
-            session.execute(delete(CacheEntry).where(CacheEntry.scope == scope))
+            cache.drop_scope(session, scope)
 
 
 def _time_lookups(settings: Settings, scope: str, probes: npt.NDArray[np.float32]) -> tuple[list[float], int]:

@@ -28,7 +28,7 @@ SIM_EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
 
 EVICT_SLACK = 0.02
 """Once an insert needs room, eviction frees down to (1 - EVICT_SLACK) x budget rather than exactly
-what the insert needs (db.eviction.ensure_room): the planner then runs once per ~2% of the budget
+what the insert needs (jobs.passes.eviction.ensure_room): the planner then runs once per ~2% of the budget
 inserted instead of on every insert, which keeps a 5k-request simulation within seconds. The
 victims are the policy's, in its order; the cache holds on average ~1% less than the budget."""
 
@@ -218,7 +218,7 @@ class SimCache:
     # --- insertion and eviction ------------------------------------------------------------
     def insert(self, query_row: int, now_s: float) -> bool:
         """Cache the result of a generation of the prompt at `query_row`, evicting first what the
-        budget needs (as db.eviction.ensure_room does). False: the entry alone exceeds the budget."""
+        budget needs (as jobs.passes.eviction.ensure_room does). False: the entry alone exceeds the budget."""
         if len(self._index_rows) >= self._index.shape[0]:
             raise RuntimeError("simulated cache index is full: capacity must cover the live entries")
         now = sim_time(now_s)

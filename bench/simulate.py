@@ -18,8 +18,8 @@ The model of one request:
      decodes its image, workers.runtime).
   4. at completion a miss, and with cache_all any hit, inserts an entry (captured states under
      resume, a final latent under refine), evicting first what the budget needs
-     (db.eviction.ensure_room's rule, batched: see simcache.EVICT_SLACK); the predictor is refit
-     every beat period when NIRVANA's 5% rule says so (jobs.maintenance).
+     (jobs.passes.eviction.ensure_room's rule, batched: see simcache.EVICT_SLACK); the predictor is refit
+     every beat period when NIRVANA's 5% rule says so (jobs.passes.retrain).
 
 Text-to-image lookup (MoDM) needs images, which are not generated here: the simulator looks up
 text-to-text for every profile, with the profile's table when it is a text-to-text one and
@@ -110,8 +110,8 @@ def simulated_table(profile: Profile, override: str | None) -> tuple[ThresholdTa
 
 
 def final_latent_k(profile: Profile, table: ThresholdTable, settings: Settings) -> int:
-    """What a state-less entry is worth to eviction: the service's own rule (db.eviction)."""
-    from db.eviction import final_latent_k as service_rule
+    """What a state-less entry is worth to eviction: the service's own rule (jobs.passes.eviction)."""
+    from jobs.passes.eviction import final_latent_k as service_rule
 
     return service_rule(
         settings.model_copy(update={"hit_policy": profile.hit_policy, "k_table": table.describe()})

@@ -40,6 +40,28 @@ class EntryState(StrEnum):
     DIRTY = "dirty"  # every state evicted; removed with its blobs by the next eviction pass
 
 
+# --- webhooks (Standard Webhooks event types; the filter names are Replicate's) ---
+
+
+class WebhookEvent(StrEnum):
+    STARTED = "generation.started"  # a worker began generating
+    COMPLETED = "generation.completed"  # succeeded, failed or canceled
+
+
+class EventFilter(StrEnum):
+    """What a request lists in `webhook_events_filter` (Replicate's names)."""
+
+    START = "start"
+    COMPLETED = "completed"
+
+
+FILTER_OF_EVENT: dict[WebhookEvent, EventFilter] = {
+    WebhookEvent.STARTED: EventFilter.START,
+    WebhookEvent.COMPLETED: EventFilter.COMPLETED,
+}
+DEFAULT_EVENTS_FILTER: tuple[EventFilter, ...] = (EventFilter.START, EventFilter.COMPLETED)
+
+
 # --- workers ---------------------------------------------------------------------------------------
 
 

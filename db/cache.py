@@ -18,13 +18,16 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 from sqlalchemy import ColumnElement, func, select, text, update
+from sqlalchemy import delete as sa_delete
+from sqlalchemy import insert as sa_insert
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from core.errors import BlobNotFound, SourceVanished
+from core.usage import INSERTION_USES
 from core.vocabulary import EntryState, LookupMode
 from db.blobs.base import BlobStore
+from db.engine import engine_for
 from db.models import CacheEntry, CacheState
-from jobs.policies.eviction import INSERTION_USES
 
 Embedding = npt.ArrayLike
 
@@ -323,3 +326,34 @@ def live_entry_count(session: Session, *, scope: str, model_family: str | None =
     if model_family is not None:
         query = query.where(CacheEntry.model_family == model_family)
     return int(session.scalar(query) or 0)
+
+
+def entry_exists(session: Session, entry_id: uuid.UUID) -> bool:
+    """Whether an entry with this id exists, live or dirty (a redelivered miss finds its own)."""
+    return session.get(CacheEntry, entry_id) is not None
+
+
+# --- bulk operations (benchmarks and operators) ------------------------------------------------------
+
+
+def bulk_insert(
+    session: Session, entries: Sequence[Mapping[str, object]], states: Sequence[Mapping[str, object]]
+) -> None:
+    """Insert entry and state rows as given (column -> value), in two statements: for filling a scope
+    in a benchmark. Unlike insert_entry, it neither checks nor counts anything."""
+    session.execute(sa_insert(CacheEntry), list(entries))
+    if states:
+        session.execute(sa_insert(CacheState), list(states))
+
+
+def drop_scope(session: Session, scope: str) -> None:
+    """Delete every entry row of a scope (their states go with them). Blobs are the caller's."""
+    session.execute(sa_delete(CacheEntry).where(CacheEntry.scope == scope))
+
+
+def analyze(settings_url: str) -> None:
+    """Refresh the planner statistics of the cache tables, as autovacuum would after a bulk load."""
+    with engine_for(settings_url).connect() as connection:
+        connection.execute(text("ANALYZE cache_entries"))
+        connection.execute(text("ANALYZE cache_states"))
+        connection.commit()

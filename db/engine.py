@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
@@ -50,3 +50,8 @@ def session_scope(settings: Settings | None = None, *, pooled: bool = True) -> I
         raise
     finally:
         session.close()
+
+
+def ping(session: Session) -> None:
+    """One round trip to the database; raises SQLAlchemyError when it does not answer."""
+    session.execute(text("SELECT 1"))

@@ -281,3 +281,14 @@ def cache_outcomes(*, session: Session, since: datetime) -> CacheOutcomes:
         steps_skipped=int(skipped or 0),
         denoiser_evaluations=evals,
     )
+
+
+def job_by_id(session: Session, job_id: uuid.UUID) -> Job | None:
+    """Any tenant's job, for the workers (the API reads through get_job, scoped to the caller)."""
+    return session.get(Job, job_id)
+
+
+def tenant_opted_in_to_sharing(session: Session, tenant_id: uuid.UUID) -> bool:
+    """Whether the tenant opted in to the shared cache scope (core.scopes.uses_shared_scope's first half)."""
+    tenant = session.get(Tenant, tenant_id)
+    return bool(tenant is not None and tenant.shared_cache)

@@ -153,3 +153,11 @@ def database_now(session: Session) -> datetime:
     if now is None:
         raise RuntimeError("the database returned no time")
     return now
+
+
+def workers_per_role(session: Session) -> dict[str, int]:
+    """How many recorded workers host each role now, by role name."""
+    rows = session.execute(
+        select(WorkerRoleRow.role, func.count()).group_by(WorkerRoleRow.role).order_by(WorkerRoleRow.role)
+    )
+    return {role: int(count) for role, count in rows}

@@ -12,23 +12,26 @@ Functions flush but do not commit: the caller owns the transaction.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import ColumnElement, delete, func, select, update
 from sqlalchemy.orm import Session
 
-from core.vocabulary import LookupMode
-from db.models import PredictorFit
-from jobs.policies.predictor import MatchPredictor
+from core.vocabulary import EntryState, LookupMode
+from db.models import CacheEntry, PredictorFit
 
 KEEP_FITS = 2
 """Versions kept per (scope, family, mode): the newest, and the one workers may still be switching from."""
 
 
 @dataclass(frozen=True, slots=True)
-class LoadedPredictor:
+class StoredFit:
+    """A fit as stored: its version, the live entries it was fitted on, the serialised model (the
+    predictor's own versioned format, jobs.policies.predictor.MatchPredictor.to_bytes)."""
+
     version: int
     entries: int
-    predictor: MatchPredictor
+    model: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,13 +72,11 @@ def save_fit(
     model_family: str,
     mode: LookupMode,
     entries: int,
-    predictor: MatchPredictor,
+    model: bytes,
     keep: int = KEEP_FITS,
 ) -> PredictorFit:
     """Store a new version (entries: live entries at fit time, for the 5% rule) and prune older ones."""
-    fit = PredictorFit(
-        scope=scope, model_family=model_family, mode=mode.value, entries=entries, model=predictor.to_bytes()
-    )
+    fit = PredictorFit(scope=scope, model_family=model_family, mode=mode.value, entries=entries, model=model)
     session.add(fit)
     session.flush()
     stale = session.scalars(
@@ -105,14 +106,12 @@ def latest_version(session: Session, *, scope: str, model_family: str, mode: Loo
     return int(version) if version is not None else None
 
 
-def load_predictor(
-    session: Session, *, scope: str, model_family: str, mode: LookupMode
-) -> LoadedPredictor | None:
-    """The newest fit, deserialised; None when there is none (then the lookup must not be skipped)."""
+def load_fit(session: Session, *, scope: str, model_family: str, mode: LookupMode) -> StoredFit | None:
+    """The newest fit; None when there is none (then the lookup must not be skipped)."""
     fit = latest_fit(session, scope=scope, model_family=model_family, mode=mode)
     if fit is None:
         return None
-    return LoadedPredictor(fit.version, fit.entries, MatchPredictor.from_bytes(fit.model))
+    return StoredFit(fit.version, fit.entries, fit.model)
 
 
 def record_outcome(session: Session, *, version: int, predicted_hit: bool, actual_hit: bool) -> None:
@@ -136,3 +135,65 @@ def fit_quality(session: Session, *, version: int) -> FitQuality | None:
         ).where(PredictorFit.version == version)
     ).one_or_none()
     return None if row is None else FitQuality(version, *row)
+
+
+# --- what a retrain pass reads --------------------------------------------------------------------
+
+
+def _live(scope: str, model_family: str, mode: LookupMode) -> tuple[ColumnElement[bool], ...]:
+    return (
+        CacheEntry.scope == scope,
+        CacheEntry.model_family == model_family,
+        CacheEntry.state == EntryState.LIVE.value,
+        _embedding(mode).is_not(None),
+    )
+
+
+def _embedding(mode: LookupMode) -> ColumnElement[object]:
+    column = CacheEntry.text_embedding if mode is LookupMode.TEXT_TO_TEXT else CacheEntry.image_embedding
+    return column  # type: ignore[return-value]
+
+
+def retrain_targets(session: Session, mode: LookupMode) -> list[tuple[str, str]]:
+    """(scope, family) pairs with live entries, or with a fit (a scope emptied since needs a fit too)."""
+    with_entries = session.execute(
+        select(CacheEntry.scope, CacheEntry.model_family)
+        .where(CacheEntry.state == EntryState.LIVE.value)
+        .distinct()
+    )
+    with_fits = session.execute(
+        select(PredictorFit.scope, PredictorFit.model_family)
+        .where(PredictorFit.mode == mode.value)
+        .distinct()
+    )
+    return sorted({(scope, family) for scope, family in with_entries} | {(s, f) for s, f in with_fits})
+
+
+def try_lock_retrain(session: Session, *, scope: str, model_family: str, mode: LookupMode) -> bool:
+    """Take the (scope, family, mode) retrain lock for this transaction; False when another run holds it."""
+    key = f"reprise.retrain:{scope}:{model_family}:{mode.value}"
+    return bool(session.scalar(select(func.pg_try_advisory_xact_lock(func.hashtextextended(key, 0)))))
+
+
+def live_entries(
+    session: Session, *, scope: str, model_family: str, mode: LookupMode, since: datetime | None = None
+) -> int:
+    """Live entries with an embedding for `mode`; only those created after `since` when given."""
+    query = select(func.count()).select_from(CacheEntry).where(*_live(scope, model_family, mode))
+    if since is not None:
+        query = query.where(CacheEntry.created_at > since)
+    return int(session.scalar(query) or 0)
+
+
+def recent_embeddings(
+    session: Session, *, scope: str, model_family: str, mode: LookupMode, limit: int
+) -> list[object]:
+    """The embeddings of the `limit` most recently used live entries (pgvector values, as stored)."""
+    return list(
+        session.scalars(
+            select(_embedding(mode))
+            .where(*_live(scope, model_family, mode))
+            .order_by(CacheEntry.last_access_at.desc())
+            .limit(limit)
+        ).all()
+    )

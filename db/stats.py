@@ -277,3 +277,10 @@ def stats_between(
         for model, n in row.denoiser_evals.items():
             evals[model] = evals.get(model, 0) + int(n)
     return PeriodStats(since, seconds, _summary(rows), service, evals)
+
+
+def recent_intervals(session: Session, limit: int) -> list[IntervalStats]:
+    """The newest `limit` interval rows, newest first."""
+    return list(
+        session.scalars(select(IntervalStats).order_by(IntervalStats.period_start.desc()).limit(limit)).all()
+    )

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from core.signing import generate_secret
 from db.models import ApiKey, Tenant
-from jobs.webhooks import generate_secret
 
 KEY_PREFIX = "rp_"
 SHOWN_PREFIX_CHARS = 10  # how much of a key the table keeps in clear, to tell keys apart

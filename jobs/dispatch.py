@@ -16,9 +16,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from core.vocabulary import Route
+from core.vocabulary import Route, WebhookEvent
 from jobs.queues import ROUTES, TaskName
-from jobs.webhooks import WebhookEvent
 
 if TYPE_CHECKING:
     from celery import Celery

@@ -13,49 +13,24 @@ import hashlib
 import hmac
 import ipaddress
 import json
-import secrets
 import socket
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit
 
 from core.errors import InvalidInput, WebhookVerificationError
+from core.signing import SECRET_PREFIX
+from core.vocabulary import FILTER_OF_EVENT, WebhookEvent
 
-SECRET_PREFIX = "whsec_"
 SIGNATURE_VERSION = "v1"
 TOLERANCE_S = 5 * 60  # the spec's suggested window against replays
 
 
-class WebhookEvent(StrEnum):
-    STARTED = "generation.started"  # a worker began generating
-    COMPLETED = "generation.completed"  # succeeded, failed or canceled
-
-
-class EventFilter(StrEnum):
-    """What a request lists in `webhook_events_filter` (Replicate's names)."""
-
-    START = "start"
-    COMPLETED = "completed"
-
-
-FILTER_OF_EVENT: dict[WebhookEvent, EventFilter] = {
-    WebhookEvent.STARTED: EventFilter.START,
-    WebhookEvent.COMPLETED: EventFilter.COMPLETED,
-}
-DEFAULT_EVENTS_FILTER: tuple[EventFilter, ...] = (EventFilter.START, EventFilter.COMPLETED)
-
-
 # --- signing -----------------------------------------------------------------------------------
-
-
-def generate_secret() -> str:
-    """A new signing secret: 'whsec_' + base64 of 32 random bytes (the spec asks for 24 to 64)."""
-    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(32)).decode("ascii")
 
 
 def secret_key(secret: str) -> bytes:

@@ -1,1 +1,2 @@
-"""Reprise: cross-cutting pieces (settings, CLI, embedded services)."""
+"""The roof: the `reprise` command line and local operations (embedded Postgres and Redis, the
+supervisor of `reprise run`, running migrations). May import every floor; nothing imports it."""

@@ -15,6 +15,8 @@ from db.engine import engine_for
 from reprise import migrate
 from reprise.services import manager
 
+pytest_plugins = ["tests.support.fixtures"]  # the API and tenant fixtures, shared by api/ and workers/
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
@@ -62,3 +64,11 @@ def redis_url(service_settings: Settings) -> str:
     """A Redis database number of its own for this test run, so queues never mix with a dev stack."""
     base = service_settings.broker_url.rsplit("/", 1)[0]
     return f"{base}/{1 + os.getpid() % 15}"
+
+
+@pytest.fixture(scope="session")
+def stack_redis_url(redis_url: str) -> str:
+    """Another database for the end-to-end stack (a session fixture whose workers consume every queue
+    of their database), so that tests reading queues with LLEN after it started still see their own."""
+    base, _, number = redis_url.rpartition("/")
+    return f"{base}/{1 + (int(number) + 6) % 15}"

@@ -16,10 +16,11 @@ from core.scopes import lookup_scopes, uses_shared_scope
 from core.settings import Settings
 from core.vocabulary import AdmissionOutcome, HitPolicy, JobStatus, LookupMode, Route
 from db import cache, predictor_store, stats
+from db import jobs as jobs_db
 from db.engine import session_scope
 from db.job_runs import record_admission
-from db.models import Job, Tenant
 from jobs.admission import MISS_UNSEARCHED, AdmissionDecision, Candidate, cache_applies, decide
+from jobs.passes.retrain import load_predictor
 from jobs.policies.k_selection import ThresholdTable, parse_table
 from jobs.policies.predictor import MatchPredictor, likely_hit
 from workers.context import WorkerContext
@@ -40,21 +41,21 @@ def admit(context: WorkerContext, job_id: uuid.UUID) -> AdmissionDecision | None
     """Decide and route one waiting job. Idempotent: a job already admitted is only re-routed."""
     settings = context.settings
     with session_scope(settings) as session:
-        job = session.get(Job, job_id)
+        job = jobs_db.job_by_id(session, job_id)
         if job is None or job.status != JobStatus.STARTING.value:
             return None
         if job.admitted_at is not None and job.route is not None:
             # redelivered after routing: the route task dedups
             context.dispatcher.run_route(job_id, Route(job.route))
             return None
-        tenant = session.get(Tenant, job.tenant_id)
         request = _Request(
             job_id=job.id,
             tenant_id=job.tenant_id,
             params=params_from_row(job),
             cache_mode=job.cache_mode,
             shared_cache=uses_shared_scope(
-                tenant_opted_in=bool(tenant and tenant.shared_cache), cache_mode=job.cache_mode
+                tenant_opted_in=jobs_db.tenant_opted_in_to_sharing(session, job.tenant_id),
+                cache_mode=job.cache_mode,
             ),
         )
     timer = StageTimer()
@@ -198,9 +199,7 @@ def _predictor(
         cached = context.predictors.get(key)
         if cached is not None and cached[0] == version:
             return version, cached[1]
-        loaded = predictor_store.load_predictor(
-            session, scope=scope, model_family=key[1], mode=settings.lookup_mode
-        )
+        loaded = load_predictor(session, scope=scope, model_family=key[1], mode=settings.lookup_mode)
     if loaded is None:
         return None, None
     context.predictors[key] = (loaded.version, loaded.predictor)

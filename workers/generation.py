@@ -19,14 +19,15 @@ from PIL import Image
 from core.errors import GenerationCanceled, InvalidInput, LeaseBusy, SourceVanished
 from core.params import GenerationParams, params_from_row
 from core.scopes import insert_scope, uses_shared_scope
-from core.vocabulary import HitPolicy, JobStatus, Route
-from db import cache, eviction, stats
+from core.vocabulary import HitPolicy, JobStatus, Route, WebhookEvent
+from db import cache, stats
+from db import jobs as jobs_db
 from db.blobs import keys
 from db.codec import decode_latent, encode_latent
 from db.engine import session_scope
 from db.job_runs import Claim, ClaimOutcome, claim_run, complete, finish, is_cancel_requested, reroute_to_miss
-from db.models import CacheEntry, Job, Tenant
-from jobs.webhooks import WebhookEvent
+from db.models import Job
+from jobs.passes import eviction
 from workers.context import WorkerContext
 from workers.notify import notify
 from workers.runtime.results import GenerationResult
@@ -133,14 +134,14 @@ def _claim(context: WorkerContext, job_id: uuid.UUID) -> _JobView | None:
         else:
             ended_now = False
             job: Job = claim.job
-            tenant = session.get(Tenant, job.tenant_id)
             view = _JobView(
                 id=job.id,
                 tenant_id=job.tenant_id,
                 params=params_from_row(job),
                 cache_mode=job.cache_mode,
                 shared_cache=uses_shared_scope(
-                    tenant_opted_in=bool(tenant and tenant.shared_cache), cache_mode=job.cache_mode
+                    tenant_opted_in=jobs_db.tenant_opted_in_to_sharing(session, job.tenant_id),
+                    cache_mode=job.cache_mode,
                 ),
                 k=job.k,
                 source_entry_id=job.source_entry_id,
@@ -218,7 +219,7 @@ def _insert_entry(context: WorkerContext, job: _JobView, result: GenerationResul
     entry_id = uuid.uuid5(ENTRY_NAMESPACE, str(job.id))
     scope = insert_scope(job.tenant_id, shared_cache=job.shared_cache)
     with session_scope(settings) as session:
-        if session.get(CacheEntry, entry_id) is not None:
+        if cache.entry_exists(session, entry_id):
             return  # a previous delivery of this job cached it already
     # Both spaces are indexed, so an entry serves text-to-text (NIRVANA) and text-to-image (MoDM)
     # lookups alike. The prompt is embedded again here rather than carried from admission: in

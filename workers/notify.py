@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 import uuid
 
+from core.vocabulary import WebhookEvent
 from db.engine import session_scope
-from db.models import Job
-from jobs.webhooks import WebhookEvent, wants_event
+from db.jobs import job_by_id
+from jobs.webhooks import wants_event
 from workers.context import WorkerContext
 
 log = logging.getLogger(__name__)
@@ -15,7 +16,7 @@ log = logging.getLogger(__name__)
 
 def notify(context: WorkerContext, job_id: uuid.UUID, event: WebhookEvent) -> None:
     with session_scope(context.settings) as session:
-        job = session.get(Job, job_id)
+        job = job_by_id(session, job_id)
         wanted = (
             job is not None and job.webhook_url is not None and wants_event(job.webhook_events_filter, event)
         )

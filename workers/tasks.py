@@ -12,17 +12,18 @@ from celery import Task
 from celery.exceptions import Reject
 
 from core.errors import LeaseBusy, NotThisPool
+from core.vocabulary import WebhookEvent
 from jobs.celery_app import get_celery_app
-from jobs.maintenance import evict_all_scopes, retrain_predictors
+from jobs.passes.eviction import evict_all_scopes
+from jobs.passes.reconcile import reconcile
+from jobs.passes.retrain import retrain_predictors
 from jobs.pools.actuator import PoolActuator
 from jobs.pools.rebalance import rebalance_pools
 from jobs.queues import ROUTES, TaskName
-from jobs.webhooks import WebhookEvent
 from workers.admission import admit
 from workers.context import WorkerContext, get_context
 from workers.decoding import decode_job_image
 from workers.generation import generate_job, reuse_job
-from workers.reconcile import reconcile
 from workers.role_switch import enter_pool
 from workers.webhook_delivery import run_delivery
 

@@ -16,12 +16,12 @@ from api.problems import Problem
 from api.schemas import Generation, GenerationCreate, GenerationList, problem_responses
 from core.errors import BlobNotFound, DecodeTimeout, InflightLimitExceeded, InvalidInput
 from core.params import GenerationParams, check_params
-from core.vocabulary import JobStatus
+from core.vocabulary import JobStatus, WebhookEvent
 from db import jobs as jobs_db
 from db.models import Job, Tenant
 from jobs.queues import Queue, queue_depth
 from jobs.representation import generation_object
-from jobs.webhooks import WebhookEvent, check_webhook_url, wants_event
+from jobs.webhooks import check_webhook_url, wants_event
 
 log = logging.getLogger(__name__)
 

@@ -7,13 +7,13 @@ import logging
 import redis
 from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
 from api.deps import SessionDep, StateDep
 from api.metrics import refresh_pool_gauges
 from api.problems import Problem
 from api.schemas import problem_responses
+from db.engine import ping
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ def readyz(session: SessionDep, state: StateDep) -> dict[str, str]:
     """The database and the broker answer; 503 problem naming what does not."""
     down = []
     try:
-        session.execute(text("SELECT 1"))
+        ping(session)
     except SQLAlchemyError:
         log.warning("readiness: database unreachable", exc_info=True)
         down.append("database")

@@ -6,13 +6,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Query
-from sqlalchemy import func, select
 
 from api.deps import SessionDep, StateDep, TenantDep
 from api.schemas import CacheStats, ComputeStats, IntervalRow, PoolDecisionView, Stats, problem_responses
 from db import jobs as jobs_db
-from db.models import IntervalStats, PoolDecision, WorkerRoleRow
-from db.pools import latest_decision
+from db.models import PoolDecision
+from db.pools import latest_decision, workers_per_role
+from db.stats import recent_intervals
 from jobs.queues import Queue, queue_depth
 
 router = APIRouter(prefix="/v1/stats", tags=["stats"])
@@ -34,15 +34,8 @@ def get_stats(
     """Service-wide statistics: hit rate, k histogram, compute saved, queue depths and pool sizes."""
     since = datetime.now(UTC) - timedelta(seconds=window_s)
     outcomes = jobs_db.cache_outcomes(session=session, since=since)
-    pools = {
-        role: int(count)
-        for role, count in session.execute(
-            select(WorkerRoleRow.role, func.count()).group_by(WorkerRoleRow.role).order_by(WorkerRoleRow.role)
-        )
-    }
-    intervals = session.scalars(
-        select(IntervalStats).order_by(IntervalStats.period_start.desc()).limit(RECENT_INTERVALS)
-    ).all()
+    pools = workers_per_role(session)
+    intervals = recent_intervals(session, RECENT_INTERVALS)
     return Stats(
         window_s=window_s,
         since=since,

@@ -15,13 +15,13 @@ from sqlalchemy import delete, func, select, update
 from core.errors import SourceVanished
 from core.scopes import SHARED_SCOPE, lookup_scopes, tenant_scope
 from core.settings import Settings
+from core.usage import INSERTION_USES
 from core.vocabulary import EntryState, LookupMode
 from db import cache
 from db.blobs import keys
 from db.blobs.local import LocalBlobStore
 from db.engine import session_scope
 from db.models import CacheEntry, CacheState
-from jobs.policies.eviction import INSERTION_USES
 
 pytestmark = pytest.mark.integration
 

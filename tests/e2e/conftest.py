@@ -164,14 +164,14 @@ class Stack:
 @pytest.fixture(scope="session")
 def stack(
     db_settings: Settings,
-    redis_url: str,
+    stack_redis_url: str,
     tmp_path_factory: pytest.TempPathFactory,
     webhook_receiver: WebhookReceiver,
 ) -> Iterator[Stack]:
     ensure_tiny_models(db_settings)
     overrides = {
         "REPRISE_DATABASE_URL": db_settings.sqlalchemy_url,
-        "REPRISE_REDIS_URL": redis_url,
+        "REPRISE_REDIS_URL": stack_redis_url,
         "REPRISE_DATA_DIR": str(db_settings.data_dir.resolve()),  # the tiny models live there
         "REPRISE_BLOB_DIR": str(tmp_path_factory.mktemp("blobs")),
         "REPRISE_STEPS": "10",
@@ -189,7 +189,7 @@ def stack(
     }
     env = {**os.environ, **overrides}
     settings = db_settings.model_copy(
-        update={"redis_url": redis_url, "steps": 10, "capture_steps": [2, 4, 6, 8], "default_size": 64}
+        update={"redis_url": stack_redis_url, "steps": 10, "capture_steps": [2, 4, 6, 8], "default_size": 64}
     )
     port = free_port()
     logs = tmp_path_factory.mktemp("logs")

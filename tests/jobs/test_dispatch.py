@@ -6,10 +6,9 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from core.vocabulary import Route
+from core.vocabulary import Route, WebhookEvent
 from jobs.dispatch import PUBLISH_RETRY_POLICY, CeleryDispatcher
 from jobs.queues import Queue, TaskName
-from jobs.webhooks import WebhookEvent
 from tests.support.dispatch import RecordingDispatcher, Sent
 
 JOB = uuid.UUID("5f0c2d2e-6f1a-4d56-9a53-3f3c1d2b7e10")

@@ -39,23 +39,15 @@ def test_every_registered_task_is_routed_by_the_table_alone() -> None:
         assert routed["queue"].name == ROUTES[task].value
 
 
-@pytest.fixture(scope="module")
-def routes_redis_url(redis_url: str) -> str:
-    """A Redis database of this module's own: the end-to-end stack (a session fixture) consumes the
-    queues of the run's database, and would take these messages before they are counted."""
-    base, _, number = redis_url.rpartition("/")
-    return f"{base}/{1 + (int(number) + 6) % 15}"
+@pytest.fixture
+def routed_settings(service_settings: Settings, redis_url: str) -> Settings:
+    return service_settings.model_copy(update={"redis_url": redis_url})
 
 
 @pytest.fixture
-def routed_settings(service_settings: Settings, routes_redis_url: str) -> Settings:
-    return service_settings.model_copy(update={"redis_url": routes_redis_url})
-
-
-@pytest.fixture
-def broker(routes_redis_url: str) -> Iterator[redis.Redis]:
-    """This module's Redis database, every queue's lists emptied before and after each test."""
-    client = redis.Redis.from_url(routes_redis_url)
+def broker(redis_url: str) -> Iterator[redis.Redis]:
+    """This run's Redis database, every queue's lists emptied before and after each test."""
+    client = redis.Redis.from_url(redis_url)
     lists = [name for queue in Queue for name in _lists_of(queue)]
     client.delete(*lists)
     yield client

@@ -10,13 +10,13 @@ from datetime import UTC, datetime
 import pytest
 
 from core.errors import InvalidInput, WebhookVerificationError
+from core.signing import generate_secret
+from core.vocabulary import WebhookEvent
 from jobs.webhooks import (
-    WebhookEvent,
     check_webhook_url,
     delay_before,
     encode_payload,
     event_payload,
-    generate_secret,
     is_delivered,
     is_gone,
     message_id,

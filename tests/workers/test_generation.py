@@ -10,11 +10,10 @@ import pytest
 from sqlalchemy import select
 
 from core.settings import Settings
-from core.vocabulary import JobStatus, Role
+from core.vocabulary import JobStatus, Role, WebhookEvent
 from db.engine import session_scope
 from db.models import CacheEntry, CacheState, Job
 from jobs.queues import TaskName
-from jobs.webhooks import WebhookEvent
 from tests.support.dispatch import RecordingDispatcher
 from tests.workers.conftest import make_job, make_tenant
 from workers.context import WorkerContext

@@ -1,4 +1,5 @@
-"""The API against the real Postgres and Redis: an app per test, tenants with real API keys.
+"""Fixtures shared by the API and worker tests (tests/conftest.py registers them): the API against the
+real Postgres and Redis, an app per test, tenants with real API keys.
 
 Enqueued tasks go to this run's own Redis database, where they sit (no worker consumes them), so
 tests read the queues with LLEN instead of mocking Celery.

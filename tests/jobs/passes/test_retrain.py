@@ -16,7 +16,7 @@ from core.vocabulary import EntryState, LookupMode
 from db import cache, predictor_store
 from db.engine import session_scope
 from db.models import CacheEntry, PredictorFit
-from jobs.maintenance import retrain_predictors, retrain_scope
+from jobs.passes.retrain import load_predictor, retrain_predictors, retrain_scope
 
 pytestmark = pytest.mark.integration
 
@@ -67,7 +67,7 @@ def test_fit_is_persisted_reloaded_and_retrained_after_more_than_5_percent(db_se
     first = retrain(db_settings, scope)
     assert first is not None
     with session_scope(db_settings) as session:
-        loaded = predictor_store.load_predictor(session, scope=scope, model_family=FAMILY, mode=TEXT)
+        loaded = load_predictor(session, scope=scope, model_family=FAMILY, mode=TEXT)
     assert loaded is not None and loaded.version == first and loaded.entries == 40
     assert loaded.predictor.size == 40
     assert loaded.predictor.threshold == 0.65  # nirvana-t2t's lowest row
@@ -81,7 +81,7 @@ def test_fit_is_persisted_reloaded_and_retrained_after_more_than_5_percent(db_se
     second = retrain(db_settings, scope)  # 3 of 40 > 5%
     assert second is not None and second > first
     with session_scope(db_settings) as session:
-        newest = predictor_store.load_predictor(session, scope=scope, model_family=FAMILY, mode=TEXT)
+        newest = load_predictor(session, scope=scope, model_family=FAMILY, mode=TEXT)
         assert predictor_store.latest_version(session, scope=scope, model_family=FAMILY, mode=TEXT) == second
     assert newest is not None and newest.entries == 43 and newest.predictor.size == 43
 
@@ -119,7 +119,7 @@ def test_an_emptied_scope_gets_a_fit_that_predicts_misses(db_settings: Settings)
         session.execute(update(CacheEntry).where(CacheEntry.id.in_(ids)).values(state=EntryState.DIRTY.value))
     assert retrain(db_settings, scope) is not None
     with session_scope(db_settings) as session:
-        loaded = predictor_store.load_predictor(session, scope=scope, model_family=FAMILY, mode=TEXT)
+        loaded = load_predictor(session, scope=scope, model_family=FAMILY, mode=TEXT)
     assert loaded is not None and loaded.entries == 0 and not loaded.predictor.predict(cached[0])
 
 

@@ -20,8 +20,9 @@ from db import cache
 from db.blobs import keys
 from db.blobs.local import LocalBlobStore
 from db.engine import session_scope
-from db.eviction import ensure_room, evict_scope, load_usage, remove_dirty_entries
+from db.eviction import load_usage
 from db.models import CacheEntry, CacheState
+from jobs.passes.eviction import ensure_room, evict_scope, remove_dirty_entries
 from jobs.policies.eviction import plan_eviction
 
 pytestmark = pytest.mark.integration

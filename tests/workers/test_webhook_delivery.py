@@ -18,15 +18,17 @@ from sqlalchemy import select, update
 
 from core.params import GenerationParams
 from core.settings import Settings
+from core.vocabulary import WebhookEvent
 from db.engine import session_scope
 from db.jobs import NewJob, create_job
 from db.models import Job, Tenant, WebhookDelivery
 from db.tenants import TenantCredentials
 from jobs.celery_app import make_celery_app
 from jobs.dispatch import CeleryDispatcher
+from jobs.passes.reconcile import enqueue_due_retries
 from jobs.queues import Queue, TaskName
-from jobs.webhooks import WebhookEvent, message_id, verify
-from workers.webhook_delivery import deliver_webhook, enqueue_due_retries, run_delivery
+from jobs.webhooks import message_id, verify
+from workers.webhook_delivery import deliver_webhook, run_delivery
 
 pytestmark = pytest.mark.integration
 

@@ -1,0 +1,139 @@
+"""Webhook delivery records (webhook_deliveries): every attempt of every event, and the reads the
+delivery worker and the reconciler make of them. Functions take the caller's session."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+from typing import Literal
+
+from sqlalchemy import exists, or_, select
+from sqlalchemy.orm import Session, aliased
+
+from core.vocabulary import TERMINAL_STATUSES
+from db.models import Job, Tenant, WebhookDelivery
+
+
+def job_of(session: Session, job_id: uuid.UUID) -> Job | None:
+    """The job whose event is delivered (None once deleted)."""
+    return session.get(Job, job_id)
+
+
+def signing_secret(session: Session, tenant_id: uuid.UUID) -> str:
+    """The tenant's webhook signing secret (a job's tenant is a foreign key, so it exists)."""
+    return session.get_one(Tenant, tenant_id).webhook_secret
+
+
+def attempts_of(session: Session, message_id: str) -> list[tuple[int, int | None]]:
+    """(attempt, status code) of every recorded attempt of one event (one webhook-id)."""
+    rows = session.execute(
+        select(WebhookDelivery.attempt, WebhookDelivery.status_code).where(
+            WebhookDelivery.message_id == message_id
+        )
+    ).all()
+    return [(attempt, code) for attempt, code in rows]
+
+
+def url_gone(session: Session, *, tenant_id: uuid.UUID, url: str) -> bool:
+    """Whether this URL answered 410 Gone to any delivery of the tenant."""
+    return (
+        session.scalar(
+            select(WebhookDelivery.id)
+            .join(Job, Job.id == WebhookDelivery.job_id)
+            .where(Job.tenant_id == tenant_id, WebhookDelivery.url == url, WebhookDelivery.status_code == 410)
+            .limit(1)
+        )
+        is not None
+    )
+
+
+def record_attempt(
+    session: Session,
+    *,
+    job_id: uuid.UUID,
+    message_id: str,
+    event: str,
+    url: str,
+    attempt: int,
+    status_code: int | None,
+    error: str | None,
+    next_attempt_at: datetime | None,
+) -> None:
+    """Record one delivery attempt; next_attempt_at None: no further attempt."""
+    session.add(
+        WebhookDelivery(
+            job_id=job_id,
+            message_id=message_id,
+            event=event,
+            url=url,
+            attempt=attempt,
+            status_code=status_code,
+            error=error,
+            next_attempt_at=next_attempt_at,
+        )
+    )
+
+
+def due_retries(
+    session: Session, *, now: datetime, long_wait_s: float, overdue_s: float
+) -> list[tuple[uuid.UUID, str, int]]:
+    """(job, event, attempt) of each event whose latest attempt failed and whose next attempt is due
+    and was not queued with a countdown (a wait over `long_wait_s`) or was lost (overdue by
+    `overdue_s`)."""
+    row, later = WebhookDelivery, aliased(WebhookDelivery)
+    is_latest = ~exists().where(later.message_id == row.message_id, later.attempt > row.attempt)
+    long_wait = row.next_attempt_at - row.created_at > timedelta(seconds=long_wait_s)
+    lost = row.next_attempt_at <= now - timedelta(seconds=overdue_s)
+    rows = session.execute(
+        select(row.job_id, row.event, row.attempt).where(
+            row.next_attempt_at.is_not(None),
+            row.next_attempt_at <= now,
+            or_(long_wait, lost),
+            is_latest,
+        )
+    ).all()
+    return [(job_id, event, attempt) for job_id, event, attempt in rows]
+
+
+def never_attempted(
+    session: Session,
+    *,
+    event: str,
+    filter_name: str,
+    happened: Literal["started", "finished"],
+    cutoff: datetime,
+    since: datetime,
+) -> list[uuid.UUID]:
+    """Jobs created since `since` that asked for `event` (`filter_name` in their filter), whose event
+    happened before `cutoff` (started, or reached a terminal status) and has no attempt at all (the
+    enqueue after the state change was lost), leaving out URLs that answered 410 Gone."""
+    gone = aliased(WebhookDelivery)
+    other = aliased(Job)
+    url_is_gone = (
+        select(gone.id)
+        .join(other, other.id == gone.job_id)
+        .where(other.tenant_id == Job.tenant_id, gone.url == Job.webhook_url, gone.status_code == 410)
+        .exists()
+    )
+    if happened == "started":
+        happened_at, condition = Job.started_at, Job.started_at.is_not(None)
+    else:
+        happened_at, condition = Job.finished_at, Job.status.in_([s.value for s in TERMINAL_STATUSES])
+    attempted = (
+        select(WebhookDelivery.id)
+        .where(WebhookDelivery.job_id == Job.id, WebhookDelivery.event == event)
+        .exists()
+    )
+    return list(
+        session.scalars(
+            select(Job.id).where(
+                Job.created_at >= since,  # indexed: bounds the scan
+                Job.webhook_url.is_not(None),
+                Job.webhook_events_filter.contains([filter_name]),
+                condition,
+                happened_at <= cutoff,
+                ~attempted,
+                ~url_is_gone,
+            )
+        )
+    )

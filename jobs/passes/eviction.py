@@ -1,0 +1,174 @@
+"""The eviction pass: keep a cache scope within its byte budget (Settings.cache_budget_bytes, per scope).
+
+A pass, under a per-scope advisory lock:
+1. ranks the scope's states in SQL by the configured policy's score (the same scores and tie-breaks
+   as jobs.policies.eviction), loads only the entries whose states rank before the bytes to free
+   are reached, and asks the pure planner (plan_eviction) which to forget: the same plan as over
+   the whole scope, without loading every state into Python;
+2. deletes the evicted state rows and marks entries left without states dirty (invisible to
+   lookups), and COMMITS;
+3. only then deletes the evicted states' blobs;
+4. removes every dirty entry of the scope: its blobs first (delete_prefix of the entry's prefix),
+   then its row (the states' rows and the HNSW index entry go with it).
+
+Why this order never breaks a job: a job routed to an evicted state either finds no row or finds a
+live-looking row whose blob is already gone; db.cache.get_state / read_state_blob turn both into
+SourceVanished, and the job runs as a miss. A crash after step 2 leaks at most the evicted states'
+blobs, which sit under their entry's prefix and go when the entry does; a crash inside step 4
+leaves a dirty row, which the next pass removes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from core.settings import Settings
+from core.usage import EvictionPlan
+from core.vocabulary import EvictionPolicyName, HitPolicy
+from db import eviction as eviction_sql
+from db.blobs.base import BlobStore
+from db.blobs.keys import entry_prefix
+from db.cache import scope_bytes_by_state
+from db.engine import session_scope
+from jobs.policies.eviction import plan_eviction
+from jobs.policies.k_selection import parse_table
+
+EVICTION_HEADROOM = 0.02
+"""A pass that must run frees this fraction of the budget beyond what is needed, so the inserts that
+follow find room without paying a pass each. NIRVANA 5.4 evicts |K| states before every insertion;
+batching amortises the ranking query, which reads the whole scope (our choice, not the papers')."""
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionReport:
+    """What one pass did. `fits`: the scope now has room for the incoming bytes."""
+
+    scope: str
+    policy: EvictionPolicyName
+    budget_bytes: int
+    incoming_bytes: int
+    bytes_before: int
+    bytes_after: int
+    states_evicted: int
+    entries_removed: int
+    blob_keys_deleted: int
+
+    @property
+    def fits(self) -> bool:
+        return self.bytes_after + self.incoming_bytes <= self.budget_bytes
+
+
+def final_latent_k(settings: Settings) -> int:
+    """Steps one use of a state-less entry saves, for scoring it (see jobs.policies.eviction).
+
+    Under refine (MoDM) a final latent serves any k: value it like the table's smallest k.
+    Under resume (NIRVANA) a hit needs a state: a state-less entry saves nothing.
+    """
+    if settings.hit_policy is HitPolicy.REFINE:
+        return min(parse_table(settings.k_table).ks)
+    return 0
+
+
+def remove_dirty_entries(settings: Settings, blobs: BlobStore, *, scope: str) -> tuple[int, int]:
+    """Remove the scope's dirty entries: blobs first, then rows.
+
+    Returns (entries removed, blob keys deleted)."""
+    with session_scope(settings) as session:
+        ids, stray_keys = eviction_sql.dirty_entries(session, scope=scope)
+    if not ids:
+        return 0, 0
+    deleted = sum(blobs.delete_prefix(entry_prefix(entry_id)) for entry_id in ids)
+    prefixes = tuple(entry_prefix(entry_id) for entry_id in ids)
+    outside = [key for key in stray_keys if not key.startswith(prefixes)]  # keys laid out elsewhere
+    blobs.delete(outside)
+    with session_scope(settings) as session:
+        removed = eviction_sql.delete_dirty_entries(session, ids)
+    return removed, deleted + len(outside)
+
+
+def evict_scope(
+    settings: Settings,
+    blobs: BlobStore,
+    *,
+    scope: str,
+    incoming_bytes: int = 0,
+    budget_bytes: int | None = None,
+    policy: EvictionPolicyName | None = None,
+    now: datetime | None = None,
+    headroom: float = EVICTION_HEADROOM,
+) -> EvictionReport:
+    """One pass: when `scope` holds more than `budget_bytes - incoming_bytes` (defaults: the configured
+    budget and policy), evict down to that minus `headroom` x budget; then remove its dirty entries.
+    `now` (default: the database's clock) feeds LRBU. Commits its own transactions; safe to run
+    concurrently with lookups, uses, inserts and other passes (one pass per scope at a time).
+    """
+    budget = settings.cache_budget_bytes if budget_bytes is None else budget_bytes
+    chosen = settings.eviction_policy if policy is None else policy
+    final_k = final_latent_k(settings)
+    with session_scope(settings) as session:
+        eviction_sql.lock_scope(session, scope)
+        live, dirty = scope_bytes_by_state(session, scope=scope)
+        to_free = live + incoming_bytes - budget  # dirty entries leave below, whatever the plan
+        keys: list[str] = []
+        plan = EvictionPlan((), 0)
+        if to_free > 0:
+            to_free += int(headroom * budget)
+            clock = now if now is not None else eviction_sql.db_now(session)
+            candidates = eviction_sql.candidate_ids(session, scope, chosen, to_free, clock, final_k)
+            plan = plan_eviction(
+                eviction_sql.load_usage(session, candidates), to_free, chosen, clock, final_latent_k=final_k
+            )
+            keys = eviction_sql.apply_plan(session, plan)
+    # The rows' deletion is committed: from here on no lookup finds these states.
+    blobs.delete(keys)
+    removed, deleted = remove_dirty_entries(settings, blobs, scope=scope)
+    with session_scope(settings) as session:
+        after = sum(scope_bytes_by_state(session, scope=scope))
+    return EvictionReport(
+        scope=scope,
+        policy=chosen,
+        budget_bytes=budget,
+        incoming_bytes=incoming_bytes,
+        bytes_before=live + dirty,
+        bytes_after=after,
+        states_evicted=len(plan.states),
+        entries_removed=removed,
+        blob_keys_deleted=len(keys) + deleted,
+    )
+
+
+def ensure_room(
+    settings: Settings,
+    blobs: BlobStore,
+    *,
+    scope: str,
+    incoming_bytes: int,
+    headroom: float = EVICTION_HEADROOM,
+) -> EvictionReport:
+    """Before inserting `incoming_bytes` into `scope`: evict until they fit the budget (NIRVANA 5.4:
+    "every insertion is preceded by an eviction" once the cache is full). A scope already with room
+    costs one budget query. `report.fits` is False only when the incoming bytes alone pass the budget.
+    """
+    with session_scope(settings) as session:
+        used = sum(scope_bytes_by_state(session, scope=scope))
+    if used + incoming_bytes <= settings.cache_budget_bytes:
+        return EvictionReport(
+            scope=scope,
+            policy=settings.eviction_policy,
+            budget_bytes=settings.cache_budget_bytes,
+            incoming_bytes=incoming_bytes,
+            bytes_before=used,
+            bytes_after=used,
+            states_evicted=0,
+            entries_removed=0,
+            blob_keys_deleted=0,
+        )
+    return evict_scope(settings, blobs, scope=scope, incoming_bytes=incoming_bytes, headroom=headroom)
+
+
+def evict_all_scopes(settings: Settings, blob_store: BlobStore) -> list[EvictionReport]:
+    """One eviction pass over every scope (NIRVANA 5.4's cache-maintainer, run in the background)."""
+    with session_scope(settings) as session:
+        scopes = eviction_sql.cache_scopes(session)
+    return [evict_scope(settings, blob_store, scope=scope) for scope in scopes]

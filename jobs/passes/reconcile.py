@@ -1,0 +1,76 @@
+"""The reconcile pass: Postgres is the truth, so work whose message was lost is sent again: jobs left
+waiting past stuck_after_s, and webhook attempts that are due and that no queued task will make."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Literal
+
+from core.settings import Settings
+from core.vocabulary import FILTER_OF_EVENT, Route, WebhookEvent
+from db import webhooks as webhooks_db
+from db.engine import session_scope
+from db.job_runs import find_stuck
+from jobs.dispatch import Dispatcher
+
+log = logging.getLogger(__name__)
+
+
+def reconcile(settings: Settings, dispatcher: Dispatcher) -> int:
+    """Re-enqueue jobs untouched past stuck_after_s and due webhook retries; return how many.
+
+    Duplicates are harmless: admission and the GPU tasks are idempotent on the job id.
+    """
+    with session_scope(settings) as session:
+        stuck = find_stuck(session, older_than_s=settings.stuck_after_s)
+    for job in stuck:
+        if job.admitted and job.route is not None:
+            dispatcher.run_route(job.job_id, Route(job.route))
+        else:
+            dispatcher.admit(job.job_id)
+    if stuck:
+        log.warning("reconciler re-enqueued %d stuck jobs", len(stuck))
+    return len(stuck) + enqueue_due_retries(settings=settings, dispatcher=dispatcher)
+
+
+BACKFILL_WINDOW = timedelta(days=1)  # how far back the reconciler looks for events never attempted
+HAPPENED: dict[WebhookEvent, Literal["started", "finished"]] = {
+    WebhookEvent.STARTED: "started",
+    WebhookEvent.COMPLETED: "finished",
+}
+
+
+def enqueue_due_retries(*, settings: Settings, dispatcher: Dispatcher, now: datetime | None = None) -> int:
+    """For the reconciler: queue every delivery attempt that is due and that no queued task will make.
+
+    That is the next attempt of each event whose latest attempt failed: the long waits run_delivery
+    left to us, and short retries whose queued task was lost (overdue by stuck_after_s); and the first
+    attempt of recent events that were never attempted. Returns how many were queued. A duplicate is
+    harmless: deliver_webhook skips an attempt that was already made.
+    """
+    current = now or datetime.now(UTC)
+    with session_scope(settings) as session:
+        retries = webhooks_db.due_retries(
+            session,
+            now=current,
+            long_wait_s=settings.visibility_timeout_s / 2,
+            overdue_s=settings.stuck_after_s,
+        )
+        first = [
+            (job_id, event)
+            for event in WebhookEvent
+            for job_id in webhooks_db.never_attempted(
+                session,
+                event=event.value,
+                filter_name=FILTER_OF_EVENT[event].value,
+                happened=HAPPENED[event],
+                cutoff=current - timedelta(seconds=settings.stuck_after_s),
+                since=current - BACKFILL_WINDOW,
+            )
+        ]
+    for job_id, event, attempt in retries:
+        dispatcher.deliver_webhook(job_id, WebhookEvent(event), attempt=attempt + 1)
+    for job_id, first_event in first:
+        dispatcher.deliver_webhook(job_id, first_event, attempt=1)
+    return len(retries) + len(first)
