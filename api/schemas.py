@@ -16,6 +16,7 @@ from jobs.representation import Generation
 __all__ = ["Generation", "GenerationCreate", "GenerationList", "ProblemDetails", "Stats"]
 
 CacheMode = Literal["auto", "off", "shared"]
+DecodeMode = Literal["lazy", "eager"]
 EventFilterName = Literal["start", "completed"]
 
 
@@ -67,6 +68,11 @@ class GenerationCreate(BaseModel):
         description="auto: reuse this tenant's earlier work; off: generate from scratch and cache nothing; "
         "shared: also reuse the shared scope (the tenant must have opted in).",
     )
+    decode: DecodeMode = Field(
+        "lazy",
+        description="lazy: store only the latent; the first read of the image decodes it (LatentBox). "
+        "eager: decode at completion and store the PNG, so the first read of the PNG is served at once.",
+    )
     webhook: str | None = Field(
         None,
         max_length=2048,
@@ -90,7 +96,9 @@ class GenerationCreate(BaseModel):
 
     def fingerprint(self) -> str:
         """sha256 of the request as understood (defaults filled in), to compare Idempotency-Key replays."""
-        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        # The default decode is left out, so a body sent before the field existed keeps its fingerprint.
+        body = self.model_dump(mode="json", exclude={"decode"} if self.decode == "lazy" else None)
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -128,6 +136,19 @@ class ComputeStats(BaseModel):
     denoiser_evaluations: dict[str, int] = Field(description="Evaluations actually run, per model.")
 
 
+class DecodeStats(BaseModel):
+    """VAE decodes (LatentBox 4.1), over the statistics intervals that overlap the window."""
+
+    generations: int = Field(description="Generations completed (misses and hits).")
+    generation_decodes: int = Field(description="VAE decodes those generations ran.")
+    per_job: float | None = Field(
+        description="generation_decodes / generations; 0 when only latents are stored."
+    )
+    image_reads: int = Field(description="Image downloads answered (GET /v1/generations/{id}/image).")
+    read_decodes: int = Field(description="Decodes the decode pool ran for reads.")
+    per_read: float | None = Field(description="read_decodes / image_reads.")
+
+
 class IntervalRow(BaseModel):
     period_start: datetime
     period_seconds: int
@@ -155,6 +176,14 @@ class PoolDecisionView(BaseModel):
     switches: list[dict[str, Any]] = Field(description="Moves sent: {worker, from, to, ok}.")
 
 
+class MonitorView(BaseModel):
+    """How the pool monitor is configured (REPRISE_MONITOR_*): a replay records it next to the pools."""
+
+    enabled: bool
+    mode: str = Field(description="quality or throughput (MoDM 5.3.1, 5.3.2).")
+    period_s: int
+
+
 class Stats(BaseModel):
     window_s: int
     since: datetime
@@ -168,6 +197,8 @@ class Stats(BaseModel):
     pool_monitor: PoolDecisionView | None = Field(
         None, description="The pool monitor's latest decision; null before the first."
     )
+    monitor: MonitorView | None = Field(None, description="The pool monitor's configuration.")
+    decodes: DecodeStats | None = Field(None, description="VAE decodes at generation and on read.")
     intervals: list[IntervalRow] = Field(description="The latest interval aggregates, newest first.")
 
 

@@ -5,9 +5,15 @@ the stack searches an HNSW index (approximate; pgvector's ef_search 40) where th
 exact, and completion order under concurrency shifts which entries exist at each admission. The
 stated tolerance allows for those and for sampling noise, never for a wrong policy:
 
-    hit_rate       |sim - measured| <= max(0.05, 3 standard errors of a binomial rate over the
-                   measured requests)
-    compute_saved  |sim - measured| <= max(0.05, 3 standard errors, the same way)
+    hit_rate       |sim - measured| <= max(noise, min(0.05, max(0.01, 0.25 x measured)))
+    compute_saved  The first term is sampling noise: 3 standard errors of the measured hit rate h
+                   over n requests, 3 sqrt(h (1 - h) / n); for compute saved the same relative error,
+                   3 sqrt((1 - h) / (n h)) x measured, since all of it comes from the hits (a miss
+                   saves nothing) and so varies as their count does. The second term is what the
+                   known differences above may shift, relative to what was measured (REL_TOLERANCE),
+                   at least 0.01 (ABS_FLOOR) and at most 0.05 (the old fixed allowance). A fixed 0.05
+                   passed 0.043 simulated against 0.0085 measured on 200 requests, a fivefold error
+                   when little is saved; it now needs to be within 0.013.
     k_histogram    total variation distance between the two k distributions of hits
                    <= max(0.15, 0.5 * sqrt(2 * bins / hits)), hits being the smaller of the two
                    counts: the second term bounds the distance two samples of that size from one
@@ -24,8 +30,14 @@ from typing import Any
 
 from bench.report import BenchReport
 
-HIT_RATE_TOLERANCE = 0.05
-COMPUTE_SAVED_TOLERANCE = 0.05
+SYSTEMATIC_CAP = 0.05  # the most the known differences are allowed, in absolute terms
+REL_TOLERANCE = 0.25
+"""The systematic allowance, as a fraction of the measured value. Chosen from the simulator's own
+sensitivity to what differs between it and the stack (README, "The live stack, and the simulator"):
+twice the clients (4 -> 8, closed loop, the first 300 prompts of the 5k trace) moves hit rate by 14%
+and compute saved by 9% of their value, by changing the order in which jobs complete; 0.25 leaves
+room for that and for the approximate index, and still fails a twofold error."""
+ABS_FLOOR = 0.01  # below this, a difference is a handful of requests in a few hundred
 K_DISTRIBUTION_TOLERANCE = 0.15
 STANDARD_ERRORS = 3.0
 
@@ -83,14 +95,30 @@ def total_variation(a: Mapping[int, int], b: Mapping[int, int]) -> float:
     return 0.5 * sum(abs(a.get(k, 0) / total_a - b.get(k, 0) / total_b) for k in keys)
 
 
-def _rate_check(name: str, sim: float | None, measured: float | None, requests: int, floor: float) -> Check:
-    if sim is None or measured is None:
-        return Check(name, sim, measured, None, floor, sim is None and measured is None)
-    p = min(max(measured, 0.0), 1.0)
-    error = math.sqrt(p * (1.0 - p) / requests) if requests > 0 else 0.0
-    tolerance = max(floor, STANDARD_ERRORS * error)
+def rate_noise(rate: float, requests: int) -> float:
+    """3 standard errors of a binomial rate over `requests`."""
+    p = min(max(rate, 0.0), 1.0)
+    return STANDARD_ERRORS * math.sqrt(p * (1.0 - p) / requests) if requests > 0 else 0.0
+
+
+def tolerance(measured: float, noise: float) -> float:
+    """How far a simulated figure may be from a measured one with this sampling noise (module docstring)."""
+    return max(noise, min(SYSTEMATIC_CAP, max(ABS_FLOOR, REL_TOLERANCE * abs(measured))))
+
+
+def saved_noise(saved: float, hit_rate: float | None, requests: int) -> float:
+    """Sampling noise of compute saved: the hit count's relative error, times what was saved."""
+    if not hit_rate:
+        return rate_noise(saved, requests)  # no hit measured: nothing to scale by
+    return abs(saved) * rate_noise(hit_rate, requests) / hit_rate
+
+
+def _check(name: str, sim: float | None, measured: float | None, noise: float | None) -> Check:
+    if sim is None or measured is None or noise is None:
+        return Check(name, sim, measured, None, ABS_FLOOR, sim is None and measured is None)
+    allowed = tolerance(measured, noise)
     difference = sim - measured
-    return Check(name, sim, measured, difference, tolerance, abs(difference) <= tolerance)
+    return Check(name, sim, measured, difference, allowed, abs(difference) <= allowed)
 
 
 def compare_reports(
@@ -106,8 +134,13 @@ def compare_reports(
     k_tolerance = max(K_DISTRIBUTION_TOLERANCE, noise)
     return Comparison(
         checks=(
-            _rate_check("hit_rate", sim_hit, hit, requests, HIT_RATE_TOLERANCE),
-            _rate_check("compute_saved", sim_saved, saved, requests, COMPUTE_SAVED_TOLERANCE),
+            _check("hit_rate", sim_hit, hit, rate_noise(hit, requests) if hit is not None else None),
+            _check(
+                "compute_saved",
+                sim_saved,
+                saved,
+                saved_noise(saved, hit, requests) if saved is not None else None,
+            ),
             Check("k_histogram", None, None, distance, k_tolerance, distance <= k_tolerance),
         )
     )

@@ -5,11 +5,12 @@ vanilla     no cache: every request runs the large model for all T steps (the ba
 nirvana     intermediate latents at K (NIRVANA 5.3), text-to-text lookup (5.1), resume on the
             large model (NIRVANA serves one model; a latent resumes only in its own family),
             LCBFU eviction (5.4), match predictor (5.2)
+nirvana-womp  nirvana without its match predictor (the paper's NIRVANA-w/oMP baseline, 7)
 modm        final latents, text-to-image lookup (MoDM 5.2), refine hits on the small model,
             FIFO eviction and caching the results of hits too (5.4), no match predictor
 configured  whatever the settings say (REPRISE_LOOKUP_MODE, _HIT_POLICY, _K_TABLE, ...): a mix.
-            Its hits go where the stack sends them: the cache_hit queue of the small pool,
-            which can resume a latent only when the small model shares the large one's family
+            Its hits go where the stack sends them: the small pool (cache_hit) for a refine, or a
+            resume when the small model shares the large one's family; the large pool otherwise
 """
 
 from __future__ import annotations
@@ -20,11 +21,14 @@ from typing import Any
 
 from core.settings import Settings
 from core.vocabulary import EvictionPolicyName, HitPolicy, LookupMode
+from jobs.policies.k_selection import configured_table
+from jobs.queues import settings_hits_need_large
 
 
 class ProfileName(StrEnum):
     VANILLA = "vanilla"
     NIRVANA = "nirvana"
+    NIRVANA_WOMP = "nirvana-womp"
     MODM = "modm"
     CONFIGURED = "configured"
 
@@ -95,19 +99,18 @@ def build_profile(name: str, settings: Settings) -> Profile:
         caches=True,
         lookup=settings.lookup_mode,
         hit_policy=settings.hit_policy,
-        k_table=settings.k_table,
+        k_table=configured_table(settings).name,  # "auto" read for the lookup mode
         quality_knob=settings.quality_knob,
         eviction=settings.eviction_policy,
         cache_all=settings.cache_all,
         predictor=settings.predictor_enabled,
         steps=settings.steps,
         capture_steps=tuple(settings.capture_steps),
-        hits_on_small=settings.hit_policy is HitPolicy.REFINE
-        or settings.small_family == settings.large_family,
+        hits_on_small=not settings_hits_need_large(settings),  # the live route (jobs.queues.hit_task)
     )
     if kind is ProfileName.VANILLA:
         return replace(base, caches=False, cache_all=False, predictor=False, hits_on_small=False)
-    if kind is ProfileName.NIRVANA:
+    if kind in (ProfileName.NIRVANA, ProfileName.NIRVANA_WOMP):
         return replace(
             base,
             lookup=LookupMode.TEXT_TO_TEXT,
@@ -115,7 +118,7 @@ def build_profile(name: str, settings: Settings) -> Profile:
             k_table="nirvana-t2t",
             eviction=EvictionPolicyName.LCBFU,
             cache_all=False,
-            predictor=True,
+            predictor=kind is ProfileName.NIRVANA,
             hits_on_small=False,
         )
     if kind is ProfileName.MODM:
@@ -139,6 +142,8 @@ def settings_mismatches(profile: Profile, settings: Settings) -> list[str]:
     lines = []
     for field, wanted in profile.settings_overrides().items():
         configured = getattr(settings, field)
+        if field == "k_table":  # "auto" and the preset it reads as are the same table
+            configured = configured_table(settings).name
         if configured != wanted:
             lines.append(f"{field}: configured {configured!s} != {profile.name} wants {wanted!s}")
     return lines

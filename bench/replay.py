@@ -11,7 +11,9 @@ clock synchronisation between client and server is needed.
 
 The stack's policies are its own configuration: `--profile` selects the cache mode of the
 submissions ("off" for vanilla) and is checked against the settings this process reads; a
-mismatch is reported on stderr, and the report names the profile asked for.
+mismatch is reported on stderr, and the report names the profile asked for. While it runs, the
+replay polls /v1/stats for the stack's pools and pool monitor (bench.stack.StackWatch), so that a
+simulation compared with it runs the same allocation.
 """
 
 from __future__ import annotations
@@ -22,16 +24,18 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 
 from bench.costs import StepCosts
+from bench.decodes import decode_figures, stack_decode_counters
 from bench.outcomes import ReportContext, RequestOutcome, summarize
 from bench.profiles import Profile
 from bench.progress import ProgressBar
 from bench.report import BenchReport
+from bench.stack import StackRecord, StackWatch
 from bench.trace import ArrivalKind, Request, Workload
 
 TERMINAL = frozenset({"succeeded", "failed", "canceled"})
@@ -199,15 +203,18 @@ class _Replayer:
         cache_mode: str,
         progress: ProgressBar | None,
         should_stop: Callable[[], bool],
+        watch: StackWatch | None = None,
     ) -> None:
         self.workload = workload
         self.options = options
         self.cache_mode = cache_mode
         self.progress = progress
         self.should_stop = should_stop
+        self.watch = watch
         self.started = 0.0
         self.finished: list[JobRecord] = []
         self.hits = 0
+        self.submitted = 0  # requests the stack accepted so far
 
     def clock(self) -> float:
         return time.monotonic() - self.started
@@ -222,6 +229,14 @@ class _Replayer:
             limits=limits,
         ) as client:
             self.started = time.monotonic()
+            stop = asyncio.Event()
+            watching = (
+                asyncio.create_task(
+                    self.watch.run(client, stop, clock=self.clock, submitted=lambda: self.submitted)
+                )
+                if self.watch is not None
+                else None
+            )
             tasks: list[asyncio.Task[JobRecord]] = []
             closed = self.workload.spec.kind is ArrivalKind.CLOSED
             slots = asyncio.Semaphore(self.workload.spec.concurrency)
@@ -241,6 +256,9 @@ class _Replayer:
                     asyncio.create_task(self._one(client, request, self.clock(), slots if closed else None))
                 )
             records = await asyncio.gather(*tasks)
+            stop.set()
+            if watching is not None:
+                await watching
         return list(records)
 
     async def _sleep_until(self, at_s: float) -> None:
@@ -297,6 +315,7 @@ class _Replayer:
                     f"POST {response.status_code}: {response.text[:200]}",
                 )
             job = response.json()
+            self.submitted += 1
         # 2. Poll until the job ends, backing off.
         closed = self.workload.spec.kind is ArrivalKind.CLOSED
         ceiling = CLOSED_POLL_INTERVAL_S if closed else MAX_POLL_INTERVAL_S
@@ -339,21 +358,6 @@ async def fetch_png_sizes(options: ReplayOptions, records: Sequence[JobRecord], 
     return sizes
 
 
-def gpu_worker_count(options: ReplayOptions) -> int | None:
-    """Large + small workers the stack reports at /v1/stats (None when it cannot be read)."""
-    try:
-        response = httpx.get(
-            f"{options.base_url.rstrip('/')}/v1/stats",
-            headers={"Authorization": f"Bearer {options.api_key}"},
-            timeout=options.http_timeout_s,
-        )
-        pools = response.json().get("pools", {}) if response.status_code == 200 else {}
-    except (httpx.HTTPError, ValueError):
-        return None
-    count = int(pools.get("large", 0)) + int(pools.get("small", 0))
-    return count or None
-
-
 def replay_workload(
     workload: Workload,
     options: ReplayOptions,
@@ -361,8 +365,10 @@ def replay_workload(
     profile: Profile,
     show_progress: bool = True,
     should_stop: Callable[[], bool] = lambda: False,
+    watch: StackWatch | None = None,
 ) -> list[JobRecord]:
-    """Send every request of `workload` and wait for each to end (or time out, or `should_stop`)."""
+    """Send every request of `workload` and wait for each to end (or time out, or `should_stop`);
+    `watch` follows the stack's pools meanwhile."""
     progress = ProgressBar(len(workload.requests), label=f"replay {profile.name}") if show_progress else None
     replayer = _Replayer(
         workload,
@@ -370,6 +376,7 @@ def replay_workload(
         cache_mode="auto" if profile.caches else "off",
         progress=progress,
         should_stop=should_stop,
+        watch=watch,
     )
     records = asyncio.run(replayer.run())
     if progress is not None:
@@ -387,10 +394,15 @@ def run_replay(
     embedder: Mapping[str, Any],
     gpu_workers: int | None = None,
     show_progress: bool = True,
-) -> tuple[BenchReport, list[JobRecord]]:
-    """Replay, fetch a few images for png_bytes, and report. `gpu_workers` (large + small) prices
-    the vanilla estimate; None reads the pool sizes at /v1/stats."""
-    records = replay_workload(workload, options, profile=profile, show_progress=show_progress)
+) -> tuple[BenchReport, list[JobRecord], StackRecord | None]:
+    """Replay, fetch a few images for png_bytes, and report, with what the stack ran (None when
+    /v1/stats could not be read). `gpu_workers` (large + small) prices the vanilla estimate; None:
+    the pools the stack started the replay with."""
+    watch = StackWatch(started_at=datetime.now(UTC))
+    records = replay_workload(workload, options, profile=profile, show_progress=show_progress, watch=watch)
+    stack = watch.record(profile, options.steps) if watch.points else None
+    if gpu_workers is None and stack is not None:
+        gpu_workers = (stack.timeline[0].large + stack.timeline[0].small) or None
     failed = [r for r in records if r.job is None or r.job.get("status") != "succeeded"]
     if failed:
         first = failed[0]
@@ -409,7 +421,12 @@ def run_replay(
         costs=costs,
         costs_measured=costs_measured,
         embedder=embedder,
-        gpu_workers=gpu_workers if gpu_workers is not None else gpu_worker_count(options),
+        gpu_workers=gpu_workers,
         png_bytes=statistics.mean(sizes) if sizes else (float(costs.png_bytes) if costs_measured else None),
     )
-    return report, records
+    elapsed_s = (datetime.now(UTC) - watch.started_at).total_seconds()
+    counters = stack_decode_counters(
+        options.base_url, options.api_key, window_s=elapsed_s, timeout_s=options.http_timeout_s
+    )
+    report = replace(report, decodes=decode_figures((r.job for r in records), counters))
+    return report, records, stack

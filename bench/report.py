@@ -4,10 +4,13 @@
 
     profile, requests, hit_rate, k_histogram (k -> count), compute_saved, throughput_rps,
     vanilla_throughput_rps, latency_ms {p50, p95, p99}, slo_violations {x2, x4},
-    admission_ms {p50, p99}, entry_bytes, png_bytes, embedder, trace, arrivals
+    admission_ms {p50, p99}, entry_bytes, png_bytes, embedder, trace, arrivals,
+    decodes {per_job, per_read, jobs, generation_decodes, reads, read_decodes} (null when not measured,
+    as in a simulation)
 
 A sweep (`simulate --sweep`) writes a JSON list of `SweepPoint`s: a report's fields plus
-`cache_bytes` and `policy`. Figures are in bench.plots.
+`cache_bytes` and `policy`. A replay's JSON adds `stack` (what the stack ran: bench.stack), a
+simulation's `allocation_timeline` when its pools moved (bench.monitor). Figures are in bench.plots.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ REPORT_FIELDS = (
     "embedder",
     "trace",
     "arrivals",
+    "decodes",
 )
 SWEEP_FIELDS = (*REPORT_FIELDS, "cache_bytes", "policy")
 
@@ -63,6 +67,35 @@ class AdmissionLatency:
 
 
 @dataclass(frozen=True, slots=True)
+class Decodes:
+    """VAE decodes (LatentBox 4.1): at generation, per succeeded job (from each job's metrics), and on
+    read, per image read (the stack's /v1/stats counters over the replay's window)."""
+
+    jobs: int
+    generation_decodes: int
+    reads: int | None
+    read_decodes: int | None
+
+    @property
+    def per_job(self) -> float | None:
+        return self.generation_decodes / self.jobs if self.jobs else None
+
+    @property
+    def per_read(self) -> float | None:
+        return self.read_decodes / self.reads if self.reads and self.read_decodes is not None else None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "per_job": _round(self.per_job),
+            "per_read": _round(self.per_read),
+            "jobs": self.jobs,
+            "generation_decodes": self.generation_decodes,
+            "reads": self.reads,
+            "read_decodes": self.read_decodes,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class BenchReport:
     """One run. Fractions are in [0, 1]; None where a quantity was not measured (e.g. no request
     succeeded, or the API does not expose admission time). k_histogram counts hits per k."""
@@ -82,6 +115,7 @@ class BenchReport:
     embedder: Mapping[str, Any]
     trace: Mapping[str, Any]
     arrivals: Mapping[str, Any]
+    decodes: Decodes | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The contract fields as JSON types (k_histogram keys become strings, in ascending k)."""
@@ -112,6 +146,7 @@ class BenchReport:
             "embedder": dict(self.embedder),
             "trace": dict(self.trace),
             "arrivals": dict(self.arrivals),
+            "decodes": None if self.decodes is None else self.decodes.as_json(),
         }
 
 

@@ -7,7 +7,6 @@ Both build a workload from the same options (bench.options, bench.trace), report
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -26,6 +25,14 @@ from bench.profiles import Profile, build_profile, settings_mismatches
 from bench.progress import ProgressBar
 from bench.report import BenchReport, SweepPoint, markdown_table, write_json
 from bench.simulate import SimConfig, SimResult, run_simulation
+from bench.stack import (
+    ScheduledAllocation,
+    StackRecord,
+    differences,
+    read_comparison,
+    timeline_text,
+    write_replay_json,
+)
 from bench.trace import Workload
 from core.settings import Settings
 from core.vocabulary import EvictionPolicyName, MonitorMode
@@ -150,6 +157,7 @@ def simulate_main(settings: Settings, options: SimulateOptions) -> int:
 
     Plain: one report per profile. --sweep: every caching profile x policy x size. --rates: every
     profile at each Poisson rate. Each run is compared with a vanilla run of the same workload.
+    --compare: each profile's run must be what the replay ran (bench.stack), or nothing runs.
     """
     # 1. Check the options and load what every run shares.
     costs = load_costs(options.costs)
@@ -161,12 +169,13 @@ def simulate_main(settings: Settings, options: SimulateOptions) -> int:
     policies = ALL_POLICIES if options.policies == ("all",) else options.policies
     for policy in policies:
         EvictionPolicyName(policy)  # a ValueError names an unknown policy before any work
+    replayed = _replayed_schedules(options, profiles)
     workload = options.workload.workload()
     embeddings = _embeddings(settings, workload) if any(p.caches for p in profiles) else None
 
     # 2. Plan the runs, 3. run them, then report.
     planned = _plan(
-        settings, options, _config_factory(settings, options, costs), profiles, policies, workload
+        settings, options, _config_factory(settings, options, costs, replayed), profiles, policies, workload
     )
     results = _execute(
         [run for run, _, _ in planned],
@@ -190,8 +199,54 @@ _Planned = tuple[_Run, int, str]
 _ConfigFor = Callable[[Profile, int], SimConfig]
 
 
-def _config_factory(settings: Settings, options: SimulateOptions, costs: StepCosts) -> _ConfigFor:
-    """The deployment every run simulates, for a profile and a cache budget."""
+def _replayed_schedules(
+    options: SimulateOptions, profiles: Sequence[Profile]
+) -> dict[str, tuple[ScheduledAllocation, ...]] | None:
+    """With --compare: each profile's allocation as its replay recorded it (bench.stack), after
+    checking that the options simulate what the stack ran. ValueError names every difference."""
+    if options.compare is None:
+        return None
+    if options.sweep or options.rates:
+        raise ValueError("--compare checks one run per profile against its replay: drop --sweep and --rates")
+    measured = read_comparison(options.compare)
+    schedules: dict[str, tuple[ScheduledAllocation, ...]] = {}
+    problems: list[str] = []
+    followed = ""
+    for profile in profiles:
+        match = next((m for m in measured if m.get("profile") == profile.name), None)
+        if match is None or match.get("stack") is None:
+            problems.append(
+                f"{options.compare} has no replay of profile {profile.name}"
+                + (" with its `stack` record (replay again to record it)" if match is not None else "")
+            )
+            continue
+        record = StackRecord.from_json(match["stack"])
+        found = differences(
+            record,
+            profile=profile,
+            large_workers=options.large_workers,
+            small_workers=options.small_workers,
+            monitor=options.monitor,
+        )
+        problems.extend(f"{profile.name}: {line}" for line in found)
+        schedules[profile.name] = record.schedule()
+        followed = f"{followed}\n  {profile.name}: {timeline_text(record.timeline)}"
+    if problems:
+        raise ValueError(
+            "--compare: this simulation would not run what the replay ran:\n  " + "\n  ".join(problems)
+        )
+    _note(f"compare: the pools follow the replayed stack's:{followed}")
+    return schedules
+
+
+def _config_factory(
+    settings: Settings,
+    options: SimulateOptions,
+    costs: StepCosts,
+    replayed: dict[str, tuple[ScheduledAllocation, ...]] | None = None,
+) -> _ConfigFor:
+    """The deployment every run simulates, for a profile and a cache budget. With a replay to compare
+    with (`replayed`), the allocation follows the stack's instead of a monitor of the simulator's."""
 
     def config(profile: Profile, cache_bytes: int) -> SimConfig:
         return SimConfig(
@@ -207,8 +262,9 @@ def _config_factory(settings: Settings, options: SimulateOptions, costs: StepCos
             monitor=MonitorSpec.from_settings(
                 settings, mode=options.monitor, period_s=options.monitor_period_s
             )
-            if options.monitor is not None
+            if options.monitor is not None and replayed is None
             else None,
+            allocation_schedule=replayed.get(profile.name, ()) if replayed is not None else (),
         )
 
     return config
@@ -291,8 +347,7 @@ def _write_json(
 
 
 def _compare(rows: Sequence[BenchReport | SweepPoint], measured_path: Path) -> int:
-    data: Any = json.loads(measured_path.read_text(encoding="utf-8"))
-    measured = data if isinstance(data, list) else [data]
+    measured = read_comparison(measured_path)
     status = 0
     for row in rows:
         report = row.report if isinstance(row, SweepPoint) else row
@@ -359,7 +414,7 @@ def replay_main(settings: Settings, options: ReplayCliOptions) -> int:
         **configured_embedder(settings).describe,
         "lookup": "text-to-text" if profile.lookup.value == "text" else "text-to-image",
     }
-    report, records = run_replay(
+    report, records, stack = run_replay(
         workload,
         replay_options,
         profile=profile,
@@ -370,8 +425,17 @@ def replay_main(settings: Settings, options: ReplayCliOptions) -> int:
         show_progress=options.progress,
     )
     print(markdown_table([report]))
+    if stack is not None:
+        _note(
+            f"stack: pool monitor {stack.monitor_mode() or 'unknown'}; pools {timeline_text(stack.timeline)}"
+        )
+    else:
+        _note("stack: /v1/stats could not be read; the report records no pool configuration")
     if options.json_path is not None:
-        write_json(options.json_path, report)
+        if stack is not None:
+            write_replay_json(options.json_path, report.as_json(), stack)
+        else:
+            write_json(options.json_path, report)
         _note(f"wrote {options.json_path}")
     if options.plots is not None:
         outcomes = [outcome_from_record(r) for r in records]

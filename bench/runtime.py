@@ -71,7 +71,7 @@ def measure_runtime(settings: Settings, *, repeats: int = 3, decode_repeats: int
     params = GenerationParams(prompt=BENCH_PROMPT, seed=0, steps=settings.steps, width=size, height=size)
 
     # Large model: full generations with capture, as a cache miss runs them.
-    reference = runtime.generate(params, capture=capture)
+    reference = runtime.generate(params, capture=capture, decode=True)  # the PNG size needs pixels
     large_steps = [ms for _ in range(repeats) for ms in runtime.generate(params, capture=capture).step_ms]
     final = reference.final_latent
     resume_exact = all(
@@ -81,6 +81,7 @@ def measure_runtime(settings: Settings, *, repeats: int = 3, decode_repeats: int
     )
     family, large_name = runtime.family, runtime.model_name
     final_bytes, entry_bytes = _stored_bytes(reference)
+    assert reference.image is not None  # generated with decode=True
     png_bytes = len(encode_image(reference.image, ImageFormat.PNG))
 
     # Small model: the same generation, timed per step.

@@ -1,10 +1,13 @@
 """The simulator's cache: entries, their latent states and counters, an exact nearest-neighbour
 index, and eviction and match prediction through the service's own policy code.
 
-Policy decisions are not made here: k comes from `jobs.policies.k_selection.choose_k`, victims
-from `jobs.policies.eviction.plan_eviction`, and the match predictor is
+Policy decisions are not made here: a hit and its k come from the admit worker's own decision
+(`jobs.admission.decide`: the table, the knob, k scaled to the request's T, holes, the final latent),
+victims from `jobs.policies.eviction.plan_eviction`, and the match predictor is
 `jobs.policies.predictor.fit_predictor` retrained on `needs_retrain`. This module only keeps
-the state those functions read, the way the database keeps it for the service.
+the state those functions read, the way the database keeps it for the service. As in the service,
+a use is counted when the hit's run completes (`record_use`, workers.generation.reuse_job), not at
+admission, and a hit whose entry or state was evicted meanwhile runs as a miss (`serves`).
 """
 
 from __future__ import annotations
@@ -18,10 +21,17 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import numpy.typing as npt
 
-from core.vocabulary import EvictionPolicyName
+from core.vocabulary import EvictionPolicyName, HitPolicy, Route
+from jobs.admission import Candidate, decide
 from jobs.policies.eviction import INSERTION_USES, EntryUsage, StateUsage, plan_eviction
-from jobs.policies.k_selection import ThresholdTable, choose_k
-from jobs.policies.predictor import MatchPredictor, fit_predictor, needs_retrain
+from jobs.policies.k_selection import ThresholdTable
+from jobs.policies.predictor import (
+    RETRAIN_CHANGE,
+    RETRAIN_INSERTS,
+    MatchPredictor,
+    fit_predictor,
+    needs_retrain,
+)
 
 SIM_EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
 """Simulated second 0 as a datetime, for the policies that read timestamps."""
@@ -109,13 +119,21 @@ class CacheCounters:
     planner_calls: int = 0
     predictor_fits: int = 0
     predicted_misses: int = 0
+    # The predictor against the truth (the search it skipped is run here, untimed, to know it):
+    predicted_hit_true: int = 0  # predicted hit, the lookup hit
+    predicted_hit_false: int = 0  # predicted hit, the lookup missed (a lookup wasted)
+    hits_lost: int = 0  # predicted miss, the lookup would have hit
+    hits_lost_k: int = 0  # the steps those hits would have saved
+    searches: int = 0  # lookups run (timed)
+    search_ms: float = 0.0  # their total wall time (nearest neighbour + decision)
 
 
 class SimCache:
     """The cache of one scope under a byte budget.
 
-    `stored_ks` semantics follow the hit policy: with `cached_ks` (resume) an entry serves only
-    the k it still stores; with None (refine) a final latent serves any k.
+    `hit_policy` and `steps` (T) are the deployment's: under resume an entry serves only the k it
+    still stores (`cached_ks` are the states an entry is inserted with), under refine its final
+    latent serves any k.
     """
 
     def __init__(
@@ -125,12 +143,16 @@ class SimCache:
         capacity: int,
         table: ThresholdTable,
         knob: int,
+        hit_policy: HitPolicy,
+        steps: int,
         budget_bytes: int,
         policy: EvictionPolicyName,
         cached_ks: Sequence[int] | None,
         state_bytes: int,
         use_predictor: bool,
         final_latent_k: int,
+        retrain_change: float = RETRAIN_CHANGE,
+        retrain_inserts: int = RETRAIN_INSERTS,
     ) -> None:
         self._queries = queries
         # The live entries' embeddings, packed: row i of `_index` is entry `_index_rows[i]`.
@@ -142,6 +164,8 @@ class SimCache:
         self._next_row = 0
         self.table = table
         self.knob = knob
+        self.hit_policy = hit_policy
+        self.steps = steps
         self.budget_bytes = budget_bytes
         self.policy = policy
         self.cached_ks = tuple(cached_ks) if cached_ks is not None else None
@@ -152,6 +176,9 @@ class SimCache:
         self._predictor: MatchPredictor | None = None
         self._fit_size = 0
         self._changed_since_fit = 0
+        self._inserted_since_fit = 0
+        self.retrain_change = retrain_change
+        self.retrain_inserts = retrain_inserts
         self._predicted: dict[int, bool] = {}
         self._final_latent_k = final_latent_k
 
@@ -160,34 +187,81 @@ class SimCache:
 
     # --- admission -------------------------------------------------------------------------
     def lookup(self, query_row: int, now_s: float, *, upcoming: Sequence[int] = ()) -> Lookup:
-        """Admit the query at `query_row` of the query matrix: predictor, nearest neighbour, k.
+        """Admit the query at `query_row` of the query matrix: predictor, nearest neighbour, then the
+        admit worker's decision (jobs.admission.decide) on that candidate. Counts no use: the
+        service counts one when the hit's run completes (`record_use`).
 
-        A hit counts one access on the entry and on the state it uses. `upcoming` are the query
-        rows likely to follow (scored together with this one while the predictor is unchanged).
+        `upcoming` are the query rows likely to follow (scored together with this one while the
+        predictor is unchanged). `now_s` is unused: admission reads the cache, it does not touch it.
         """
         started = time.perf_counter()
-        if self.use_predictor and not self._likely_hit(query_row, upcoming):
+        predicted = self._likely_hit(query_row, upcoming) if self.use_predictor else None
+        if predicted is False:
+            wall_ms = (time.perf_counter() - started) * 1000.0
             self.counters.predicted_misses += 1
-            return Lookup(None, None, None, True, (time.perf_counter() - started) * 1000.0)
+            would = self._search(query_row)
+            if would.k is not None:
+                self.counters.hits_lost += 1
+                self.counters.hits_lost_k += would.k
+            return Lookup(None, None, None, True, wall_ms)
+        searched = time.perf_counter()
+        found = self._search(query_row)
+        self.counters.searches += 1
+        self.counters.search_ms += (time.perf_counter() - searched) * 1000.0
+        if predicted is True and self._predictor is not None:
+            if found.k is not None:
+                self.counters.predicted_hit_true += 1
+            else:
+                self.counters.predicted_hit_false += 1
+        return Lookup(
+            found.k, found.similarity, found.entry_row, False, (time.perf_counter() - started) * 1000.0
+        )
+
+    def _search(self, query_row: int) -> Lookup:
+        """The exact nearest neighbour and the admission decision on it (wall_ms unset here)."""
         if not self._entries:
-            return Lookup(None, None, None, False, (time.perf_counter() - started) * 1000.0)
+            return Lookup(None, None, None, False, 0.0)
         scores = self._index[: len(self._index_rows)] @ self._queries[query_row]
         best = int(np.argmax(scores))
         similarity = float(scores[best])
         row = self._index_rows[best]
         entry = self._entries[row]
-        stored = sorted(entry.states) if self.cached_ks is not None else None
-        k = choose_k(similarity, self.table, stored, self.knob)
-        if k is not None:
-            now = sim_time(now_s)
-            entry.access_count += 1
-            entry.last_access_at = now
-            state = entry.states.get(k)
-            if state is not None:
-                state.access_count += 1
-                state.last_access_at = now
-            entry.touched()
-        return Lookup(k, similarity, row, False, (time.perf_counter() - started) * 1000.0)
+        # Every simulated entry keeps its final latent (the service stores it with every generation).
+        candidate = Candidate(entry.entry_id, similarity, tuple(sorted(entry.states)), has_final_latent=True)
+        decision = decide(
+            candidate=candidate,
+            table=self.table,
+            knob=self.knob,
+            hit_policy=self.hit_policy,
+            steps=self.steps,
+        )
+        k = decision.k if decision.route is Route.HIT else None
+        return Lookup(k, similarity, row, False, 0.0)
+
+    def serves(self, entry_row: int, k: int) -> bool:
+        """Whether the entry a hit was admitted to can still serve it when its run starts: the entry is
+        cached and, under resume, still stores the state k (workers.generation.reuse_job reads that
+        blob; SourceVanished sends the job to the miss queue)."""
+        entry = self._entries.get(entry_row)
+        if entry is None:
+            return False
+        return self.hit_policy is HitPolicy.REFINE or k in entry.states
+
+    def record_use(self, entry_row: int, k: int, now_s: float) -> bool:
+        """A hit's run completed: one use of the entry and, under resume, of its state k, stamped now
+        (db.cache.record_use). False, counting nothing, when the entry was evicted meanwhile."""
+        entry = self._entries.get(entry_row)
+        if entry is None:
+            return False
+        now = sim_time(now_s)
+        entry.access_count += 1
+        entry.last_access_at = now
+        state = entry.states.get(k) if self.hit_policy is HitPolicy.RESUME else None
+        if state is not None:
+            state.access_count += 1
+            state.last_access_at = now
+        entry.touched()
+        return True
 
     def _likely_hit(self, query_row: int, upcoming: Sequence[int]) -> bool:
         if self._predictor is None:
@@ -200,9 +274,15 @@ class SimCache:
 
     # --- maintenance -----------------------------------------------------------------------
     def maintain_predictor(self) -> bool:
-        """Refit the predictor when NIRVANA's 5% rule says so (the beat's job). True if refitted."""
+        """Refit the predictor when the retrain pass's rule says so (NIRVANA's 5%, or an insert burst;
+        jobs.policies.predictor.needs_retrain), the beat's job. True if refitted."""
         if not self.use_predictor or not needs_retrain(
-            self._fit_size, len(self._entries), self._changed_since_fit
+            self._fit_size,
+            len(self._entries),
+            self._changed_since_fit,
+            self._inserted_since_fit,
+            change=self.retrain_change,
+            inserts=self.retrain_inserts,
         ):
             return False
         live = sorted(self._entries.values(), key=lambda e: e.last_access_at, reverse=True)
@@ -210,7 +290,7 @@ class SimCache:
         self._predictor = fit_predictor(
             self._index[rows], threshold=self.table.lowest_similarity, dim=self._index.shape[1]
         )
-        self._fit_size, self._changed_since_fit = len(live), 0
+        self._fit_size, self._changed_since_fit, self._inserted_since_fit = len(live), 0, 0
         self._predicted.clear()
         self.counters.predictor_fits += 1
         return True
@@ -245,6 +325,7 @@ class SimCache:
         self._entries[row] = entry
         self.bytes += entry.total_bytes()
         self._changed_since_fit += 1
+        self._inserted_since_fit += 1
         self.counters.inserted += 1
         return True
 

@@ -1,29 +1,34 @@
 """A discrete-event simulation of the serving stack, for scales one machine cannot hold.
 
-It replays a workload (bench.trace) through the same policy code the service runs -- k selection,
-the match predictor and the eviction planner of jobs.policies, driven by bench.simcache -- with
+It replays a workload (bench.trace) through the same policy code the service runs -- the admit
+worker's decision (jobs.admission.decide), the match predictor and the eviction planner of
+jobs.policies, driven by bench.simcache -- with
 profiled per-step costs per model (bench.costs) instead of GPUs, N workers per role
 (bench.pools) and a cache budget. No image is generated; prompt embeddings are real (the
 configured text embedder, cached on disk by bench.embeddings).
 
 The model of one request:
   1. arrival; admission at once against the cache as it is then (embed, predictor, exact
-     nearest neighbour, choose_k); the job is queued `admit_s` later (the measured embedding
-     time per prompt; the admit pool is CPU-only and not a bottleneck here).
+     nearest neighbour, jobs.admission.decide: k from the table, scaled to T, over holes); the job
+     is queued `admit_s` later (the measured embedding time per prompt; the admit pool is CPU-only
+     and not a bottleneck here).
   2. a miss waits for a large worker; a hit for a small worker when the profile sends hits to
      the small pool (Profile.hits_on_small), or a large one with no miss waiting (DESIGN.md:
      "small pool (or large, when idle)"; Settings.large_serves_hits); otherwise hits queue with
      the misses (NIRVANA).
-  3. service time: denoiser evaluations x the model's step cost + one VAE decode (every run
+  3. a hit whose entry (or, under resume, state) was evicted since admission runs as a miss: it
+     goes to the large pool's queue when a worker picks it up (workers.generation.reuse_job).
+     Service time: denoiser evaluations x the model's step cost + one VAE decode (every run
      decodes its image, workers.runtime).
-  4. at completion a miss, and with cache_all any hit, inserts an entry (captured states under
+  4. at completion a hit counts one use of its entry and state (as workers.generation.reuse_job
+     does then, not at admission); a miss, and with cache_all any hit, inserts an entry (captured states under
      resume, a final latent under refine), evicting first what the budget needs
      (jobs.passes.eviction.ensure_room's rule, batched: see simcache.EVICT_SLACK); the predictor is refit
      every beat period when NIRVANA's 5% rule says so (jobs.passes.retrain).
 
-Text-to-image lookup (MoDM) needs images, which are not generated here: the simulator looks up
-text-to-text for every profile, with the profile's table when it is a text-to-text one and
-`nirvana-t2t` otherwise (override with k_table); the report's `embedder` says which.
+Text-to-image lookup (MoDM) is simulated text to text (bench.simlookup). The allocation is fixed,
+or moved by MoDM's monitor (bench.monitor), or follows a replayed stack's (`allocation_schedule`,
+bench.stack).
 """
 
 from __future__ import annotations
@@ -42,17 +47,16 @@ from bench.profiles import Profile
 from bench.progress import ProgressBar
 from bench.report import BenchReport
 from bench.simcache import CacheCounters, SimCache
+from bench.simlookup import simulated_lookup
+from bench.stack import ScheduledAllocation
 from bench.trace import Request, Workload
 from core.settings import Settings
-from core.vocabulary import HitPolicy, LookupMode, Role
-from jobs.policies.k_selection import PRESETS, ThresholdTable, parse_table
+from core.vocabulary import HitPolicy, Role
 
 DEFAULT_LARGE_WORKERS = 3
 DEFAULT_SMALL_WORKERS = 1
 """MoDM 6 serves on a 4-GPU server (4x A40); 3 large + 1 small is a starting split its global
 monitor would move (Algorithm 1). Profiles without a small model put all 4 on the large model."""
-STANDIN_TABLE = "nirvana-t2t"
-"""The table used when the profile's lookup is text-to-image (see the module docstring)."""
 
 
 class _Event(IntEnum):
@@ -82,12 +86,16 @@ class SimConfig:
     k_table: str | None = None
     large_serves_hits: bool = True  # Settings.large_serves_hits; forced on while no worker hosts small
     monitor: MonitorSpec | None = None  # MoDM's global monitor (bench.monitor); None: a fixed allocation
+    allocation_schedule: tuple[ScheduledAllocation, ...] = ()  # a replayed stack's moves (bench.stack)
 
-    def targets(self) -> PoolTargets:
-        """Worker counts at start: every GPU on the large model unless hits go to the small one."""
+    def targets(self, large: int | None = None, small: int | None = None) -> PoolTargets:
+        """Worker counts (at start: the configured ones): every GPU on the large model unless hits go
+        to the small one."""
+        large = self.large_workers if large is None else large
+        small = self.small_workers if small is None else small
         if self.profile.caches and self.profile.hits_on_small:
-            return PoolTargets(large=self.large_workers, small=self.small_workers)
-        return PoolTargets(large=self.large_workers + self.small_workers, small=0)
+            return PoolTargets(large=large, small=small)
+        return PoolTargets(large=large + small, small=0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,30 +108,13 @@ class SimResult:
     allocation_timeline: tuple[AllocationPoint, ...] | None = None  # with a pool monitor: each decision
 
 
-def simulated_table(profile: Profile, override: str | None) -> tuple[ThresholdTable, str]:
-    """The threshold table the simulated (text-to-text) lookup uses, and how it was chosen."""
-    if override is not None:
-        return parse_table(override), "configured for the simulation"
-    if profile.lookup is LookupMode.TEXT_TO_TEXT:
-        return parse_table(profile.k_table), "the profile's"
-    return PRESETS[STANDIN_TABLE], f"stand-in for the profile's text-to-image {profile.k_table}"
-
-
-def final_latent_k(profile: Profile, table: ThresholdTable, settings: Settings) -> int:
-    """What a state-less entry is worth to eviction: the service's own rule (jobs.passes.eviction)."""
-    from jobs.passes.eviction import final_latent_k as service_rule
-
-    return service_rule(
-        settings.model_copy(update={"hit_policy": profile.hit_policy, "k_table": table.describe()})
-    )
-
-
 @dataclass(slots=True)
 class _Job:
     request: Request
     arrival_s: float
     k: int | None
     admission_ms: float | None
+    entry_row: int | None = None  # the cached entry a hit was admitted to
     role: Role = Role.LARGE
     evals: dict[str, int] = field(default_factory=dict)
 
@@ -166,6 +157,8 @@ class _Simulation:
         self.requests = workload.requests
         self.query_rows = [r.prompt_idx for r in self.requests]
         self.timeline = [AllocationPoint(0.0, self.pools.targets.large, self.pools.targets.small)]
+        self.schedule = deque(config.allocation_schedule)
+        self.requeued = False  # a hit went back to the miss queue during a dispatch pass
 
     # --- events ----------------------------------------------------------------------------
     def push(self, time_s: float, kind: _Event, ref: int) -> None:
@@ -218,15 +211,17 @@ class _Simulation:
 
     # --- admission -------------------------------------------------------------------------
     def _arrive(self, now: float, seq: int) -> None:
+        self._follow_schedule(now, seq)
         request = self.requests[seq]
         k: int | None = None
         admission_ms: float | None = None
+        entry_row: int | None = None
         if self.cache is not None:
             upcoming = self.query_rows[seq + 1 : seq + 256]
             lookup = self.cache.lookup(request.prompt_idx, now, upcoming=upcoming)
-            k = lookup.k
+            k, entry_row = lookup.k, lookup.entry_row
             admission_ms = self.embed_ms + lookup.wall_ms
-        job = _Job(request=request, arrival_s=now, k=k, admission_ms=admission_ms)
+        job = _Job(request=request, arrival_s=now, k=k, admission_ms=admission_ms, entry_row=entry_row)
         job.role = Role.SMALL if k is not None and self.profile.hits_on_small else Role.LARGE
         self.jobs[seq] = job
         self.window["arrivals"] += 1
@@ -245,9 +240,9 @@ class _Simulation:
                 queue = self.small_queue if takes_hits and not self.large_queue else self.large_queue
             else:
                 queue = self.small_queue
-            if not queue:
+            job = self._next_job(queue)
+            if job is None:
                 continue
-            job = queue.popleft()
             steps = self.profile.steps - (job.k or 0)
             on_small = worker.role is Role.SMALL
             model = self.small_name if on_small else self.large_name
@@ -255,6 +250,23 @@ class _Simulation:
             job.evals = {model: steps}
             worker.job = job.request.seq
             self.push(now + (steps * step_ms + self.costs.decode_ms) / 1000.0, _Event.DONE, worker.worker_id)
+        if self.requeued:  # a worker passed over earlier in the loop may take the rerouted job
+            self.requeued = False
+            self._dispatch(now)
+
+    def _next_job(self, queue: deque[_Job]) -> _Job | None:
+        """The next job of `queue` a worker can run. A hit whose source was evicted since admission
+        goes to the large pool's queue as a miss instead (workers.generation.reuse_job)."""
+        while queue:
+            job = queue.popleft()
+            if job.k is None or self.cache is None or job.entry_row is None:
+                return job
+            if self.cache.serves(job.entry_row, job.k):
+                return job
+            job.k, job.entry_row, job.role = None, None, Role.LARGE
+            self.large_queue.append(job)
+            self.requeued = True
+        return None
 
     def _finish(self, now: float, worker_id: int) -> None:
         worker = self.pools.workers[worker_id]
@@ -262,6 +274,8 @@ class _Simulation:
         job = self.jobs.pop(worker.job)
         worker.job = None
         hit = job.k is not None
+        if self.cache is not None and job.k is not None and job.entry_row is not None:
+            self.cache.record_use(job.entry_row, job.k, now)  # as reuse_job does, once the run is done
         if self.cache is not None and (not hit or self.profile.cache_all):
             self.cache.insert(job.request.prompt_idx, now)
         self.outcomes.append(
@@ -293,6 +307,18 @@ class _Simulation:
         for worker in self.pools.rebalance(now):
             if worker.available_s > now:
                 self.push(worker.available_s, _Event.WAKE, worker.worker_id)
+
+    def _follow_schedule(self, now: float, seq: int) -> None:
+        """Apply the replayed stack's moves due by the arrival of request `seq` (bench.stack)."""
+        moved = False
+        while self.schedule and self.schedule[0].after_requests <= seq:
+            due = self.schedule.popleft()
+            self.pools.set_targets(self.config.targets(due.large, due.small))
+            moved = True
+        if moved:
+            self._rebalance(now)
+            self._dispatch(now)
+            self.timeline.append(AllocationPoint(now, self.pools.targets.large, self.pools.targets.small))
 
     def _monitor(self, now: float) -> None:
         assert self.monitor is not None
@@ -337,10 +363,17 @@ def run_simulation(
     profile = config.profile
     if monitor is None and config.monitor is not None and profile.hits_on_small:
         monitor = SimulatedMonitor(config.monitor, config.costs, profile.steps)
-    lookup = _simulated_lookup(workload, config, settings, embeddings)
-    progress = (
-        ProgressBar(len(workload.requests), label=f"simulate {profile.name}") if show_progress else None
+    lookup = simulated_lookup(
+        profile,
+        k_table=config.k_table,
+        costs=config.costs,
+        cache_bytes=config.cache_bytes,
+        capacity=len(workload.requests),
+        settings=settings,
+        embeddings=embeddings,
     )
+    label, followed = f"simulate {profile.name}", monitor is not None or bool(config.allocation_schedule)
+    progress = ProgressBar(len(workload.requests), label=label) if show_progress else None
     simulation = _Simulation(
         workload,
         config,
@@ -367,49 +400,8 @@ def run_simulation(
         prices=prices,
         counters=lookup.cache.counters if lookup.cache is not None else None,
         table=lookup.table,
-        allocation_timeline=tuple(simulation.timeline) if monitor is not None else None,
+        allocation_timeline=tuple(simulation.timeline) if followed else None,
     )
-
-
-@dataclass(frozen=True, slots=True)
-class _Lookup:
-    """How a run looks prompts up: its simulated cache (None when the profile caches nothing), the
-    threshold table it uses and the report's `embedder`."""
-
-    cache: SimCache | None
-    table: str | None
-    embedder: dict[str, object]
-
-
-def _simulated_lookup(
-    workload: Workload, config: SimConfig, settings: Settings, embeddings: TraceEmbeddings | None
-) -> _Lookup:
-    profile = config.profile
-    if not profile.caches:
-        return _Lookup(cache=None, table=None, embedder={"name": None, "lookup": "none (nothing is cached)"})
-    if embeddings is None:
-        raise ValueError(f"profile {profile.name} looks prompts up: pass the trace's embeddings")
-    table, how = simulated_table(profile, config.k_table)
-    table_text = table.describe()
-    cache = SimCache(
-        queries=embeddings.vectors,
-        capacity=max(1, len(workload.requests)),
-        table=table,
-        knob=profile.quality_knob,
-        budget_bytes=config.cache_bytes,
-        policy=profile.eviction,
-        cached_ks=profile.cached_ks,
-        state_bytes=config.costs.state_bytes,
-        use_predictor=profile.predictor,
-        final_latent_k=final_latent_k(profile, table, settings),
-    )
-    lookup = (
-        "text-to-text"
-        if profile.lookup is LookupMode.TEXT_TO_TEXT
-        else ("text-to-text, standing in for text-to-image (no images are generated in simulation)")
-    )
-    embedder = {**embeddings.describe, "lookup": lookup, "k_table": f"{table_text} ({how})"}
-    return _Lookup(cache=cache, table=table_text, embedder=embedder)
 
 
 def _report_context(
@@ -433,7 +425,10 @@ def _report_context(
 
 def _vanilla_throughput(workload: Workload, config: SimConfig, settings: Settings) -> float | None:
     vanilla = replace(
-        config, profile=replace(config.profile, caches=False, hit_policy=HitPolicy.RESUME), monitor=None
+        config,
+        profile=replace(config.profile, caches=False, hit_policy=HitPolicy.RESUME),
+        monitor=None,
+        allocation_schedule=(),
     )
     return run_simulation(workload, vanilla, settings=settings, embeddings=None).report.throughput_rps
 

@@ -15,6 +15,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.errors import SettingsError
+from core.schedulers import SchedulerName
 from core.vocabulary import (
     BlobBackend,
     EvictionPolicyName,
@@ -112,8 +113,19 @@ class Settings(BaseSettings):
     lookup_mode: LookupMode = Field(LookupMode.TEXT_TO_TEXT, description="text (NIRVANA) or image (MoDM).")
     hit_policy: HitPolicy = Field(HitPolicy.RESUME, description="resume (NIRVANA) or refine (MoDM).")
     k_table: str = Field(
-        "nirvana-t2t",
-        description="Threshold preset (nirvana-t2t, modm-t2i) or a custom table 'sim:k,sim:k,...'.",
+        "auto",
+        description="Threshold table: auto (the lookup mode's preset: nirvana-t2t for text, modm-t2i for "
+        "image), a preset name, or a custom table 'sim:k,sim:k,...' (jobs/policies/k_selection.py).",
+    )
+    k_table_profiled_with: str | None = Field(
+        None,
+        description="The embedder a custom k table was profiled with (e.g. minilm:all-MiniLM-L6-v2 or "
+        "open_clip:ViT-L-14); a table profiled with another embedder than the one in use is a warning.",
+    )
+    scheduler: SchedulerName = Field(
+        SchedulerName.DDIM,
+        description="Denoising scheduler: ddim (NIRVANA 6), euler, euler-a, dpm++, pndm, lms, or pipeline "
+        "(the model's own). Under the resume hit policy only ddim and euler resume exactly.",
     )
     quality_knob: int = Field(
         0, ge=-3, le=3, description="Shifts the chosen k by this many table rows (NIRVANA 5.3.1)."
@@ -129,11 +141,16 @@ class Settings(BaseSettings):
     predictor_enabled: bool = Field(
         False,
         description="Skip the vector search when the match predictor says miss (NIRVANA 5.2). Off by "
-        "default: on the DiffusionDB trace it lost hits to entries newer than its last fit (`reprise "
-        "bench simulate --profile configured --cache-bytes 1GiB`: hit rate 0.36 with it, 0.49 without), "
-        "while a lookup costs ~3 ms at 10k entries (`reprise bench cache`).",
+        "default: on the DiffusionDB trace it loses more compute (hits it skips) than it saves in "
+        "lookups (README, 'match predictor'; `python -m bench.predictor --trace`).",
     )
-    predictor_nu: float = Field(0.001, gt=0, le=1, description="SGDOneClassSVM nu (NIRVANA 6: 0.001).")
+    predictor_nu: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="SGDOneClassSVM nu. Unset: chosen per fit on held-out data from 0.001 (NIRVANA 6), "
+        "0.01, 0.1, 0.5 (jobs.policies.predictor.NU_GRID).",
+    )
     predictor_audit_rate: float = Field(
         0.1,
         ge=0,
@@ -143,6 +160,13 @@ class Settings(BaseSettings):
     )
     predictor_retrain_change: float = Field(
         0.05, gt=0, le=1, description="Retrain when the cache changed by more than this (NIRVANA 5.2: 5%)."
+    )
+    predictor_retrain_inserts: int = Field(
+        64,
+        ge=0,
+        description="Also retrain after this many inserts since the last fit (an insert burst; 0: off). "
+        "Not from the papers: the 5% rule alone leaves a large cache's newest entries unknown to the "
+        "predictor for long.",
     )
     cache_all: bool = Field(False, description="Also cache results of hits (MoDM 5.4 caches both models).")
 

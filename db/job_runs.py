@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from core.vocabulary import TERMINAL_STATUSES, JobStatus
+from core.vocabulary import TERMINAL_STATUSES, AdmissionOutcome, JobStatus, Route
 from db.models import Job
 
 
@@ -37,6 +37,7 @@ class Claim:
     outcome: ClaimOutcome
     job: Job | None = None
     retry_in_s: float = 0.0
+    first_start: bool = False  # CLAIMED, and no run of the job started before (generation.started)
 
 
 def claim_run(session: Session, job_id: uuid.UUID, *, owner: str, lease_s: float, max_attempts: int) -> Claim:
@@ -59,12 +60,13 @@ def claim_run(session: Session, job_id: uuid.UUID, *, owner: str, lease_s: float
         reason = f"gave up after {job.attempts} attempts (the worker running it died or timed out each time)"
         _end(job, JobStatus.FAILED, now, error=reason)
         return Claim(ClaimOutcome.EXHAUSTED, job)
+    first_start = job.started_at is None  # not attempts == 1: a reroute to miss gives the attempt back
     job.attempts += 1
     job.status = JobStatus.PROCESSING.value
     job.started_at = job.started_at or now
     job.lease_owner = owner
     job.lease_until = now + timedelta(seconds=lease_s)
-    return Claim(ClaimOutcome.CLAIMED, job)
+    return Claim(ClaimOutcome.CLAIMED, job, first_start=first_start)
 
 
 def record_admission(
@@ -92,14 +94,34 @@ def record_admission(
             k=k,
             source_entry_id=source_entry_id,
             admission_ms=admission_ms or {},
-            admitted_at=utcnow(),
+            # The transaction's clock, as db.stats counts the admission: a reroute to miss corrects
+            # the interval that holds admitted_at.
+            admitted_at=func.now(),
         )
     )
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
-def reroute_to_miss(session: Session, job_id: uuid.UUID, *, owner: str) -> None:
-    """A hit whose source vanished (evicted) runs as a miss: release the lease, keep the attempt count."""
+@dataclass(frozen=True)
+class CountedHit:
+    """A hit admission the interval statistics counted, now a miss: its k and when it was counted."""
+
+    k: int
+    admitted_at: datetime
+
+
+def reroute_to_miss(session: Session, job_id: uuid.UUID, *, owner: str) -> CountedHit | None:
+    """A hit that cannot run as one (its source was evicted, or it reached a worker of another latent
+    family) runs as a miss: release the lease, give the attempt back, and say miss on the row.
+
+    Returns the hit the statistics counted when this call turned it into a miss (the caller corrects
+    them in the same transaction: db.stats.correct_hit_to_miss); None when the row was no hit of this
+    lease holder (rerouted already by an earlier delivery, or leased by another worker)."""
+    job = session.get(Job, job_id, with_for_update=True, populate_existing=True)
+    if job is None or job.lease_owner != owner:
+        return None
+    was_hit = job.route == Route.HIT.value and job.admission_outcome == AdmissionOutcome.HIT.value
+    counted = CountedHit(job.k, job.admitted_at) if was_hit and job.k and job.admitted_at else None
     session.execute(
         update(Job)
         .where(Job.id == job_id, Job.lease_owner == owner)
@@ -115,6 +137,7 @@ def reroute_to_miss(session: Session, job_id: uuid.UUID, *, owner: str) -> None:
             error=None,
         )
     )
+    return counted
 
 
 def complete(
@@ -125,8 +148,10 @@ def complete(
     models_used: list[str],
     denoiser_evals: dict[str, int],
     final_latent_key: str,
+    vae_decodes: int = 0,
 ) -> bool:
-    """Mark the run succeeded. Only the lease holder's completion counts; returns whether it did."""
+    """Mark the run succeeded, with the VAE decodes its generation ran. Only the lease holder's
+    completion counts; returns whether it did."""
     result = session.execute(
         update(Job)
         .where(Job.id == job_id, Job.lease_owner == owner, Job.status == JobStatus.PROCESSING.value)
@@ -135,6 +160,7 @@ def complete(
             models_used=models_used,
             denoiser_evals=denoiser_evals,
             final_latent_key=final_latent_key,
+            vae_decodes=vae_decodes,
             finished_at=utcnow(),
             lease_until=None,
         )

@@ -41,6 +41,7 @@ class NewJob:
     webhook_events_filter: list[str] = field(default_factory=list)
     idempotency_key: str | None = None
     request_fingerprint: str | None = None  # sha256 of the canonical request body
+    decode_mode: str = "lazy"  # eager: the worker stores the image at completion (LatentBox 4.1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +113,7 @@ def create_job(*, session: Session, tenant: Tenant, new: NewJob) -> CreatedJob:
             status=JobStatus.STARTING.value,
             **row_values(params),
             cache_mode=new.cache_mode,
+            decode_mode=new.decode_mode,
             webhook_url=new.webhook_url,
             webhook_events_filter=list(new.webhook_events_filter),
             idempotency_key=new.idempotency_key,

@@ -89,6 +89,7 @@ class Job(Base):
     height: Mapped[int] = mapped_column(Integer)
     guidance: Mapped[float] = mapped_column(Float)
     cache_mode: Mapped[str] = mapped_column(String(16), default="auto")
+    decode_mode: Mapped[str] = mapped_column(String(8), default="lazy")  # lazy | eager (LatentBox 4.1)
     webhook_url: Mapped[str | None] = mapped_column(Text)
     webhook_events_filter: Mapped[list[str]] = mapped_column(ARRAY(Text), default=list)
     idempotency_key: Mapped[str | None] = mapped_column(String(255))
@@ -108,6 +109,7 @@ class Job(Base):
     # what ran
     models_used: Mapped[list[str]] = mapped_column(ARRAY(Text), default=list)
     denoiser_evals: Mapped[dict[str, int]] = mapped_column(JSONB, default=dict)  # model -> evaluations
+    vae_decodes: Mapped[int] = mapped_column(Integer, default=0)  # VAE decodes the generation ran
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     error: Mapped[str | None] = mapped_column(Text)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
@@ -184,6 +186,12 @@ class IntervalStats(Base):
     # role -> {"count": n, "total_ms": t, "steps": s}
     service_time: Mapped[dict[str, dict[str, float]]] = mapped_column(JSONB, default=dict)
     denoiser_evals: Mapped[dict[str, int]] = mapped_column(JSONB, default=dict)  # model -> evaluations
+    # VAE decodes (LatentBox 4.1): generations completed and the decodes they ran; image reads answered
+    # by the API and the decodes the decode pool ran for reads.
+    generations: Mapped[int] = mapped_column(Integer, default=0)
+    generation_decodes: Mapped[int] = mapped_column(Integer, default=0)
+    image_reads: Mapped[int] = mapped_column(Integer, default=0)
+    read_decodes: Mapped[int] = mapped_column(Integer, default=0)
 
 
 class WebhookDelivery(Base):

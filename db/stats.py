@@ -9,7 +9,8 @@ hit rate, request rate and the distribution of k over the last monitoring period
 How outcomes count: every admission is an arrival; a hit counts in `hits` and in the k histogram;
 everything else (searched miss, predicted miss, caching turned off by the request) counts in
 `misses`, since all of it is full-length work for the large pool; predicted misses are also
-counted apart. Functions flush nothing and do not commit: the caller owns the transaction.
+counted apart. A hit that ran as a miss is moved to `misses` in the interval that counted it
+(`correct_hit_to_miss`). Functions flush nothing and do not commit: the caller owns the transaction.
 """
 
 from __future__ import annotations
@@ -106,6 +107,31 @@ def record_admission(
     )
 
 
+_CORRECT_HIT_TO_MISS = text(
+    f"""
+    UPDATE interval_stats AS s SET
+        hits = s.hits - 1,
+        misses = s.misses + 1,
+        k_histogram = {_add_maps("s.k_histogram", "CAST(:histogram AS jsonb)")}
+    WHERE s.period_start = {_PERIOD} AND s.period_seconds = :seconds AND s.hits > 0
+    """
+)
+
+
+def correct_hit_to_miss(
+    session: Session, *, k: int, at: datetime, period_seconds: int = DEFAULT_PERIOD_SECONDS
+) -> bool:
+    """A hit counted at `at` ran as a miss (its source was evicted, or no worker could resume it):
+    move it from `hits` and the k histogram to `misses` in the interval that counted it, so the hit
+    rate and k distribution (/v1/stats, the pool monitor) count what ran. Returns whether a row was
+    corrected. The caller makes it once per job (db.job_runs.reroute_to_miss)."""
+    result = session.execute(
+        _CORRECT_HIT_TO_MISS,
+        {"seconds": period_seconds, "at": at, "histogram": json.dumps({str(k): -1})},
+    )
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
 def record_service(
     session: Session,
     *,
@@ -130,6 +156,87 @@ def record_service(
             "evals": json.dumps(dict(denoiser_evals or {})),
         },
     )
+
+
+_RECORD_DECODES = text(
+    f"""
+    INSERT INTO interval_stats AS s
+        (period_start, period_seconds, k_histogram, service_time, denoiser_evals,
+         generations, generation_decodes, image_reads, read_decodes)
+    VALUES ({_PERIOD}, :seconds, '{{}}', '{{}}', '{{}}', :generations, :generation_decodes, :image_reads,
+            :read_decodes)
+    ON CONFLICT (period_start, period_seconds) DO UPDATE SET
+        generations = s.generations + EXCLUDED.generations,
+        generation_decodes = s.generation_decodes + EXCLUDED.generation_decodes,
+        image_reads = s.image_reads + EXCLUDED.image_reads,
+        read_decodes = s.read_decodes + EXCLUDED.read_decodes
+    """
+)
+
+
+def record_decodes(
+    session: Session,
+    *,
+    generations: int = 0,
+    generation_decodes: int = 0,
+    image_reads: int = 0,
+    read_decodes: int = 0,
+    at: datetime | None = None,
+    period_seconds: int = DEFAULT_PERIOD_SECONDS,
+) -> None:
+    """Count VAE work (LatentBox 4.1): a completed generation and the decodes it ran, an image read the
+    API answered, a decode the decode pool ran for a read."""
+    counts = (generations, generation_decodes, image_reads, read_decodes)
+    if min(counts) < 0:
+        raise ValueError(f"decode counters cannot be negative: {counts}")
+    session.execute(
+        _RECORD_DECODES,
+        {
+            "seconds": period_seconds,
+            "at": at,
+            "generations": generations,
+            "generation_decodes": generation_decodes,
+            "image_reads": image_reads,
+            "read_decodes": read_decodes,
+        },
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeSummary:
+    """VAE decodes over a window: at generation (per completed job) and on read (per image read)."""
+
+    generations: int = 0
+    generation_decodes: int = 0
+    image_reads: int = 0
+    read_decodes: int = 0
+
+    @property
+    def per_job(self) -> float | None:
+        return self.generation_decodes / self.generations if self.generations else None
+
+    @property
+    def per_read(self) -> float | None:
+        return self.read_decodes / self.image_reads if self.image_reads else None
+
+
+def decode_summary(
+    session: Session, *, since: datetime, period_seconds: int = DEFAULT_PERIOD_SECONDS
+) -> DecodeSummary:
+    """The decode counters of the intervals that end after `since` (whole intervals, so the one that
+    holds `since` counts in full)."""
+    row = session.execute(
+        select(
+            func.coalesce(func.sum(IntervalStats.generations), 0),
+            func.coalesce(func.sum(IntervalStats.generation_decodes), 0),
+            func.coalesce(func.sum(IntervalStats.image_reads), 0),
+            func.coalesce(func.sum(IntervalStats.read_decodes), 0),
+        ).where(
+            IntervalStats.period_seconds == period_seconds,
+            IntervalStats.period_start > since - timedelta(seconds=period_seconds),
+        )
+    ).one()
+    return DecodeSummary(*(int(value) for value in row))
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +313,7 @@ def _summary(rows: list[IntervalStats]) -> CacheSummary:
     for row in rows:
         for k, n in row.k_histogram.items():
             histogram[int(k)] = histogram.get(int(k), 0) + int(n)
+    histogram = {k: n for k, n in histogram.items() if n > 0}  # a k whose hits were all corrected
     return CacheSummary(
         arrivals=sum(row.arrivals for row in rows),
         hits=sum(row.hits for row in rows),

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from core.vocabulary import Route, WebhookEvent
-from jobs.queues import ROUTES, TaskName
+from jobs.queues import ROUTES, TaskName, hit_task
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -27,8 +27,12 @@ if TYPE_CHECKING:
 # Fail fast when the broker is down: the API must answer, and the job is safe in Postgres anyway.
 PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 
-# The task that runs an admitted job on each route: cache_miss (large pool) or cache_hit (small pool).
-ROUTE_TASKS: dict[Route, TaskName] = {Route.MISS: TaskName.GENERATE, Route.HIT: TaskName.REUSE}
+
+def route_task(route: Route, settings: Settings) -> TaskName:
+    """The task that runs an admitted job on its route: a miss generates on the large pool; a hit runs
+    where a worker can serve it (jobs.queues.hit_task: cache_hit, or cache_hit_large when only the
+    large model's latent family can resume it)."""
+    return TaskName.GENERATE if route is Route.MISS else hit_task(settings)
 
 
 class Dispatcher(Protocol):
@@ -37,8 +41,10 @@ class Dispatcher(Protocol):
     def admit(self, job_id: uuid.UUID) -> None:
         """Queue the admission of a job that is committed in Postgres as 'starting'."""
 
-    def run_route(self, job_id: uuid.UUID, route: Route, *, countdown: float | None = None) -> None:
-        """Queue an admitted job on the pool of its route (hit or miss)."""
+    def run_route(
+        self, job_id: uuid.UUID, route: Route, settings: Settings, *, countdown: float | None = None
+    ) -> None:
+        """Queue an admitted job on a pool that can run its route (hit or miss) under `settings`."""
 
     def decode_image(self, job_id: uuid.UUID, fmt: str) -> None:
         """Queue the decode of a job's final latent into an image in `fmt`."""
@@ -56,8 +62,10 @@ class DispatcherBase(ABC):
     def admit(self, job_id: uuid.UUID) -> None:
         self._send(TaskName.ADMIT, [str(job_id)])
 
-    def run_route(self, job_id: uuid.UUID, route: Route, *, countdown: float | None = None) -> None:
-        self._send(ROUTE_TASKS[route], [str(job_id)], countdown=countdown)
+    def run_route(
+        self, job_id: uuid.UUID, route: Route, settings: Settings, *, countdown: float | None = None
+    ) -> None:
+        self._send(route_task(route, settings), [str(job_id)], countdown=countdown)
 
     def decode_image(self, job_id: uuid.UUID, fmt: str) -> None:
         self._send(TaskName.DECODE_IMAGE, [str(job_id), fmt])

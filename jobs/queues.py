@@ -2,6 +2,11 @@
 
 A queue's name is written here only: Celery's task routes, the beat schedule and the dispatcher all
 read ROUTES. A worker's role decides which queues it consumes (QUEUES_BY_ROLE).
+
+A hit goes only to workers that can serve it (`hit_task`): a refine (MoDM) or a resume whose latent
+family the small model shares goes on cache_hit (small pool, and large workers when they serve hits);
+a resume the small model cannot run (another latent family) goes on cache_hit_large, which only large
+workers consume.
 """
 
 from __future__ import annotations
@@ -9,16 +14,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from enum import StrEnum
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import redis
 
-from core.vocabulary import Role
+from core.vocabulary import HitPolicy, Role
+
+if TYPE_CHECKING:
+    from core.settings import Settings
 
 
 class Queue(StrEnum):
     ADMIT = "admit"  # embed, predict, look up, route
     CACHE_MISS = "cache_miss"  # full generations on the large model
     CACHE_HIT = "cache_hit"  # refine/resume for T-k steps (small pool, or large when idle)
+    CACHE_HIT_LARGE = "cache_hit_large"  # resumes only the large model's family can run (large pool)
     DECODE = "decode"  # VAE decode of stored latents on read
     WEBHOOKS = "webhooks"  # signed deliveries with retries
     MAINTENANCE = "maintenance"  # eviction, predictor retraining, rebalancing, reconciling
@@ -28,6 +38,7 @@ class TaskName(StrEnum):
     ADMIT = "reprise.admit"
     GENERATE = "reprise.generate"  # cache_miss
     REUSE = "reprise.reuse"  # cache_hit
+    REUSE_LARGE = "reprise.reuse_large"  # cache_hit_large: the same body, for the large pool only
     DECODE_IMAGE = "reprise.decode_image"
     DELIVER_WEBHOOK = "reprise.deliver_webhook"
     EVICT = "reprise.evict"
@@ -42,6 +53,7 @@ ROUTES: Mapping[TaskName, Queue] = MappingProxyType(
         TaskName.ADMIT: Queue.ADMIT,
         TaskName.GENERATE: Queue.CACHE_MISS,
         TaskName.REUSE: Queue.CACHE_HIT,
+        TaskName.REUSE_LARGE: Queue.CACHE_HIT_LARGE,
         TaskName.DECODE_IMAGE: Queue.DECODE,
         TaskName.DELIVER_WEBHOOK: Queue.WEBHOOKS,
         TaskName.EVICT: Queue.MAINTENANCE,
@@ -51,14 +63,36 @@ ROUTES: Mapping[TaskName, Queue] = MappingProxyType(
     }
 )
 
-# A large worker takes cache_miss before cache_hit; a small worker takes cache_hit only.
+# A large worker takes cache_miss, then the hits only it can serve, then cache_hit; a small worker
+# takes cache_hit only (workers.role_switch.consumed_queues drops a large worker's hits when
+# large_serves_hits is off).
 QUEUES_BY_ROLE: dict[Role, tuple[Queue, ...]] = {
     Role.ADMIT: (Queue.ADMIT,),
-    Role.LARGE: (Queue.CACHE_MISS, Queue.CACHE_HIT),
+    Role.LARGE: (Queue.CACHE_MISS, Queue.CACHE_HIT_LARGE, Queue.CACHE_HIT),
     Role.SMALL: (Queue.CACHE_HIT,),
     Role.DECODE: (Queue.DECODE,),
     Role.IO: (Queue.WEBHOOKS, Queue.MAINTENANCE),
 }
+
+
+def hits_need_large(*, hit_policy: HitPolicy, small_family: str, large_family: str) -> bool:
+    """Whether only large workers can serve hits: NIRVANA's resume continues a cached intermediate
+    latent, which only a model of that latent family can denoise, and under resume admission looks up
+    entries of the large family only (workers.admission.lookup_family). A refine (MoDM) starts from a
+    final latent that any model can take (decoded and re-encoded when the families differ)."""
+    return hit_policy is HitPolicy.RESUME and small_family != large_family
+
+
+def settings_hits_need_large(settings: Settings) -> bool:
+    return hits_need_large(
+        hit_policy=settings.hit_policy, small_family=settings.small_family, large_family=settings.large_family
+    )
+
+
+def hit_task(settings: Settings) -> TaskName:
+    """The task (and so the queue) a hit runs as: on cache_hit_large when only large workers can
+    serve it, on cache_hit otherwise."""
+    return TaskName.REUSE_LARGE if settings_hits_need_large(settings) else TaskName.REUSE
 
 
 def queue_depth(client: redis.Redis, queue: Queue) -> int | None:

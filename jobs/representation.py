@@ -30,6 +30,7 @@ class GenerationInput(BaseModel):
     height: int
     guidance: float
     cache: str
+    decode: str = Field("lazy", description="lazy: decode on first read; eager: stored at completion.")
     webhook: str | None
     webhook_events_filter: list[str]
 
@@ -48,6 +49,12 @@ class GenerationMetrics(BaseModel):
     source_entry: uuid.UUID | None = Field(description="The cache entry reused, on a hit.")
     models: list[str] = Field(description="Models that ran.")
     denoiser_evaluations: dict[str, int] = Field(description="Denoiser evaluations, per model.")
+    vae_decodes: int = Field(
+        0,
+        description="VAE decodes the generation ran: 0 when only the latent was stored; 1 for an eager "
+        "request or an image-mode cache entry; refine of another family's latent adds 1. Reads decode "
+        "apart (the decode pool).",
+    )
     admission_ms: dict[str, float] = Field(
         default_factory=dict,
         description="Admission time per stage in ms: embed, predict (when the predictor is on), lookup, "
@@ -106,6 +113,7 @@ def generation_object(job: Job, *, base_url: str) -> Generation:
         input=GenerationInput(
             **asdict(params_from_row(job)),
             cache=job.cache_mode,
+            decode=job.decode_mode,
             webhook=job.webhook_url,
             webhook_events_filter=list(job.webhook_events_filter or []),
         ),
@@ -118,6 +126,7 @@ def generation_object(job: Job, *, base_url: str) -> Generation:
             source_entry=job.source_entry_id,
             models=list(job.models_used or []),
             denoiser_evaluations=dict(job.denoiser_evals or {}),
+            vae_decodes=job.vae_decodes or 0,
             admission_ms=dict(job.admission_ms or {}),
             queue_time_s=_seconds(job.created_at, job.started_at),
             run_time_s=_seconds(job.started_at, job.finished_at),

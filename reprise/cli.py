@@ -8,6 +8,7 @@ import typer
 
 from core.errors import SettingsError
 from core.settings import get_settings
+from jobs.configuration import check_configuration
 from reprise.commands.bench import bench_app
 from reprise.commands.keys import keys_app
 from reprise.commands.models import models_app
@@ -24,14 +25,21 @@ app = typer.Typer(
 )
 
 
+SERVING_COMMANDS = frozenset({"api", "worker", "run"})
+
+
 @app.callback()
-def _check_settings() -> None:
-    """Fail at start, naming the variable and the fix, when settings are invalid."""
+def _check_settings(context: typer.Context) -> None:
+    """Fail at start, naming the variable and the fix, when settings or their combination are invalid;
+    the commands that serve also print the configuration's warnings."""
     try:
-        get_settings()
+        warnings = check_configuration(get_settings())
     except SettingsError as error:
         typer.echo(str(error), err=True)
         raise typer.Exit(2) from None
+    if context.invoked_subcommand in SERVING_COMMANDS:
+        for warning in warnings:
+            typer.echo(f"warning: {warning}", err=True)
 
 
 app.add_typer(services_app, name="services")

@@ -21,7 +21,7 @@ from db.engine import session_scope
 from db.job_runs import record_admission
 from jobs.admission import MISS_UNSEARCHED, AdmissionDecision, Candidate, cache_applies, decide
 from jobs.passes.retrain import load_predictor
-from jobs.policies.k_selection import ThresholdTable, parse_table
+from jobs.policies.k_selection import ThresholdTable, configured_table
 from jobs.policies.predictor import MatchPredictor, likely_hit
 from workers.context import WorkerContext
 
@@ -46,7 +46,7 @@ def admit(context: WorkerContext, job_id: uuid.UUID) -> AdmissionDecision | None
             return None
         if job.admitted_at is not None and job.route is not None:
             # redelivered after routing: the route task dedups
-            context.dispatcher.run_route(job_id, Route(job.route))
+            context.dispatcher.run_route(job_id, Route(job.route), settings)
             return None
         request = _Request(
             job_id=job.id,
@@ -77,7 +77,7 @@ def admit(context: WorkerContext, job_id: uuid.UUID) -> AdmissionDecision | None
             stats.record_admission(session, outcome=decision.outcome, k=decision.k)
     if not recorded:  # canceled or admitted by a concurrent delivery meanwhile
         return None
-    context.dispatcher.run_route(job_id, decision.route)
+    context.dispatcher.run_route(job_id, decision.route, settings)
     log.info(
         "admitted %s: %s k=%s similarity=%s in %s ms",
         job_id,
@@ -181,7 +181,7 @@ def lookup_family(settings: Settings) -> str | None:
 
 
 def threshold_table(settings: Settings) -> ThresholdTable:
-    return parse_table(settings.k_table)
+    return configured_table(settings)
 
 
 def _predictor(

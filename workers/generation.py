@@ -19,12 +19,13 @@ from PIL import Image
 from core.errors import GenerationCanceled, InvalidInput, LeaseBusy, SourceVanished
 from core.params import GenerationParams, params_from_row
 from core.scopes import insert_scope, uses_shared_scope
-from core.vocabulary import HitPolicy, JobStatus, Route, WebhookEvent
+from core.vocabulary import HitPolicy, JobStatus, LookupMode, Route, WebhookEvent
 from db import cache, stats
 from db import jobs as jobs_db
 from db.blobs import keys
 from db.codec import decode_latent, encode_latent
 from db.engine import session_scope
+from db.images import ImageFormat, encode_image, record_image_key
 from db.job_runs import Claim, ClaimOutcome, claim_run, complete, finish, is_cancel_requested, reroute_to_miss
 from db.models import Job
 from jobs.passes import eviction
@@ -48,6 +49,7 @@ class _JobView:
     shared_cache: bool
     k: int | None
     source_entry_id: uuid.UUID | None
+    decode_mode: str = "lazy"  # eager: store the PNG at completion (LatentBox 4.1)
 
 
 def generate_job(context: WorkerContext, job_id: uuid.UUID) -> None:
@@ -108,9 +110,8 @@ def reuse_job(context: WorkerContext, job_id: uuid.UUID) -> None:
     result = _run(context, job, operation)
     if result is None:
         return
-    with session_scope(settings) as session:
-        cache.record_use(session, entry_id=entry_id, k=k if settings.hit_policy is HitPolicy.RESUME else None)
-    _finish_run(context, job, result, cache_it=settings.cache_all and job.cache_mode != "off")
+    used = (entry_id, k if settings.hit_policy is HitPolicy.RESUME else None)
+    _finish_run(context, job, result, cache_it=settings.cache_all and job.cache_mode != "off", used=used)
 
 
 # --- steps shared by both ---------------------------------------------------------------------
@@ -145,8 +146,9 @@ def _claim(context: WorkerContext, job_id: uuid.UUID) -> _JobView | None:
                 ),
                 k=job.k,
                 source_entry_id=job.source_entry_id,
+                decode_mode=job.decode_mode,
             )
-            first_start = job.attempts == 1
+            first_start = claim.first_start
     if ended_now:
         notify(context, job_id, WebhookEvent.COMPLETED)
     if view is not None and first_start:
@@ -177,14 +179,31 @@ def _run(
     return None
 
 
-def _finish_run(context: WorkerContext, job: _JobView, result: GenerationResult, *, cache_it: bool) -> None:
+def _finish_run(
+    context: WorkerContext,
+    job: _JobView,
+    result: GenerationResult,
+    *,
+    cache_it: bool,
+    used: tuple[uuid.UUID, int | None] | None = None,
+) -> None:
+    """Store the run's latent (and entry), then complete the job. Every counted effect (the source
+    entry's use, the interval statistics) commits with the completion, which only the lease holder's
+    first completion makes: a redelivered or restarted run counts nothing twice."""
     settings = context.settings
     final_blob = encode_latent(result.final_latent, family=result.family, k=None)
     final_key = keys.job_prefix(job.id) + "final.latent"
     context.blobs.put(final_key, final_blob)
+    image, decodes = _pixels(context, job, result, cache_it=cache_it)
     if cache_it:
-        _insert_entry(context, job, result, final_blob)
+        _insert_entry(context, job, result, final_blob, image)
+    image_key = None
+    if image is not None and job.decode_mode == "eager":  # the first read needs no decode
+        image_key = keys.image_key(job.id, ImageFormat.PNG.value)
+        context.blobs.put(image_key, encode_image(image, ImageFormat.PNG))
     with session_scope(settings) as session:
+        if image_key is not None:
+            record_image_key(session, job.id, ImageFormat.PNG.value, image_key)
         completed = complete(
             session,
             job.id,
@@ -192,7 +211,10 @@ def _finish_run(context: WorkerContext, job: _JobView, result: GenerationResult,
             models_used=[result.model],
             denoiser_evals=result.denoiser_evals,
             final_latent_key=final_key,
+            vae_decodes=decodes,
         )
+        if completed and used is not None:
+            cache.record_use(session, entry_id=used[0], k=used[1])
         if completed:
             stats.record_service(
                 session,
@@ -201,6 +223,7 @@ def _finish_run(context: WorkerContext, job: _JobView, result: GenerationResult,
                 steps=result.steps_run,
                 denoiser_evals=result.denoiser_evals,
             )
+            stats.record_decodes(session, generations=1, generation_decodes=decodes)
     if completed:
         notify(context, job.id, WebhookEvent.COMPLETED)
     log.info(
@@ -213,7 +236,26 @@ def _finish_run(context: WorkerContext, job: _JobView, result: GenerationResult,
     )
 
 
-def _insert_entry(context: WorkerContext, job: _JobView, result: GenerationResult, final_blob: bytes) -> None:
+def _pixels(
+    context: WorkerContext, job: _JobView, result: GenerationResult, *, cache_it: bool
+) -> tuple[Image.Image | None, int]:
+    """The final image and the VAE decodes the generation ran, decoding only when something needs
+    pixels now (LatentBox 4.1): an image-mode lookup embeds the image of the entry it caches, an eager
+    request stores it. Otherwise None: the latent alone is stored and the decode pool decodes on read."""
+    image_lookup = cache_it and context.settings.lookup_mode is LookupMode.TEXT_TO_IMAGE
+    if result.image is not None or not (image_lookup or job.decode_mode == "eager"):
+        return result.image, result.vae_decodes
+    decoded = context.runtime().decode(result.final_latent, family=result.family)
+    return decoded.image, result.vae_decodes + 1
+
+
+def _insert_entry(
+    context: WorkerContext,
+    job: _JobView,
+    result: GenerationResult,
+    final_blob: bytes,
+    image: Image.Image | None,
+) -> None:
     """Store the run's latents and index the entry, after making room in the scope's budget."""
     settings = context.settings
     entry_id = uuid.uuid5(ENTRY_NAMESPACE, str(job.id))
@@ -221,11 +263,15 @@ def _insert_entry(context: WorkerContext, job: _JobView, result: GenerationResul
     with session_scope(settings) as session:
         if cache.entry_exists(session, entry_id):
             return  # a previous delivery of this job cached it already
-    # Both spaces are indexed, so an entry serves text-to-text (NIRVANA) and text-to-image (MoDM)
-    # lookups alike. The prompt is embedded again here rather than carried from admission: in
-    # image mode admission embeds it in CLIP's space, not the text embedder's.
+    # The text embedding is always indexed; the image embedding only in image lookup mode
+    # (REPRISE_LOOKUP_MODE=image), the one mode that reads it, since embedding an image needs its
+    # pixels and so a VAE decode at generation. Entries cached in text mode have no image embedding:
+    # switching to image mode later finds only entries cached after the switch. The prompt is
+    # embedded again here rather than carried from admission: in image mode admission embeds it in
+    # CLIP's space, not the text embedder's.
     text_embedding = context.text_embedder().embed_text([job.params.prompt])[0]
-    image_embedding = _embed_image(context, result.image)
+    image_lookup = settings.lookup_mode is LookupMode.TEXT_TO_IMAGE
+    image_embedding = _embed_image(context, image) if image_lookup and image is not None else None
     state_blobs = {
         k: encode_latent(latent, family=result.family, k=k) for k, latent in sorted(result.captured.items())
     }
@@ -262,10 +308,13 @@ def _embed_image(context: WorkerContext, image: Image.Image) -> npt.NDArray[np.f
 
 
 def _reroute(context: WorkerContext, job: _JobView, reason: str) -> None:
+    """Run a hit as a miss: the job row, and the interval its admission was counted in, say miss."""
     log.warning("job %s: cached source unusable (%s); running it as a miss", job.id, reason)
     with session_scope(context.settings) as session:
-        reroute_to_miss(session, job.id, owner=context.owner)
-    context.dispatcher.run_route(job.id, Route.MISS)
+        counted = reroute_to_miss(session, job.id, owner=context.owner)
+        if counted is not None:
+            stats.correct_hit_to_miss(session, k=counted.k, at=counted.admitted_at)
+    context.dispatcher.run_route(job.id, Route.MISS, context.settings)
 
 
 def _end(context: WorkerContext, job_id: uuid.UUID, status: JobStatus, error: str | None) -> None:

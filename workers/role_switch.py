@@ -83,10 +83,12 @@ def shared_role() -> Role | None:
 def consumed_queues(role: Role, settings: Settings) -> tuple[Queue, ...]:
     """The queues a worker of `role` consumes, in the order it drains them.
 
-    A large worker takes cache_miss first and, when large_serves_hits, cache_hit after it (the broker's
-    "priority" order drains misses first); every other role takes QUEUES_BY_ROLE's queues."""
-    if role is Role.LARGE:
-        return (Queue.CACHE_MISS, Queue.CACHE_HIT) if settings.large_serves_hits else (Queue.CACHE_MISS,)
+    A large worker takes cache_miss first and, when large_serves_hits, the hits only it can serve
+    (cache_hit_large) and then cache_hit (the broker's "priority" order drains misses first); every
+    other role takes QUEUES_BY_ROLE's queues. A configuration whose hits all need the large pool while
+    it serves none is refused at start (jobs.configuration)."""
+    if role is Role.LARGE and not settings.large_serves_hits:
+        return (Queue.CACHE_MISS,)
     return QUEUES_BY_ROLE[role]
 
 

@@ -56,6 +56,16 @@ def reuse_task(self: Task[Any, Any], job_id: str) -> None:
         raise self.retry(countdown=busy.retry_in_s) from None
 
 
+@app.task(name=TaskName.REUSE_LARGE.value, bind=True, max_retries=LEASE_RETRIES)
+def reuse_large_task(self: Task[Any, Any], job_id: str) -> None:
+    """A hit only the large model's latent family can resume (jobs.queues.hit_task)."""
+    context = _pool_context(TaskName.REUSE_LARGE)
+    try:
+        reuse_job(context, uuid.UUID(job_id))
+    except LeaseBusy as busy:
+        raise self.retry(countdown=busy.retry_in_s) from None
+
+
 def _pool_context(task: TaskName) -> WorkerContext:
     """The context, hosting the worker's current pool role; a task the worker was moved away from
     goes back to the broker unrun, for the pool that takes it (workers.role_switch)."""

@@ -18,6 +18,7 @@ from core.errors import BlobNotFound, DecodeTimeout, InflightLimitExceeded, Inva
 from core.params import GenerationParams, check_params
 from core.vocabulary import JobStatus, WebhookEvent
 from db import jobs as jobs_db
+from db import stats
 from db.models import Job, Tenant
 from jobs.queues import Queue, queue_depth
 from jobs.representation import generation_object
@@ -91,6 +92,7 @@ def _new_job(
     return jobs_db.NewJob(
         params=params,
         cache_mode=body.cache,
+        decode_mode=body.decode,
         webhook_url=body.webhook,
         webhook_events_filter=body.events(),
         idempotency_key=idempotency_key,
@@ -255,7 +257,7 @@ def get_generation_image(
     key = (job.image_keys or {}).get(format)
     if key is not None:
         try:
-            return _image(state.blob_store.get(key), format)
+            return _image(session, state.blob_store.get(key), format)
         except BlobNotFound:
             log.info("image %s of job %s is gone; decoding from the latent", key, job.id)
     if job.final_latent_key is None:
@@ -263,7 +265,7 @@ def get_generation_image(
     if state.decoder is None:
         raise Problem(503, "image decoding is not configured on this server", slug="decode-unavailable")
     try:
-        return _image(state.decoder.decode(job.id, format), format)
+        return _image(session, state.decoder.decode(job.id, format), format)
     except DecodeTimeout:
         raise Problem(
             503,
@@ -275,7 +277,10 @@ def get_generation_image(
         raise _gone(job.id) from None
 
 
-def _image(data: bytes, fmt: str) -> Response:
+def _image(session: SessionDep, data: bytes, fmt: str) -> Response:
+    """The image response, counted as one read (interval_stats.image_reads: /v1/stats' decodes per read)."""
+    stats.record_decodes(session, image_reads=1)
+    session.commit()
     return Response(content=data, media_type=MEDIA_TYPES[fmt], headers={"Cache-Control": IMMUTABLE})
 
 

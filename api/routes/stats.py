@@ -8,11 +8,20 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from api.deps import SessionDep, StateDep, TenantDep
-from api.schemas import CacheStats, ComputeStats, IntervalRow, PoolDecisionView, Stats, problem_responses
+from api.schemas import (
+    CacheStats,
+    ComputeStats,
+    DecodeStats,
+    IntervalRow,
+    MonitorView,
+    PoolDecisionView,
+    Stats,
+    problem_responses,
+)
 from db import jobs as jobs_db
 from db.models import PoolDecision
 from db.pools import latest_decision, workers_per_role
-from db.stats import recent_intervals
+from db.stats import decode_summary, recent_intervals
 from jobs.queues import Queue, queue_depth
 
 router = APIRouter(prefix="/v1/stats", tags=["stats"])
@@ -36,6 +45,7 @@ def get_stats(
     outcomes = jobs_db.cache_outcomes(session=session, since=since)
     pools = workers_per_role(session)
     intervals = recent_intervals(session, RECENT_INTERVALS)
+    decodes = decode_summary(session, since=since)
     return Stats(
         window_s=window_s,
         since=since,
@@ -55,6 +65,19 @@ def get_stats(
         queues={queue.value: queue_depth(state.redis, queue) for queue in Queue},
         pools=pools,
         pool_monitor=_decision_view(latest_decision(session)),
+        monitor=MonitorView(
+            enabled=state.settings.monitor_enabled,
+            mode=state.settings.monitor_mode.value,
+            period_s=state.settings.monitor_period_s,
+        ),
+        decodes=DecodeStats(
+            generations=decodes.generations,
+            generation_decodes=decodes.generation_decodes,
+            per_job=None if decodes.per_job is None else round(decodes.per_job, 4),
+            image_reads=decodes.image_reads,
+            read_decodes=decodes.read_decodes,
+            per_read=None if decodes.per_read is None else round(decodes.per_read, 4),
+        ),
         intervals=[
             IntervalRow(
                 period_start=row.period_start,

@@ -32,7 +32,7 @@ from db.blobs.keys import entry_prefix
 from db.cache import scope_bytes_by_state
 from db.engine import session_scope
 from jobs.policies.eviction import plan_eviction
-from jobs.policies.k_selection import parse_table
+from jobs.policies.k_selection import configured_table
 
 EVICTION_HEADROOM = 0.02
 """A pass that must run frees this fraction of the budget beyond what is needed, so the inserts that
@@ -66,7 +66,7 @@ def final_latent_k(settings: Settings) -> int:
     Under resume (NIRVANA) a hit needs a state: a state-less entry saves nothing.
     """
     if settings.hit_policy is HitPolicy.REFINE:
-        return min(parse_table(settings.k_table).ks)
+        return min(configured_table(settings).ks)
     return 0
 
 

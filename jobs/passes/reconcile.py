@@ -26,7 +26,7 @@ def reconcile(settings: Settings, dispatcher: Dispatcher) -> int:
         stuck = find_stuck(session, older_than_s=settings.stuck_after_s)
     for job in stuck:
         if job.admitted and job.route is not None:
-            dispatcher.run_route(job.job_id, Route(job.route))
+            dispatcher.run_route(job.job_id, Route(job.route), settings)
         else:
             dispatcher.admit(job.job_id)
     if stuck:

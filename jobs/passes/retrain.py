@@ -1,5 +1,8 @@
 """The retrain pass: refit the match predictor of every (scope, family) whose cache changed by more than
-settings.predictor_retrain_change (NIRVANA 5.2: 5%) since its last fit, and load the newest fit.
+settings.predictor_retrain_change (NIRVANA 5.2: 5%) since its last fit, or that had
+settings.predictor_retrain_inserts entries inserted since (a burst) -- jobs.policies.predictor.needs_retrain,
+the rule the simulator applies too -- and load the newest fit. A fit stored in an older format is
+refitted (and read as no fit meanwhile: the lookup is not skipped).
 
 Each scope commits on its own and is safe to run twice at once (a (scope, family, mode) another run is
 fitting is skipped). The SQL is db/predictor_store.py's; the model, jobs/policies/predictor.py.
@@ -16,8 +19,8 @@ from core.settings import Settings
 from core.vocabulary import LookupMode
 from db import predictor_store
 from db.engine import session_scope
-from jobs.policies.k_selection import parse_table
-from jobs.policies.predictor import MAX_LANDMARKS, MatchPredictor, fit_predictor, needs_retrain
+from jobs.policies.k_selection import configured_table
+from jobs.policies.predictor import MAX_TRAINING_ROWS, MatchPredictor, fit_predictor, needs_retrain
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +46,11 @@ def load_predictor(
     fit = predictor_store.load_fit(session, scope=scope, model_family=model_family, mode=mode)
     if fit is None:
         return None
-    return LoadedPredictor(fit.version, fit.entries, MatchPredictor.from_bytes(fit.model))
+    try:
+        predictor = MatchPredictor.from_bytes(fit.model)
+    except ValueError:
+        return None  # an older format: the next retrain pass replaces it
+    return LoadedPredictor(fit.version, fit.entries, predictor)
 
 
 def _changed_enough(
@@ -54,11 +61,22 @@ def _changed_enough(
     fit = predictor_store.latest_fit(session, scope=scope, model_family=model_family, mode=mode)
     if fit is None:
         return entries_now > 0
+    try:
+        MatchPredictor.from_bytes(fit.model)
+    except ValueError:
+        return True  # stored in an older format
     added = predictor_store.live_entries(
         session, scope=scope, model_family=model_family, mode=mode, since=fit.fitted_at
     )
     removed = max(0, fit.entries + added - entries_now)
-    return needs_retrain(fit.entries, entries_now, added + removed, change=settings.predictor_retrain_change)
+    return needs_retrain(
+        fit.entries,
+        entries_now,
+        added + removed,
+        added,
+        change=settings.predictor_retrain_change,
+        inserts=settings.predictor_retrain_inserts,
+    )
 
 
 def retrain_scope(
@@ -79,7 +97,7 @@ def retrain_scope(
     ):
         return None
     vectors = predictor_store.recent_embeddings(
-        session, scope=scope, model_family=model_family, mode=mode, limit=MAX_LANDMARKS
+        session, scope=scope, model_family=model_family, mode=mode, limit=MAX_TRAINING_ROWS
     )
     dim = settings.text_embedding_dim if mode is LookupMode.TEXT_TO_TEXT else settings.image_embedding_dim
     embeddings = np.asarray([np.asarray(v, dtype=np.float32) for v in vectors], dtype=np.float32).reshape(
@@ -87,9 +105,9 @@ def retrain_scope(
     )
     predictor = fit_predictor(
         embeddings,
-        threshold=parse_table(settings.k_table).lowest_similarity,
+        threshold=configured_table(settings).lowest_similarity,
         dim=dim,
-        nu=settings.predictor_nu,
+        nu=settings.predictor_nu,  # None: chosen on held-out data
     )
     saved = predictor_store.save_fit(
         session,

@@ -17,9 +17,17 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
+from typing import Protocol
 
 from core.errors import ThresholdTableError
 from core.vocabulary import LookupMode, TextEmbedderKind
+
+
+class SettingsLike(Protocol):
+    """What table selection reads of core.settings.Settings."""
+
+    k_table: str
+    lookup_mode: LookupMode
 
 
 class Comparison(StrEnum):
@@ -287,3 +295,8 @@ def largest_stored_at_most(k: int, stored_ks: Collection[int]) -> int | None:
     """Holes (NIRVANA 5.4): the largest stored k not above k, or None when none is left (a miss)."""
     usable = [stored for stored in stored_ks if stored <= k]
     return max(usable) if usable else None
+
+
+def configured_table(settings: SettingsLike) -> ThresholdTable:
+    """The table the configuration names (Settings.k_table read for Settings.lookup_mode; see table_for)."""
+    return table_for(settings.k_table, settings.lookup_mode)

@@ -37,6 +37,7 @@ from jobs.pools.policy import (
     miss_workload,
     throughput_per_worker,
 )
+from jobs.queues import settings_hits_need_large
 
 log = logging.getLogger(__name__)
 
@@ -74,14 +75,25 @@ def step_times(stats: PeriodStats, settings: Settings, previous: PoolDecision | 
     return StepTimes(found.get(Role.LARGE), found.get(Role.SMALL), sources)
 
 
-def period_load(stats: PeriodStats, times: StepTimes, steps: int) -> PoolLoad | None:
-    """Algorithm 1's inputs, rates per second; None while no model's speed is known."""
+def period_load(
+    stats: PeriodStats, times: StepTimes, steps: int, *, hits_on_large: bool = False
+) -> PoolLoad | None:
+    """Algorithm 1's inputs, rates per second; None while no model's speed is known.
+
+    The statistics count a hit that ran as a miss as a miss (db.stats.correct_hit_to_miss). When only
+    large workers can serve hits (jobs.queues.hits_need_large), a hit is large-pool work for its T-k
+    steps: Algorithm 1 gets it as a fraction (1 - k/T) of a miss, and no hit for the small pool."""
     if times.large_ms is None or times.small_ms is None:
         return None
+    hit_rate, k_rates, request_rate = stats.cache.hit_rate or 0.0, stats.k_rates, stats.request_rate
+    if hits_on_large:
+        remaining = sum(rate * (1.0 - k / steps) for k, rate in k_rates.items())
+        request_rate *= 1.0 - hit_rate + hit_rate * remaining
+        hit_rate, k_rates = 0.0, {}
     return PoolLoad(
-        request_rate=stats.request_rate,
-        hit_rate=stats.cache.hit_rate or 0.0,
-        k_rates=stats.k_rates,
+        request_rate=request_rate,
+        hit_rate=hit_rate,
+        k_rates=k_rates,
         steps=steps,
         large_throughput=throughput_per_worker(times.large_ms, steps),
         small_throughput=throughput_per_worker(times.small_ms, steps),
@@ -168,7 +180,9 @@ class ServicePools:
         times = step_times(stats, self.settings, previous)
         self.period = _Period(since, until, stats, times)
         memory, memory_bounds = _previous_state(previous)
-        load = period_load(stats, times, self.settings.steps)
+        load = period_load(
+            stats, times, self.settings.steps, hits_on_large=settings_hits_need_large(self.settings)
+        )
         return Measurement(load, pool, pinned, memory=memory, memory_bounds=memory_bounds)
 
     def actuate(self, worker: str, role: Role) -> bool:

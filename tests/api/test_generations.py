@@ -49,6 +49,7 @@ def test_create_answers_202_with_the_job_and_queues_its_admission(
         "height": 384,
         "guidance": 7.5,
         "cache": "off",
+        "decode": "lazy",
         "webhook": None,
         "webhook_events_filter": ["completed", "start"],
     }
@@ -104,6 +105,7 @@ def test_get_returns_what_the_workers_wrote(
         "source_entry": None,
         "models": ["tiny-small"],
         "denoiser_evaluations": {"tiny-small": 30},
+        "vae_decodes": 0,
         "admission_ms": {},
         "queue_time_s": 2.0,
         "run_time_s": 3.0,

@@ -55,3 +55,9 @@ def test_replay_reports_the_contract_fields_and_hits_on_repeats(stack: Stack, tm
     assert 0 < report["compute_saved"] < 1
     assert report["admission_ms"]["p50"] is not None
     assert report["embedder"]["name"] == "minilm"
+    # what the stack ran, from /v1/stats, for `simulate --compare` (bench.stack)
+    record = report["stack"]
+    assert record["profile"]["name"] == "configured"
+    assert set(record["monitor"]) == {"enabled", "mode", "period_s"}
+    start = record["timeline"][0]
+    assert start["submitted"] == 0 and start["large"] + start["small"] >= 1

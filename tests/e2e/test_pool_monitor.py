@@ -266,10 +266,11 @@ def test_a_pinned_worker_stays_where_the_operator_put_it(pool_stack: Stack) -> N
     names = {name.split("@")[0]: name for name in actuator.roles()}
     first, second = names[GPU_WORKERS[0]], names[GPU_WORKERS[1]]
 
-    # Pinning moves the worker back at once, and a large worker drains cache_miss before cache_hit.
+    # Pinning moves the worker back at once, and a large worker drains cache_miss before the hit queues.
     outcome = pin_worker(settings, actuator, worker=first, role=Role.LARGE)
     assert (outcome.alive, outcome.moved) == (True, True)
-    assert _hosting(stack, first) == [{first: {"role": "large", "queues": ["cache_miss", "cache_hit"]}}]
+    hosting = {"role": "large", "queues": ["cache_miss", "cache_hit_large", "cache_hit"]}
+    assert _hosting(stack, first) == [{first: hosting}]
 
     # The hit-heavy period again: the monitor still wants one large worker, and moves the unpinned one.
     tenant = make_tenant(settings, f"pins-{uuid.uuid4().hex[:8]}")

@@ -6,19 +6,23 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from core.vocabulary import Route, WebhookEvent
+import pytest
+
+from core.settings import load_settings
+from core.vocabulary import HitPolicy, Route, WebhookEvent
 from jobs.dispatch import PUBLISH_RETRY_POLICY, CeleryDispatcher
 from jobs.queues import Queue, TaskName
 from tests.support.dispatch import RecordingDispatcher, Sent
 
 JOB = uuid.UUID("5f0c2d2e-6f1a-4d56-9a53-3f3c1d2b7e10")
+SAME = load_settings(large_family="sd1", small_family="sd1")
 
 
 def test_each_kind_of_work_becomes_its_task_with_its_arguments() -> None:
     dispatcher = RecordingDispatcher()
     dispatcher.admit(JOB)
-    dispatcher.run_route(JOB, Route.MISS)
-    dispatcher.run_route(JOB, Route.HIT, countdown=2.5)
+    dispatcher.run_route(JOB, Route.MISS, SAME)
+    dispatcher.run_route(JOB, Route.HIT, SAME, countdown=2.5)
     dispatcher.decode_image(JOB, "webp")
     dispatcher.deliver_webhook(JOB, WebhookEvent.COMPLETED, attempt=3, countdown=10.0)
     assert dispatcher.sent == [
@@ -44,7 +48,7 @@ def test_celery_sends_by_name_on_the_routed_queue_and_a_zero_countdown_means_now
     dispatcher = CeleryDispatcher(celery)
     dispatcher.deliver_webhook(JOB, WebhookEvent.STARTED)
     dispatcher.deliver_webhook(JOB, WebhookEvent.COMPLETED, attempt=2, countdown=4.0)
-    dispatcher.run_route(JOB, Route.MISS, countdown=0.0)
+    dispatcher.run_route(JOB, Route.MISS, SAME, countdown=0.0)
     assert celery.calls == [
         (
             TaskName.DELIVER_WEBHOOK.value,
@@ -77,3 +81,23 @@ def test_celery_sends_by_name_on_the_routed_queue_and_a_zero_countdown_means_now
             },
         ),
     ]
+
+
+@pytest.mark.parametrize(
+    ("policy", "small_family", "task"),
+    [
+        # NIRVANA's resume of a large-family latent: only a model of that family can run it
+        (HitPolicy.RESUME, "sdxl", TaskName.REUSE_LARGE),
+        (HitPolicy.RESUME, "sd1", TaskName.REUSE),
+        # MoDM's refine starts from a final latent: any small worker takes it
+        (HitPolicy.REFINE, "sdxl", TaskName.REUSE),
+    ],
+)
+def test_a_hit_is_sent_on_the_queue_of_the_workers_that_can_serve_it(
+    policy: HitPolicy, small_family: str, task: TaskName
+) -> None:
+    settings = load_settings(hit_policy=policy, large_family="sd1", small_family=small_family)
+    dispatcher = RecordingDispatcher()
+    dispatcher.run_route(JOB, Route.HIT, settings)
+    dispatcher.run_route(JOB, Route.MISS, settings)
+    assert [sent.task for sent in dispatcher.sent] == [task, TaskName.GENERATE]

@@ -40,7 +40,7 @@ def _stop_after(calls: int) -> tuple[Callable[[], bool], list[int]]:
 
 @pytest.fixture(scope="module")
 def full_run(large: DiffusionRuntime) -> Any:
-    return large.generate(_params(steps=50), capture=CAPTURE)
+    return large.generate(_params(steps=50), capture=CAPTURE, decode=True)
 
 
 def test_generate_captures_latents_and_counts_one_eval_per_step(
@@ -51,6 +51,7 @@ def test_generate_captures_latents_and_counts_one_eval_per_step(
     assert len(full_run.step_ms) == 50 and full_run.wall_s > 0
     assert full_run.final_latent.shape == (4, 8, 8) and full_run.final_latent.dtype == np.float32
     assert full_run.image.size == (64, 64) and full_run.image.mode == "RGB"
+    assert full_run.vae_decodes == 1
     assert (full_run.family, full_run.role, full_run.start_step) == ("tiny-sd", Role.LARGE, 0)
 
 
@@ -153,6 +154,7 @@ def test_refine_from_another_family_goes_through_pixels(
     native = runtime.refine(_params(), source, "tiny-sd-b", 5)
     assert translated.denoiser_evals == native.denoiser_evals == {runtime.model_name: 5}
     assert translated.family == "tiny-sd-b"
+    assert (translated.vae_decodes, native.vae_decodes) == (1, 0)  # the source's VAE decodes it
     # The same array read as a tiny-sd latent is decoded and re-encoded, so the start differs.
     assert not np.array_equal(translated.final_latent, native.final_latent)
     with pytest.raises(LatentError, match="unknown"):
@@ -231,6 +233,20 @@ def test_bad_inputs_fail_before_any_model_work(
     monkeypatch.setattr(small, "_family_vae", no_model_work)
     with pytest.raises(error):
         call(small)
+
+
+def test_generation_decodes_only_when_asked(small: DiffusionRuntime) -> None:
+    """LatentBox 4.1: generate, resume and refine return the latent alone unless decode=True."""
+    before = small.vae_decodes
+    plain = small.generate(_params(), capture={4})
+    resumed = small.resume(_params(), plain.captured[4], 4, family="tiny-sd")
+    refined = small.refine(_params(), plain.final_latent, "tiny-sd", 4)
+    assert (plain.image, resumed.image, refined.image) == (None, None, None)
+    assert (plain.vae_decodes, resumed.vae_decodes, refined.vae_decodes) == (0, 0, 0)
+    assert small.vae_decodes == before
+    decoded = small.resume(_params(), plain.captured[4], 4, family="tiny-sd", decode=True)
+    assert decoded.image is not None and decoded.vae_decodes == 1
+    assert small.vae_decodes == before + 1
 
 
 def test_decode_role_reproduces_the_generated_image(tiny_settings: Settings, full_run: Any) -> None:

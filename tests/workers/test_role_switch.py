@@ -12,8 +12,10 @@ import pytest
 
 from core.errors import NotThisPool
 from core.settings import Settings
-from core.vocabulary import Role
-from jobs.queues import Queue
+from core.vocabulary import HitPolicy, Role, Route
+from jobs.dispatch import route_task
+from jobs.pools.policy import POOL_ROLES
+from jobs.queues import ROUTES, Queue
 from workers import role_switch
 from workers.context import WorkerContext
 from workers.role_switch import (
@@ -54,10 +56,27 @@ def test_a_child_forked_before_the_move_sees_the_new_role(cell: RoleCell) -> Non
 
 
 def test_queues_per_role_keep_misses_before_hits(tiny_settings: Settings) -> None:
-    assert consumed_queues(Role.LARGE, tiny_settings) == (Queue.CACHE_MISS, Queue.CACHE_HIT)
+    large = (Queue.CACHE_MISS, Queue.CACHE_HIT_LARGE, Queue.CACHE_HIT)
+    assert consumed_queues(Role.LARGE, tiny_settings) == large
     no_hits = tiny_settings.model_copy(update={"large_serves_hits": False})
     assert consumed_queues(Role.LARGE, no_hits) == (Queue.CACHE_MISS,)
     assert consumed_queues(Role.SMALL, tiny_settings) == (Queue.CACHE_HIT,)
+
+
+@pytest.mark.parametrize(
+    ("policy", "small_family", "takers"),
+    [
+        (HitPolicy.RESUME, "other-family", {Role.LARGE}),  # only the large model resumes its latents
+        (HitPolicy.RESUME, "tiny-sd", {Role.LARGE, Role.SMALL}),
+        (HitPolicy.REFINE, "other-family", {Role.LARGE, Role.SMALL}),  # a refine runs on any model
+    ],
+)
+def test_a_hit_is_consumed_only_by_workers_holding_a_model_that_can_serve_it(
+    tiny_settings: Settings, policy: HitPolicy, small_family: str, takers: set[Role]
+) -> None:
+    settings = tiny_settings.model_copy(update={"hit_policy": policy, "small_family": small_family})
+    queue = ROUTES[route_task(Route.HIT, settings)]
+    assert {role for role in POOL_ROLES if queue in consumed_queues(role, settings)} == takers
 
 
 @pytest.mark.parametrize(
@@ -140,7 +159,8 @@ def test_a_switch_is_answered_at_once_and_applied_on_the_event_loop(cell: RoleCe
     assert report_role(state) == {"role": "small", "queues": ["cache_hit"]}
     # Back to large: cache_miss must come before cache_hit again.
     move_queues(consumer, Role.LARGE, args[2])
-    assert (role_switch.shared_role(), consumer.names) == (Role.LARGE, ["cache_miss", "cache_hit"])
+    large = ["cache_miss", "cache_hit_large", "cache_hit"]
+    assert (role_switch.shared_role(), consumer.names) == (Role.LARGE, large)
 
 
 def test_only_large_and_small_workers_move(cell: RoleCell) -> None:

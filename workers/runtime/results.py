@@ -21,15 +21,18 @@ takes it as is."""
 class GenerationResult:
     """The outcome of generate, resume or refine.
 
-    image: the decoded final latent. final_latent: the latent after the last step.
+    image: the decoded final latent when the call asked for it (decode=True), else None: LatentBox
+    stores the latent and decodes on read (4.1). final_latent: the latent after the last step.
     captured: step k -> latent after k scheduler steps (the input of step k+1); generate only.
     start_step: the step the run began at (0 for generate, k for resume and refine).
     denoiser_evals: model name -> UNet evaluations run; a classifier-free-guidance batch
     (unconditional + conditional in one forward pass) counts as one evaluation.
     step_ms: wall time of each denoising step, in order. wall_s: the whole call.
+    vae_decodes: VAE decoder passes the call ran (the final image when asked for; refine of another
+    family's latent also decodes the source with that family's VAE).
     """
 
-    image: Image.Image
+    image: Image.Image | None
     final_latent: Latent
     captured: dict[int, Latent]
     family: str
@@ -40,6 +43,7 @@ class GenerationResult:
     denoiser_evals: dict[str, int]
     step_ms: tuple[float, ...]
     wall_s: float
+    vae_decodes: int = 0
 
     @property
     def steps_run(self) -> int:

@@ -6,7 +6,9 @@
     decode    LatentBox 4.1: a stored latent back to pixels, VAE only
 
 Each operation checks its inputs, then runs the denoising loop of workers.runtime.denoising
-(capture, evaluation counts, cancellation) and the VAE of workers.runtime.latents.
+(capture, evaluation counts, cancellation) and the VAE of workers.runtime.latents. generate, resume
+and refine return the final latent and decode it to an image only when asked (decode=True):
+LatentBox stores latents and decodes on read. `vae_decodes` counts every VAE decoder pass.
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ from typing import Any
 import torch
 from PIL import Image
 
-from core.errors import LatentError, RoleMismatch, StepsError
+from core.errors import LatentError, RoleMismatch, SettingsError, StepsError
 from core.params import GenerationParams, Limits, check_k, check_params
+from core.schedulers import DIFFUSERS_CLASS, resume_refusal
 from core.settings import Settings
-from core.vocabulary import GPU_ROLES, Role
+from core.vocabulary import GPU_ROLES, HitPolicy, Role
 from workers.runtime.denoising import (
     DenoiseRun,
     ShouldStop,
@@ -68,7 +71,9 @@ class DiffusionRuntime:
         scheduler: str | None = None,
     ) -> None:
         self._sources: ModelSources = resolve_model_sources(settings)
-        self._scheduler_name = scheduler
+        # Explicit class name (tests, benchmarks) or the configured one (REPRISE_SCHEDULER).
+        self._scheduler_name = scheduler if scheduler is not None else DIFFUSERS_CLASS[settings.scheduler]
+        self._refuse_inexact_resume = settings.hit_policy is HitPolicy.RESUME and scheduler is None
         self._limits = Limits(
             max_prompt_chars=settings.max_prompt_chars,
             max_steps=settings.max_steps,
@@ -81,6 +86,7 @@ class DiffusionRuntime:
         self._vae: Any = None  # the hosted role's VAE: the pipeline's own, or the decode model
         self._scheduler_template: Any = None
         self._family_vaes: dict[str, Any] = {}  # other families' VAEs, loaded on first use
+        self.vae_decodes = 0  # VAE decoder passes run by this runtime, every operation together
         self.switch_role(role)
 
     # --- hosting ------------------------------------------------------------------------
@@ -120,6 +126,9 @@ class DiffusionRuntime:
             self._pipe = load_pipeline(self._sources.pipeline(role), device=self.device, dtype=self.dtype)
             self._vae = self._pipe.vae
             self._scheduler_template = scheduler_template(self._pipe.scheduler, self._scheduler_name)
+            refusal = resume_refusal(type(self._scheduler_template).__name__)
+            if self._refuse_inexact_resume and refusal is not None:
+                raise SettingsError(refusal)  # REPRISE_SCHEDULER=pipeline on a model whose own cannot resume
         self._role = role
 
     def release(self) -> None:
@@ -136,9 +145,10 @@ class DiffusionRuntime:
         *,
         capture: Collection[int] = (),
         should_stop: ShouldStop | None = None,
+        decode: bool = False,
     ) -> GenerationResult:
         """Run all T = params.steps steps from seeded noise; capture the latent after each step k
-        in `capture` (each in 1..T-1; the final latent is always returned).
+        in `capture` (each in 1..T-1; the final latent is always returned, the image with decode).
 
         Raises InvalidInput subclasses for bad params or captures, GenerationCanceled when
         should_stop() turns true (checked before every step).
@@ -173,9 +183,9 @@ class DiffusionRuntime:
                 should_stop,
                 device=self.device,
             )
-            # 5. Decode
-            image = to_image(self._vae, run.latents)
-        return self._result(params, run, image, start_step=0, started=started)
+            # 5. Decode, when pixels are asked for
+            image = self._to_image(self._vae, run.latents) if decode else None
+        return self._result(params, run, image, start_step=0, started=started, decodes=int(decode))
 
     def resume(
         self,
@@ -185,6 +195,7 @@ class DiffusionRuntime:
         *,
         family: str,
         should_stop: ShouldStop | None = None,
+        decode: bool = False,
     ) -> GenerationResult:
         """NIRVANA: continue from a cached intermediate latent captured after step k, for the
         remaining T - k steps, conditioned on params.prompt.
@@ -215,9 +226,9 @@ class DiffusionRuntime:
             run = denoise(
                 pipe, scheduler, latents, embeds, guided, params, k, set(), should_stop, device=self.device
             )
-            # 5. Decode
-            image = to_image(self._vae, run.latents)
-        return self._result(params, run, image, start_step=k, started=started)
+            # 5. Decode, when pixels are asked for
+            image = self._to_image(self._vae, run.latents) if decode else None
+        return self._result(params, run, image, start_step=k, started=started, decodes=int(decode))
 
     def refine(
         self,
@@ -227,6 +238,7 @@ class DiffusionRuntime:
         k: int,
         *,
         should_stop: ShouldStop | None = None,
+        decode: bool = False,
     ) -> GenerationResult:
         """MoDM: noise a cached final latent to the timestep of step k and denoise the remaining
         T - k steps (img2img with strength (T - k) / T), exactly T - k UNet evaluations.
@@ -248,8 +260,10 @@ class DiffusionRuntime:
         source = self._checked_latent(source_latent, channels, params)
         with torch.inference_mode():
             # 2. Bring the source into this model's latent space
-            if source_family != self.family:
+            crossing = source_family != self.family
+            if crossing:
                 pixels = vae_decode(self._family_vae(source_family), source)
+                self.vae_decodes += 1
                 source = vae_encode(self._vae, pixels, self.dtype)
             # 3. Encode the prompt
             embeds, guided = encode_prompt(pipe, params, self.device)
@@ -261,9 +275,10 @@ class DiffusionRuntime:
             run = denoise(
                 pipe, scheduler, latents, embeds, guided, params, k, set(), should_stop, device=self.device
             )
-            # 6. Decode
-            image = to_image(self._vae, run.latents)
-        return self._result(params, run, image, start_step=k, started=started)
+            # 6. Decode, when pixels are asked for
+            image = self._to_image(self._vae, run.latents) if decode else None
+        decodes = int(crossing) + int(decode)
+        return self._result(params, run, image, start_step=k, started=started, decodes=decodes)
 
     def decode(self, latent: Latent | torch.Tensor, *, family: str) -> DecodeResult:
         """A stored latent (C, H/8, W/8) of `family` to its image (LatentBox decode-on-read).
@@ -280,10 +295,14 @@ class DiffusionRuntime:
             channels = int(vae.config.latent_channels)
         latents = self._checked_latent(latent, channels, None)
         with torch.inference_mode():
-            image = to_image(vae if vae is not None else self._family_vae(family), latents)
+            image = self._to_image(vae if vae is not None else self._family_vae(family), latents)
         return DecodeResult(image=image, family=family, wall_s=time.perf_counter() - started)
 
     # --- helpers --------------------------------------------------------------------------
+    def _to_image(self, vae: Any, latents: torch.Tensor) -> Image.Image:
+        self.vae_decodes += 1
+        return to_image(vae, latents)
+
     def _new_scheduler(self, steps: int, *, start_step: int) -> Any:
         return new_scheduler(self._scheduler_template, steps, start_step=start_step, device=self.device)
 
@@ -325,10 +344,11 @@ class DiffusionRuntime:
         self,
         params: GenerationParams,
         run: DenoiseRun,
-        image: Image.Image,
+        image: Image.Image | None,
         *,
         start_step: int,
         started: float,
+        decodes: int,
     ) -> GenerationResult:
         return GenerationResult(
             image=image,
@@ -342,4 +362,5 @@ class DiffusionRuntime:
             denoiser_evals={self.model_name: len(run.step_ms)},
             step_ms=tuple(run.step_ms),
             wall_s=time.perf_counter() - started,
+            vae_decodes=decodes,
         )

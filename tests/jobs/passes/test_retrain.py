@@ -72,7 +72,8 @@ def test_fit_is_persisted_reloaded_and_retrained_after_more_than_5_percent(db_se
     assert loaded.predictor.size == 40
     assert loaded.predictor.threshold == 0.65  # nirvana-t2t's lowest row
     assert loaded.predictor.predict(cached[7])
-    assert not loaded.predictor.predict(unit_rows(rng, 1, dim)[0])
+    # 40 unrelated entries: no held-out hits to choose an operating point on, so everything is searched.
+    assert loaded.predictor.predict(unit_rows(rng, 1, dim)[0])
 
     assert retrain(db_settings, scope) is None  # nothing changed
     add(db_settings, scope, unit_rows(rng, 2, dim))
@@ -147,3 +148,30 @@ def test_outcome_counters_give_precision_and_recall(db_settings: Settings) -> No
     assert (quality.true_pos, quality.false_pos, quality.false_neg, quality.true_neg) == (8, 2, 1, 5)
     assert quality.precision == pytest.approx(0.8)
     assert quality.recall == pytest.approx(8 / 9)
+
+
+def test_an_insert_burst_retrains_below_5_percent(db_settings: Settings) -> None:
+    """predictor_retrain_inserts: 2 inserts into 40 entries (5%, not past it) retrain when the burst is 2."""
+    rng = np.random.default_rng(5)
+    dim = db_settings.text_embedding_dim
+    scope = tenant_scope(uuid.uuid4())
+    add(db_settings, scope, unit_rows(rng, 40, dim))
+    bursty = db_settings.model_copy(update={"predictor_retrain_inserts": 2})
+    assert retrain(bursty, scope) is not None
+    add(db_settings, scope, unit_rows(rng, 1, dim))
+    assert retrain(bursty, scope) is None
+    add(db_settings, scope, unit_rows(rng, 1, dim))
+    assert retrain(bursty, scope) is not None
+
+
+def test_a_fit_in_an_older_format_is_ignored_and_replaced(db_settings: Settings) -> None:
+    rng = np.random.default_rng(6)
+    scope = tenant_scope(uuid.uuid4())
+    add(db_settings, scope, unit_rows(rng, 10, db_settings.text_embedding_dim))
+    with session_scope(db_settings) as session:
+        predictor_store.save_fit(
+            session, scope=scope, model_family=FAMILY, mode=TEXT, entries=10, model=b"RPMP\x01\x00"
+        )
+    with session_scope(db_settings) as session:
+        assert load_predictor(session, scope=scope, model_family=FAMILY, mode=TEXT) is None
+    assert retrain(db_settings, scope) is not None

@@ -56,3 +56,19 @@ def test_nothing_known_means_no_load_and_the_pool_holds(settings: Settings) -> N
     times = step_times(period({}), settings, None)
     assert (times.large_ms, times.small_ms) == (None, None)
     assert period_load(period({}), times, settings.steps) is None
+
+
+def test_hits_only_the_large_pool_can_serve_are_large_pool_work(settings: Settings) -> None:
+    """Resume across latent families (issue 11, item 2): a hit runs its T-k steps on the large pool,
+    so Algorithm 1 gives the small pool nothing and every GPU to the large model."""
+    from core.vocabulary import MonitorMode
+    from jobs.pools.policy import heuristic_large, hit_workload, miss_workload
+
+    stats = period({"large": RoleService(4, 4000.0, 160), "small": RoleService(9, 1800.0, 180)})
+    times = step_times(stats, settings, None)
+    load = period_load(stats, times, settings.steps, hits_on_large=True)
+    assert load is not None
+    # 30 misses + 60 hits at k=10 (30 of 40 steps left) + 30 at k=30 (10 of 40): 82.5 full requests
+    assert (load.hit_rate, load.k_rates, load.request_rate) == (0.0, {}, 82.5 / 60)
+    assert (miss_workload(load), hit_workload(load)) == (82.5 / 60, 0.0)
+    assert heuristic_large(load, 4, MonitorMode.THROUGHPUT) == 4
