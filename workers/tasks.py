@@ -6,6 +6,7 @@ Celery's task_routes by jobs.celery_app)."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from celery import Task
@@ -40,30 +41,30 @@ def admit_task(job_id: str) -> None:
 
 @app.task(name=TaskName.GENERATE.value, bind=True, max_retries=LEASE_RETRIES)
 def generate_task(self: Task[Any, Any], job_id: str) -> None:
-    context = _pool_context(TaskName.GENERATE)
-    try:
-        generate_job(context, uuid.UUID(job_id))
-    except LeaseBusy as busy:
-        raise self.retry(countdown=busy.retry_in_s) from None
+    _run_leased(self, TaskName.GENERATE, generate_job, job_id)
 
 
 @app.task(name=TaskName.REUSE.value, bind=True, max_retries=LEASE_RETRIES)
 def reuse_task(self: Task[Any, Any], job_id: str) -> None:
-    context = _pool_context(TaskName.REUSE)
-    try:
-        reuse_job(context, uuid.UUID(job_id))
-    except LeaseBusy as busy:
-        raise self.retry(countdown=busy.retry_in_s) from None
+    _run_leased(self, TaskName.REUSE, reuse_job, job_id)
 
 
 @app.task(name=TaskName.REUSE_LARGE.value, bind=True, max_retries=LEASE_RETRIES)
 def reuse_large_task(self: Task[Any, Any], job_id: str) -> None:
     """A hit only the large model's latent family can resume (jobs.queues.hit_task)."""
-    context = _pool_context(TaskName.REUSE_LARGE)
+    _run_leased(self, TaskName.REUSE_LARGE, reuse_job, job_id)
+
+
+def _run_leased(
+    task: Task[Any, Any], name: TaskName, body: Callable[[WorkerContext, uuid.UUID], None], job_id: str
+) -> None:
+    """Run a GPU task body in its pool's context; while another worker holds the job's lease, retry
+    when that lease may have lapsed."""
+    context = _pool_context(name)
     try:
-        reuse_job(context, uuid.UUID(job_id))
+        body(context, uuid.UUID(job_id))
     except LeaseBusy as busy:
-        raise self.retry(countdown=busy.retry_in_s) from None
+        raise task.retry(countdown=busy.retry_in_s) from None
 
 
 def _pool_context(task: TaskName) -> WorkerContext:
