@@ -172,26 +172,23 @@ def _time_lookups(settings: Settings, scope: str, probes: npt.NDArray[np.float32
     timings: list[float] = []
     agree = 0
     with session_scope(settings) as session:
-        for warm in probes[: min(10, len(probes))]:  # warm the index pages and the plan cache
-            cache.lookup(
+
+        def production_lookup(query: npt.NDArray[np.float32]) -> cache.LookupResult | None:
+            return cache.lookup(
                 session,
-                query_embedding=warm,
+                query_embedding=query,
                 mode=LookupMode.TEXT_TO_TEXT,
                 scopes=(scope,),
                 model_family=BENCH_FAMILY,
                 ef_search=settings.hnsw_ef_search,
             )
+
+        for warm in probes[: min(10, len(probes))]:  # warm the index pages and the plan cache
+            production_lookup(warm)
             session.rollback()
         for probe in probes:
             started = time.perf_counter()
-            found = cache.lookup(
-                session,
-                query_embedding=probe,
-                mode=LookupMode.TEXT_TO_TEXT,
-                scopes=(scope,),
-                model_family=BENCH_FAMILY,
-                ef_search=settings.hnsw_ef_search,
-            )
+            found = production_lookup(probe)
             session.commit()
             timings.append((time.perf_counter() - started) * 1000.0)
             exact = cache.lookup_exact(
