@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Protocol
 
 from core.errors import InvalidInput, PromptError, SizeError, StepsError
@@ -95,13 +95,6 @@ def params_from_row(row: ParamsRow) -> GenerationParams:
 
 
 def row_values(params: GenerationParams) -> dict[str, str | int | float | None]:
-    """The job row's columns for these parameters: the one mapping back (inverse of params_from_row)."""
-    return {
-        "prompt": params.prompt,
-        "negative_prompt": params.negative_prompt,
-        "seed": params.seed,
-        "steps": params.steps,
-        "width": params.width,
-        "height": params.height,
-        "guidance": params.guidance,
-    }
+    """The job row's columns for these parameters: the one mapping back (inverse of params_from_row;
+    the dataclass's fields are the columns' names)."""
+    return asdict(params)

@@ -40,6 +40,13 @@ class EntryState(StrEnum):
     DIRTY = "dirty"  # every state evicted; removed with its blobs by the next eviction pass
 
 
+class DecodeMode(StrEnum):
+    """When a job's image is decoded from its latent (the request's `decode`; LatentBox 4.1)."""
+
+    LAZY = "lazy"  # on the first read, by the decode pool
+    EAGER = "eager"  # at completion, by the generating worker, which stores the PNG
+
+
 # --- webhooks (Standard Webhooks event types; the filter names are Replicate's) ---
 
 

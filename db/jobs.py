@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from core.errors import InflightLimitExceeded, InvalidInput
 from core.params import GenerationParams, row_values
-from core.vocabulary import JobStatus
+from core.vocabulary import DecodeMode, JobStatus
 from db.models import Job, Tenant
 
 ACTIVE_STATUSES = (JobStatus.STARTING.value, JobStatus.PROCESSING.value)
@@ -41,7 +41,7 @@ class NewJob:
     webhook_events_filter: list[str] = field(default_factory=list)
     idempotency_key: str | None = None
     request_fingerprint: str | None = None  # sha256 of the canonical request body
-    decode_mode: str = "lazy"  # eager: the worker stores the image at completion (LatentBox 4.1)
+    decode_mode: str = DecodeMode.LAZY  # core.vocabulary.DecodeMode
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from core.vocabulary import EntryState, JobStatus
+from core.vocabulary import DecodeMode, EntryState, JobStatus
 
 
 class Base(DeclarativeBase):
@@ -89,7 +89,9 @@ class Job(Base):
     height: Mapped[int] = mapped_column(Integer)
     guidance: Mapped[float] = mapped_column(Float)
     cache_mode: Mapped[str] = mapped_column(String(16), default="auto")
-    decode_mode: Mapped[str] = mapped_column(String(8), default="lazy")  # lazy | eager (LatentBox 4.1)
+    decode_mode: Mapped[str] = mapped_column(
+        String(8), default=DecodeMode.LAZY.value
+    )  # core.vocabulary.DecodeMode
     webhook_url: Mapped[str | None] = mapped_column(Text)
     webhook_events_filter: Mapped[list[str]] = mapped_column(ARRAY(Text), default=list)
     idempotency_key: Mapped[str | None] = mapped_column(String(255))

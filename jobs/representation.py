@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.params import params_from_row
-from core.vocabulary import JobStatus
+from core.vocabulary import DecodeMode, JobStatus
 from db.models import Job
 
 ImageFormatName = Literal["png", "webp", "jpeg"]
@@ -30,7 +30,9 @@ class GenerationInput(BaseModel):
     height: int
     guidance: float
     cache: str
-    decode: str = Field("lazy", description="lazy: decode on first read; eager: stored at completion.")
+    decode: str = Field(
+        DecodeMode.LAZY.value, description="lazy: decode on first read; eager: stored at completion."
+    )
     webhook: str | None
     webhook_events_filter: list[str]
 

@@ -19,7 +19,7 @@ from PIL import Image
 from core.errors import GenerationCanceled, InvalidInput, LeaseBusy, SourceVanished
 from core.params import GenerationParams, params_from_row
 from core.scopes import insert_scope, uses_shared_scope
-from core.vocabulary import HitPolicy, JobStatus, LookupMode, Route, WebhookEvent
+from core.vocabulary import DecodeMode, HitPolicy, JobStatus, LookupMode, Route, WebhookEvent
 from db import cache, stats
 from db import jobs as jobs_db
 from db.blobs import keys
@@ -49,7 +49,7 @@ class _JobView:
     shared_cache: bool
     k: int | None
     source_entry_id: uuid.UUID | None
-    decode_mode: str = "lazy"  # eager: store the PNG at completion (LatentBox 4.1)
+    decode_mode: str = DecodeMode.LAZY
 
 
 def generate_job(context: WorkerContext, job_id: uuid.UUID) -> None:
@@ -198,7 +198,7 @@ def _finish_run(
     if cache_it:
         _insert_entry(context, job, result, final_blob, image)
     image_key = None
-    if image is not None and job.decode_mode == "eager":  # the first read needs no decode
+    if image is not None and job.decode_mode == DecodeMode.EAGER:  # the first read needs no decode
         image_key = keys.image_key(job.id, ImageFormat.PNG.value)
         context.blobs.put(image_key, encode_image(image, ImageFormat.PNG))
     with session_scope(settings) as session:
@@ -243,7 +243,7 @@ def _pixels(
     pixels now (LatentBox 4.1): an image-mode lookup embeds the image of the entry it caches, an eager
     request stores it. Otherwise None: the latent alone is stored and the decode pool decodes on read."""
     image_lookup = cache_it and context.settings.lookup_mode is LookupMode.TEXT_TO_IMAGE
-    if result.image is not None or not (image_lookup or job.decode_mode == "eager"):
+    if result.image is not None or not (image_lookup or job.decode_mode == DecodeMode.EAGER):
         return result.image, result.vae_decodes
     decoded = context.runtime().decode(result.final_latent, family=result.family)
     return decoded.image, result.vae_decodes + 1
