@@ -29,6 +29,11 @@ def make_celery_app(settings: Settings) -> Celery:
             "queue_order_strategy": "priority",
         },
         broker_connection_retry_on_startup=True,
+        # Ride out a broker outage of any length (issue 12): reconnect forever, with Celery's growing
+        # interval, rather than exit after 100 tries; messages held unacked come back after the
+        # visibility timeout, and Postgres-side the reconciler re-sends whatever was lost.
+        broker_connection_retry=True,
+        broker_connection_max_retries=None,
         task_queues=[KombuQueue(queue.value, routing_key=queue.value) for queue in Queue],  # type: ignore[no-untyped-call]
         task_default_queue=Queue.ADMIT.value,
         task_routes=task_routes(),

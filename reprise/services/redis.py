@@ -89,6 +89,10 @@ class EmbeddedRedis:
                 "",
                 "--appendonly",
                 "yes",
+                # fsync once a second: a SIGKILL or power loss costs at most the last second's
+                # messages (Redis persistence docs); Postgres keeps every accepted job regardless.
+                "--appendfsync",
+                "everysec",
             ]
             result = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
             if result.returncode != 0:

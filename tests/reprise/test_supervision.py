@@ -1,0 +1,84 @@
+"""The supervisor restarts what crashes, with backoff, and leaves the other children alone."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from reprise.supervision import Backoff, Child, Supervisor, tend
+
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
+CRASHER = [sys.executable, "-c", "raise SystemExit(3)"]
+
+
+def test_backoff_doubles_to_its_ceiling_and_forgets_after_a_healthy_run() -> None:
+    backoff = Backoff(first_s=1.0, max_s=30.0, healthy_after_s=60.0)
+    delays = [backoff.after_exit(uptime_s=0.5) for _ in range(7)]
+    assert delays == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+    assert backoff.after_exit(uptime_s=61.0) == 1.0  # up long enough: a first crash again
+    assert backoff.after_exit(uptime_s=1.0) == 2.0
+
+
+def _child(tmp_path: Path, name: str, argv: list[str]) -> Child:
+    return Child(name, argv, tmp_path / "logs" / f"{name}.log", tmp_path / "run" / f"{name}.pid")
+
+
+def _wait(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not reached")
+
+
+def test_a_killed_child_is_restarted_and_its_sibling_keeps_running(tmp_path: Path) -> None:
+    victim, sibling = _child(tmp_path, "worker-io", SLEEPER), _child(tmp_path, "api", SLEEPER)
+    said: list[str] = []
+    supervisor = Supervisor([victim, sibling], say=said.append, period_s=0.05)
+    supervisor.start()
+    try:
+        first, sibling_pid = victim.pid(), sibling.pid()
+        assert first is not None and victim.pid_path is not None
+        assert victim.pid_path.read_text().strip() == str(first)
+        os.killpg(first, signal.SIGKILL)  # as an operator or the OOM killer would
+        _wait(lambda: victim.restarts == 1 and victim.alive())
+        second = victim.pid()
+        assert second not in (None, first)
+        assert victim.pid_path.read_text().strip() == str(second)
+        assert sibling.pid() == sibling_pid and sibling.alive()
+        assert said[0] == f"worker-io exited with {-signal.SIGKILL}; restart #1 in 1.0s"
+        assert said[1].startswith("worker-io restarted")
+    finally:
+        supervisor.stop()
+    assert not victim.alive() and not sibling.alive()
+    assert not (tmp_path / "run" / "worker-io.pid").exists()
+
+
+def test_a_crashing_child_waits_longer_each_time(tmp_path: Path) -> None:
+    crasher = _child(tmp_path, "beat", CRASHER)
+    crasher.start(now=0.0)
+    assert crasher.process is not None
+    crasher.process.wait()
+    said: list[str] = []
+    tend([crasher], now=0.1, say=said.append)  # exited after 0.1 s: first delay
+    assert crasher.restart_at == pytest.approx(1.1)
+    assert not (tmp_path / "run" / "beat.pid").exists()  # nothing to kill while it waits
+    tend([crasher], now=0.5, say=said.append)  # not due yet
+    assert crasher.restarts == 0
+    tend([crasher], now=1.2, say=said.append)  # due: started again
+    assert crasher.restarts == 1
+    crasher.process.wait()
+    tend([crasher], now=1.3, say=said.append)
+    assert crasher.restart_at == pytest.approx(3.3)  # second crash in a row: twice as long
+    assert [line.split(";")[-1].strip() for line in said if "exited" in line] == [
+        "restart #1 in 1.0s",
+        "restart #2 in 2.0s",
+    ]
+    crasher.stop()
