@@ -139,6 +139,14 @@ class LeaseBusy(RepriseError):
         self.retry_in_s = retry_in_s
 
 
+# raised in workers.lease
+class LeaseLost(RepriseError):
+    """The run no longer holds its job's lease (another worker took the job, or renewals failed for a
+    whole lease): it stops before writing anything; the job runs again elsewhere. Recoverable."""
+
+    recoverable = True
+
+
 # raised in workers.role_switch
 class NotThisPool(RepriseError):
     """The worker's role no longer takes this task's queue (it was moved while the task was on its

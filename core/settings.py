@@ -185,6 +185,19 @@ class Settings(BaseSettings):
         description="Large workers also take cache_hit tasks when cache_miss is empty (DESIGN: 'small pool, "
         "or large when idle'). Off: hits run only on the small pool.",
     )
+    lease_s: float = Field(
+        30.0,
+        ge=2,
+        description="A running GPU task holds its job for this long and renews it (issue 12: a run that "
+        "died or lost Postgres is retried within about lease_s + beat_period_s, not after the task time "
+        "limit).",
+    )
+    lease_renew_s: float = Field(
+        10.0,
+        gt=0,
+        description="How often a running task renews its lease (issue 12: three renewals per 30 s lease, "
+        "so one slow renewal does not lose it).",
+    )
     max_attempts: int = Field(3, ge=1, le=20, description="Deliveries of a job's task before it fails.")
     stuck_after_s: int = Field(
         120, ge=5, description="The reconciler re-enqueues a queued job untouched for this long."
@@ -338,6 +351,11 @@ class Settings(BaseSettings):
                 f"visibility_timeout_s={self.visibility_timeout_s} must exceed task_time_limit_s="
                 f"{self.task_time_limit_s}: raise REPRISE_VISIBILITY_TIMEOUT_S or lower "
                 "REPRISE_TASK_TIME_LIMIT_S"
+            )
+        if self.lease_renew_s > self.lease_s / 2:
+            raise ValueError(
+                f"lease_renew_s={self.lease_renew_s} must be at most half of lease_s={self.lease_s}, or one "
+                "late renewal loses the lease: lower REPRISE_LEASE_RENEW_S or raise REPRISE_LEASE_S"
             )
         if self.pg_port == self.redis_port:
             raise ValueError("pg_port and redis_port must differ: set REPRISE_PG_PORT or REPRISE_REDIS_PORT")

@@ -69,6 +69,17 @@ def claim_run(session: Session, job_id: uuid.UUID, *, owner: str, lease_s: float
     return Claim(ClaimOutcome.CLAIMED, job, first_start=first_start)
 
 
+def renew_lease(session: Session, job_id: uuid.UUID, *, owner: str, lease_s: float) -> bool:
+    """Extend a running job's lease to lease_s from now (this host's clock, as claim_run). False when
+    this owner no longer holds it: the job ended, was rerouted, or another worker took it after a lapse."""
+    result = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.lease_owner == owner, Job.status == JobStatus.PROCESSING.value)
+        .values(lease_until=utcnow() + timedelta(seconds=lease_s))
+    )
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
 def record_admission(
     session: Session,
     job_id: uuid.UUID,
@@ -198,7 +209,8 @@ class StuckJob:
 def find_stuck(session: Session, *, older_than_s: float, limit: int = 500) -> list[StuckJob]:
     """Jobs whose task was lost (broker restart, worker death outside Celery's redelivery).
 
-    Waiting jobs untouched for older_than_s, and running jobs whose lease expired.
+    Waiting jobs untouched for older_than_s, and running jobs whose lease expired: a live run renews
+    its lease every few seconds (workers.lease), so an expired one means the run died or lost us.
     """
     now = utcnow()
     cutoff = now - timedelta(seconds=older_than_s)
@@ -208,7 +220,7 @@ def find_stuck(session: Session, *, older_than_s: float, limit: int = 500) -> li
         (Job.admitted_at.is_(None)) | (Job.admitted_at < cutoff),
     )
     expired = select(Job.id, Job.admitted_at, Job.route).where(
-        Job.status == JobStatus.PROCESSING.value, Job.lease_until < now - timedelta(seconds=older_than_s)
+        Job.status == JobStatus.PROCESSING.value, Job.lease_until < now
     )
     rows = session.execute(waiting.union_all(expired).limit(limit)).all()
     return [StuckJob(job_id=row[0], admitted=row[1] is not None, route=row[2]) for row in rows]

@@ -30,6 +30,7 @@ from db.job_runs import Claim, ClaimOutcome, claim_run, complete, finish, is_can
 from db.models import Job
 from jobs.passes import eviction
 from workers.context import WorkerContext
+from workers.lease import LeaseKeeper
 from workers.notify import notify
 from workers.runtime.results import GenerationResult
 
@@ -57,6 +58,11 @@ def generate_job(context: WorkerContext, job_id: uuid.UUID) -> None:
     job = _claim(context, job_id)
     if job is None:
         return
+    with LeaseKeeper(context.settings, job.id, owner=context.owner) as lease:
+        _generate(context, job, lease)
+
+
+def _generate(context: WorkerContext, job: _JobView, lease: LeaseKeeper) -> None:
     settings = context.settings
     # Intermediate latents only serve NIRVANA's resume, and only runs of the configured T.
     capture = (
@@ -67,11 +73,14 @@ def generate_job(context: WorkerContext, job_id: uuid.UUID) -> None:
         else []
     )
     result = _run(
-        context, job, lambda stop: context.runtime().generate(job.params, capture=capture, should_stop=stop)
+        context,
+        job,
+        lease,
+        lambda stop: context.runtime().generate(job.params, capture=capture, should_stop=stop),
     )
     if result is None:
         return
-    _finish_run(context, job, result, cache_it=job.cache_mode != "off")
+    _finish_run(context, job, lease, result, cache_it=job.cache_mode != "off")
 
 
 def reuse_job(context: WorkerContext, job_id: uuid.UUID) -> None:
@@ -82,6 +91,11 @@ def reuse_job(context: WorkerContext, job_id: uuid.UUID) -> None:
     job = _claim(context, job_id)
     if job is None:
         return
+    with LeaseKeeper(context.settings, job.id, owner=context.owner) as lease:
+        _reuse(context, job, lease)
+
+
+def _reuse(context: WorkerContext, job: _JobView, lease: LeaseKeeper) -> None:
     if job.source_entry_id is None or job.k is None:
         _reroute(context, job, "admitted as a hit without a source")
         return
@@ -107,11 +121,12 @@ def reuse_job(context: WorkerContext, job_id: uuid.UUID) -> None:
             return runtime.resume(job.params, source.array, k, family=source.family, should_stop=stop)
         return runtime.refine(job.params, source.array, source.family, k, should_stop=stop)
 
-    result = _run(context, job, operation)
+    result = _run(context, job, lease, operation)
     if result is None:
         return
     used = (entry_id, k if settings.hit_policy is HitPolicy.RESUME else None)
-    _finish_run(context, job, result, cache_it=settings.cache_all and job.cache_mode != "off", used=used)
+    cache_it = settings.cache_all and job.cache_mode != "off"
+    _finish_run(context, job, lease, result, cache_it=cache_it, used=used)
 
 
 # --- steps shared by both ---------------------------------------------------------------------
@@ -124,7 +139,7 @@ def _claim(context: WorkerContext, job_id: uuid.UUID) -> _JobView | None:
             session,
             job_id,
             owner=context.owner,
-            lease_s=settings.task_time_limit_s,
+            lease_s=settings.lease_s,
             max_attempts=settings.max_attempts,
         )
         if claim.outcome is ClaimOutcome.LEASED:
@@ -157,12 +172,18 @@ def _claim(context: WorkerContext, job_id: uuid.UUID) -> _JobView | None:
 
 
 def _run(
-    context: WorkerContext, job: _JobView, operation: Callable[[Callable[[], bool]], GenerationResult]
+    context: WorkerContext,
+    job: _JobView,
+    lease: LeaseKeeper,
+    operation: Callable[[Callable[[], bool]], GenerationResult],
 ) -> GenerationResult | None:
+    """Run the denoising; it stops when the job is canceled or the lease is lost (LeaseLost)."""
     settings = context.settings
     last_poll = [0.0]
 
     def should_stop() -> bool:
+        if lease.lost:
+            return True
         now = time.monotonic()
         if now - last_poll[0] < CANCEL_POLL_S:
             return False
@@ -173,6 +194,7 @@ def _run(
     try:
         return operation(should_stop)
     except GenerationCanceled:
+        lease.check()  # stopped for a lost lease: no cancel to record, the job runs again elsewhere
         _end(context, job.id, JobStatus.CANCELED, None)
     except InvalidInput as invalid:
         _end(context, job.id, JobStatus.FAILED, f"invalid input: {invalid}")
@@ -182,6 +204,7 @@ def _run(
 def _finish_run(
     context: WorkerContext,
     job: _JobView,
+    lease: LeaseKeeper,
     result: GenerationResult,
     *,
     cache_it: bool,
@@ -189,8 +212,10 @@ def _finish_run(
 ) -> None:
     """Store the run's latent (and entry), then complete the job. Every counted effect (the source
     entry's use, the interval statistics) commits with the completion, which only the lease holder's
-    first completion makes: a redelivered or restarted run counts nothing twice."""
+    first completion makes: a redelivered or restarted run counts nothing twice. A run that lost its
+    lease writes nothing (LeaseLost)."""
     settings = context.settings
+    lease.check()
     final_blob = encode_latent(result.final_latent, family=result.family, k=None)
     final_key = keys.job_prefix(job.id) + "final.latent"
     context.blobs.put(final_key, final_blob)
@@ -201,6 +226,7 @@ def _finish_run(
     if image is not None and job.decode_mode == DecodeMode.EAGER:  # the first read needs no decode
         image_key = keys.image_key(job.id, ImageFormat.PNG.value)
         context.blobs.put(image_key, encode_image(image, ImageFormat.PNG))
+    lease.check()
     with session_scope(settings) as session:
         if image_key is not None:
             record_image_key(session, job.id, ImageFormat.PNG.value, image_key)

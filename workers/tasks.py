@@ -5,6 +5,8 @@ Celery's task_routes by jobs.celery_app)."""
 
 from __future__ import annotations
 
+import logging
+import math
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -12,7 +14,7 @@ from typing import Any
 from celery import Task
 from celery.exceptions import Reject
 
-from core.errors import LeaseBusy, NotThisPool
+from core.errors import LeaseBusy, LeaseLost, NotThisPool
 from core.vocabulary import WebhookEvent
 from jobs.celery_app import get_celery_app
 from jobs.passes.eviction import evict_all_scopes
@@ -29,9 +31,11 @@ from workers.role_switch import enter_pool
 from workers.webhook_delivery import run_delivery
 
 app = get_celery_app()
+log = logging.getLogger(__name__)
 
-# A held lease means another delivery of the same job is running: wait for it, a bounded number of times.
-LEASE_RETRIES = 20
+# A held lease means another delivery of the same job is running: wait for it. The holder renews its
+# lease while it runs (workers.lease), at most for the task time limit: so many waits of a lease each.
+LEASE_RETRY_SLACK = 3
 
 
 @app.task(name=TaskName.ADMIT.value)
@@ -39,17 +43,17 @@ def admit_task(job_id: str) -> None:
     admit(get_context(), uuid.UUID(job_id))
 
 
-@app.task(name=TaskName.GENERATE.value, bind=True, max_retries=LEASE_RETRIES)
+@app.task(name=TaskName.GENERATE.value, bind=True, max_retries=None)
 def generate_task(self: Task[Any, Any], job_id: str) -> None:
     _run_leased(self, TaskName.GENERATE, generate_job, job_id)
 
 
-@app.task(name=TaskName.REUSE.value, bind=True, max_retries=LEASE_RETRIES)
+@app.task(name=TaskName.REUSE.value, bind=True, max_retries=None)
 def reuse_task(self: Task[Any, Any], job_id: str) -> None:
     _run_leased(self, TaskName.REUSE, reuse_job, job_id)
 
 
-@app.task(name=TaskName.REUSE_LARGE.value, bind=True, max_retries=LEASE_RETRIES)
+@app.task(name=TaskName.REUSE_LARGE.value, bind=True, max_retries=None)
 def reuse_large_task(self: Task[Any, Any], job_id: str) -> None:
     """A hit only the large model's latent family can resume (jobs.queues.hit_task)."""
     _run_leased(self, TaskName.REUSE_LARGE, reuse_job, job_id)
@@ -61,10 +65,14 @@ def _run_leased(
     """Run a GPU task body in its pool's context; while another worker holds the job's lease, retry
     when that lease may have lapsed."""
     context = _pool_context(name)
+    settings = context.settings
     try:
         body(context, uuid.UUID(job_id))
     except LeaseBusy as busy:
-        raise task.retry(countdown=busy.retry_in_s) from None
+        waits = math.ceil(settings.task_time_limit_s / settings.lease_s) + LEASE_RETRY_SLACK
+        raise task.retry(countdown=busy.retry_in_s, max_retries=waits) from None
+    except LeaseLost as lost:  # the reconciler sends the job again once its lease has expired
+        log.warning("%s", lost)
 
 
 def _pool_context(task: TaskName) -> WorkerContext:

@@ -180,8 +180,12 @@ def stack(
         "REPRISE_LARGE_SERVES_HITS": "false",
         "REPRISE_WEBHOOK_ALLOW_HOSTS": "127.0.0.1",
         "REPRISE_WEBHOOK_RETRY_DELAYS_S": "0,1,1",
-        "REPRISE_TASK_TIME_LIMIT_S": "20",
-        "REPRISE_VISIBILITY_TIMEOUT_S": "25",
+        # Short leases, and a visibility timeout far beyond any test: a dead run must come back
+        # through its lapsed lease and the reconciler (issue 12), not through Redis redelivery.
+        "REPRISE_LEASE_S": "6",
+        "REPRISE_LEASE_RENEW_S": "2",
+        "REPRISE_TASK_TIME_LIMIT_S": "120",
+        "REPRISE_VISIBILITY_TIMEOUT_S": "900",
         "REPRISE_PREDICTOR_ENABLED": "false",
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
@@ -189,7 +193,14 @@ def stack(
     }
     env = {**os.environ, **overrides}
     settings = db_settings.model_copy(
-        update={"redis_url": stack_redis_url, "steps": 10, "capture_steps": [2, 4, 6, 8], "default_size": 64}
+        update={
+            "redis_url": stack_redis_url,
+            "steps": 10,
+            "capture_steps": [2, 4, 6, 8],
+            "default_size": 64,
+            "lease_s": 6.0,
+            "lease_renew_s": 2.0,
+        }
     )
     port = free_port()
     logs = tmp_path_factory.mktemp("logs")
