@@ -6,12 +6,15 @@ every query filters on the tenant, so another tenant's job answers 404, never 40
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from api.problems import Problem
 from db.models import Tenant
-from db.tenants import find_tenant_by_key
+from db.tenants import find_key
 
 REALM = "reprise"
 
@@ -27,10 +30,24 @@ def unauthorized(detail: str, *, error: str | None = None) -> Problem:
     return Problem(401, detail, slug="unauthorized", headers={"WWW-Authenticate": challenge})
 
 
-def tenant_for_credentials(*, session: Session, credentials: HTTPAuthorizationCredentials | None) -> Tenant:
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who a request comes from: a tenant, and whether its key may read service-wide figures."""
+
+    tenant: Tenant
+    admin: bool
+
+
+def caller_for_credentials(*, session: Session, credentials: HTTPAuthorizationCredentials | None) -> Caller:
     if credentials is None or not credentials.credentials:
         raise unauthorized("send an API key as 'Authorization: Bearer <key>'")
-    tenant = find_tenant_by_key(session=session, key=credentials.credentials)
-    if tenant is None:
+    key = find_key(session=session, key=credentials.credentials)
+    if key is None or key.revoked_at is not None:
         raise unauthorized("the API key is unknown or revoked", error="invalid_token")
-    return tenant
+    if key.expires_at is not None and key.expires_at <= datetime.now(UTC):
+        raise unauthorized(
+            f"the API key expired at {key.expires_at.isoformat()}; ask your operator for a new one "
+            "(reprise keys create, or reprise keys rotate before expiry)",
+            error="invalid_token",
+        )
+    return Caller(tenant=key.tenant, admin=key.is_admin)

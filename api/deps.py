@@ -12,7 +12,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials
 from sqlalchemy.orm import Session
 
-from api.auth import bearer_scheme, tenant_for_credentials
+from api.auth import Caller, bearer_scheme, caller_for_credentials
 from core.params import Limits
 from core.settings import Settings
 from db.blobs.base import BlobStore
@@ -96,9 +96,17 @@ BaseUrlDep = Annotated[str, Depends(base_url)]
 BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)]
 
 
-def get_tenant(credentials: BearerDep, session: SessionDep) -> Tenant:
+def get_caller(credentials: BearerDep, session: SessionDep) -> Caller:
+    """The tenant whose API key the request carries, and the key's role; 401 otherwise."""
+    return caller_for_credentials(session=session, credentials=credentials)
+
+
+CallerDep = Annotated[Caller, Depends(get_caller)]
+
+
+def get_tenant(caller: CallerDep) -> Tenant:
     """The tenant whose API key the request carries; 401 otherwise."""
-    return tenant_for_credentials(session=session, credentials=credentials)
+    return caller.tenant
 
 
 TenantDep = Annotated[Tenant, Depends(get_tenant)]

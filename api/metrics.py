@@ -1,12 +1,23 @@
-"""Prometheus metrics of the API process, served at /metrics."""
+"""Prometheus metrics of the API process, served at /metrics (or on REPRISE_METRICS_PORT).
+
+With several API processes (`reprise api --workers N`) prometheus_client's multiprocess mode adds up
+every process's counters (PROMETHEUS_MULTIPROC_DIR, set by `reprise api`); gauges show the latest value.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+import logging
+import os
+from typing import Final
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from db.pools import latest_decision, workers_per_role
 
+LATEST: Final = "mostrecent"  # a gauge set at scrape time: the newest write of any API process wins
 UNMATCHED_ROUTE = "<unmatched>"  # unknown paths share one label, so scanners cannot blow up cardinality
 
 HTTP_REQUESTS = Counter(
@@ -31,18 +42,29 @@ ENQUEUE_FAILURES = Counter(
 )
 
 # The pools and the pool monitor (MoDM 5.3), read from Postgres at each scrape (`refresh_pool_gauges`).
-POOL_WORKERS = Gauge("reprise_pool_workers", "Workers per role (worker_roles).", ["role"])
+POOL_WORKERS = Gauge(
+    "reprise_pool_workers", "Workers per role (worker_roles).", ["role"], multiprocess_mode=LATEST
+)
 POOL_TARGET = Gauge(
-    "reprise_pool_target_workers", "Workers per pool the monitor's latest decision aims at.", ["role"]
+    "reprise_pool_target_workers",
+    "Workers per pool the monitor's latest decision aims at.",
+    ["role"],
+    multiprocess_mode=LATEST,
 )
 POOL_MONITOR_HEURISTIC = Gauge(
-    "reprise_pool_monitor_heuristic_large", "Algorithm 1's number of large workers before the PID."
+    "reprise_pool_monitor_heuristic_large",
+    "Algorithm 1's number of large workers before the PID.",
+    multiprocess_mode=LATEST,
 )
 POOL_MONITOR_CONTROLLED = Gauge(
-    "reprise_pool_monitor_controlled_large", "The PID's continuous number of large workers."
+    "reprise_pool_monitor_controlled_large",
+    "The PID's continuous number of large workers.",
+    multiprocess_mode=LATEST,
 )
 POOL_MONITOR_DECIDED = Gauge(
-    "reprise_pool_monitor_last_decision_timestamp_seconds", "When the monitor last decided (Unix time)."
+    "reprise_pool_monitor_last_decision_timestamp_seconds",
+    "When the monitor last decided (Unix time).",
+    multiprocess_mode=LATEST,
 )
 
 
@@ -60,3 +82,24 @@ def refresh_pool_gauges(session: Session) -> None:
     POOL_MONITOR_HEURISTIC.set(heuristic if heuristic is not None else float("nan"))
     POOL_MONITOR_CONTROLLED.set(decision.controlled_large)
     POOL_MONITOR_DECIDED.set(decision.decided_at.timestamp())
+
+
+log = logging.getLogger(__name__)
+
+
+def export_registry() -> CollectorRegistry:
+    """Every API process's metrics in multiprocess mode; this process's otherwise."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return registry
+    return REGISTRY
+
+
+def exposition(session: Session) -> bytes:
+    """The text exposition of the metrics, pool gauges refreshed from Postgres first."""
+    try:
+        refresh_pool_gauges(session)
+    except SQLAlchemyError:  # the HTTP metrics still matter when the database is down
+        log.warning("metrics: pool gauges not refreshed, database unreachable", exc_info=True)
+    return generate_latest(export_registry())

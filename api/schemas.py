@@ -185,6 +185,9 @@ class MonitorView(BaseModel):
 
 
 class Stats(BaseModel):
+    scope: Literal["tenant", "global"] = Field(
+        description="tenant: the caller's jobs only (service-wide fields empty); global: the whole service."
+    )
     window_s: int
     since: datetime
     jobs: dict[str, int] = Field(description="Jobs created in the window, per status.")
@@ -193,13 +196,15 @@ class Stats(BaseModel):
     queues: dict[str, int | None] = Field(
         description="Messages waiting per queue; null when the broker is down."
     )
-    pools: dict[str, int] = Field(description="Workers per role (worker_roles).")
+    pools: dict[str, int] = Field(description="Workers per role (worker_roles); global scope only.")
     pool_monitor: PoolDecisionView | None = Field(
         None, description="The pool monitor's latest decision; null before the first."
     )
     monitor: MonitorView | None = Field(None, description="The pool monitor's configuration.")
     decodes: DecodeStats | None = Field(None, description="VAE decodes at generation and on read.")
-    intervals: list[IntervalRow] = Field(description="The latest interval aggregates, newest first.")
+    intervals: list[IntervalRow] = Field(
+        description="The latest interval aggregates, newest first; global scope only."
+    )
 
 
 def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:

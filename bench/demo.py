@@ -67,7 +67,7 @@ def _run_demo(settings: Settings, *, base_url: str, prompts: int, should_stop: C
 
     trace = load_prompts(DEFAULT_PROMPTS)
     with session_scope(settings) as session:
-        credentials = issue_key(session=session, name=DEMO_TENANT)
+        credentials = issue_key(session=session, name=DEMO_TENANT, admin=True)  # it reads global /v1/stats
     workload = build_workload(
         trace, ArrivalSpec(kind=ArrivalKind.CLOSED, concurrency=DEMO_CONCURRENCY), limit=prompts
     )

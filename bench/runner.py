@@ -386,8 +386,8 @@ def _api_key(settings: Settings, options: ReplayCliOptions) -> str:
     from db.engine import session_scope
     from db.tenants import issue_key
 
-    with session_scope(settings) as session:
-        return issue_key(session=session, name=options.tenant).api_key
+    with session_scope(settings) as session:  # an admin key: the replay reads the stack's global /v1/stats
+        return issue_key(session=session, name=options.tenant, admin=True).api_key
 
 
 def replay_main(settings: Settings, options: ReplayCliOptions) -> int:

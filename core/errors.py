@@ -178,3 +178,9 @@ class TraceError(RepriseError, ValueError):
 # raised in bench.outcomes
 class UnknownModel(RepriseError, ValueError):
     """A job reports evaluations of a model the costs do not know. Not recoverable: pass --costs."""
+
+
+# raised in db.keys
+class UnknownKey(RepriseError, LookupError):
+    """No such API key or tenant, or the key cannot be rotated. Not recoverable: the message names
+    the command that lists them."""

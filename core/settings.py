@@ -11,7 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.errors import SettingsError
@@ -258,6 +258,22 @@ class Settings(BaseSettings):
         "webhook payloads. Unset: the request's own base URL; webhook payloads then carry relative URLs.",
     )
     max_body_bytes: int = Field(65536, ge=1024, description="Largest request body accepted; larger: 413.")
+    metrics_port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        description="Serve Prometheus /metrics on this port of metrics_address instead of the API port "
+        "(issue 12: keep metrics off a public listener). Unset: /metrics on the API port.",
+    )
+    metrics_address: str = Field("127.0.0.1", description="Address of the separate /metrics listener.")
+    flower_address: str = Field(
+        "127.0.0.1", description="Address Flower listens on. Anything but loopback needs flower_basic_auth."
+    )
+    flower_basic_auth: SecretStr | None = Field(
+        None,
+        description="user:password for Flower's basic auth (issue 12: Flower never runs without "
+        "authentication on a non-loopback address).",
+    )
     queue_depth_limit: int = Field(
         1000,
         ge=1,

@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import case, func, select, text, tuple_, update
+from sqlalchemy import ColumnElement, case, func, select, text, tuple_, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
@@ -227,11 +227,15 @@ def request_cancel(*, session: Session, tenant_id: uuid.UUID, job_id: uuid.UUID)
 # --- statistics ----------------------------------------------------------------------------------
 
 
-def status_counts(*, session: Session, since: datetime | None = None) -> dict[str, int]:
-    """Jobs per status, all tenants (for /v1/stats)."""
+def status_counts(
+    *, session: Session, since: datetime | None = None, tenant_id: uuid.UUID | None = None
+) -> dict[str, int]:
+    """Jobs per status, of one tenant or (None) all tenants (for /v1/stats)."""
     query = select(Job.status, func.count()).group_by(Job.status)
     if since is not None:
         query = query.where(Job.created_at >= since)
+    if tenant_id is not None:
+        query = query.where(Job.tenant_id == tenant_id)
     return {status: count for status, count in session.execute(query)}
 
 
@@ -245,9 +249,11 @@ class CacheOutcomes:
     denoiser_evaluations: dict[str, int]  # model -> evaluations actually run
 
 
-def cache_outcomes(*, session: Session, since: datetime) -> CacheOutcomes:
-    """Routing and compute accounting of the jobs admitted since `since`, all tenants."""
-    admitted = (Job.created_at >= since, Job.route.is_not(None))
+def cache_outcomes(*, session: Session, since: datetime, tenant_id: uuid.UUID | None = None) -> CacheOutcomes:
+    """Routing and compute accounting of the jobs admitted since `since`, of one tenant or (None) all."""
+    admitted: tuple[ColumnElement[bool], ...] = (Job.created_at >= since, Job.route.is_not(None))
+    if tenant_id is not None:
+        admitted = (*admitted, Job.tenant_id == tenant_id)
     hits, misses, steps, skipped = session.execute(
         select(
             func.count().filter(Job.route == "hit"),
@@ -270,9 +276,11 @@ def cache_outcomes(*, session: Session, since: datetime) -> CacheOutcomes:
         for model, total in session.execute(
             text(
                 "SELECT e.key, sum(e.value::bigint) FROM jobs, jsonb_each_text(jobs.denoiser_evals) AS e "
-                "WHERE jobs.created_at >= :since GROUP BY e.key ORDER BY e.key"
+                "WHERE jobs.created_at >= :since "
+                "AND (CAST(:tenant AS uuid) IS NULL OR jobs.tenant_id = :tenant) "
+                "GROUP BY e.key ORDER BY e.key"
             ),
-            {"since": since},
+            {"since": since, "tenant": tenant_id},
         )
     }
     return CacheOutcomes(

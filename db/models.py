@@ -49,6 +49,9 @@ class Tenant(Base):
     shared_cache: Mapped[bool] = mapped_column(Boolean, default=False)  # opted in to the shared scope
     inflight_limit: Mapped[int] = mapped_column(Integer, default=64)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=_now())
+    # A rotated-out secret, still signed with until previous_webhook_secret_until (the overlap).
+    previous_webhook_secret: Mapped[str | None] = mapped_column(Text)
+    previous_webhook_secret_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     api_keys: Mapped[list[ApiKey]] = relationship(back_populates="tenant")
 
@@ -62,6 +65,8 @@ class ApiKey(Base):
     prefix: Mapped[str] = mapped_column(String(16))  # shown to operators to tell keys apart
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=_now())
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    is_admin: Mapped[bool] = mapped_column(Boolean, default=False)  # may read service-wide figures
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     tenant: Mapped[Tenant] = relationship(back_populates="api_keys")
 

@@ -11,6 +11,7 @@ from sqlalchemy import exists, or_, select
 from sqlalchemy.orm import Session, aliased
 
 from core.vocabulary import TERMINAL_STATUSES
+from db.keys import signing_secrets as current_signing_secrets
 from db.models import Job, Tenant, WebhookDelivery
 
 
@@ -19,9 +20,10 @@ def job_of(session: Session, job_id: uuid.UUID) -> Job | None:
     return session.get(Job, job_id)
 
 
-def signing_secret(session: Session, tenant_id: uuid.UUID) -> str:
-    """The tenant's webhook signing secret (a job's tenant is a foreign key, so it exists)."""
-    return session.get_one(Tenant, tenant_id).webhook_secret
+def signing_secrets(session: Session, tenant_id: uuid.UUID) -> list[str]:
+    """The secrets the tenant's deliveries are signed with now: the current one, and during a rotation's
+    overlap the previous one too (db.keys.rotate_webhook_secret). A job's tenant is a foreign key."""
+    return current_signing_secrets(session.get_one(Tenant, tenant_id))
 
 
 def attempts_of(session: Session, message_id: str) -> list[tuple[int, int | None]]:

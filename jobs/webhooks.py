@@ -48,12 +48,18 @@ def sign(secret: str, *, msg_id: str, timestamp: int, body: bytes) -> str:
     return f"{SIGNATURE_VERSION},{base64.b64encode(digest).decode('ascii')}"
 
 
-def signature_headers(secret: str, *, msg_id: str, timestamp: int, body: bytes) -> dict[str, str]:
-    """The three headers a delivery carries."""
+def signature_headers(
+    secrets: str | Sequence[str], *, msg_id: str, timestamp: int, body: bytes
+) -> dict[str, str]:
+    """The three headers a delivery carries. Several secrets (a rotation's overlap) give several
+    space-separated signatures, the Standard Webhooks way: a receiver holding either secret verifies."""
+    keys = [secrets] if isinstance(secrets, str) else list(secrets)
     return {
         "webhook-id": msg_id,
         "webhook-timestamp": str(timestamp),
-        "webhook-signature": sign(secret, msg_id=msg_id, timestamp=timestamp, body=body),
+        "webhook-signature": " ".join(
+            sign(secret, msg_id=msg_id, timestamp=timestamp, body=body) for secret in keys
+        ),
     }
 
 

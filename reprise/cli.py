@@ -14,7 +14,14 @@ from reprise.commands.keys import keys_app
 from reprise.commands.models import models_app
 from reprise.commands.pools import pools_app
 from reprise.commands.services import migrate_command, services_app
-from reprise.commands.stack import api_command, beat_command, flower_command, run_command, worker_command
+from reprise.commands.stack import (
+    api_command,
+    beat_command,
+    flower_command,
+    ping_worker_command,
+    run_command,
+    worker_command,
+)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # weights come from configured paths, never a download here
 
@@ -52,4 +59,5 @@ app.command("api")(api_command)
 app.command("worker")(worker_command)
 app.command("beat")(beat_command)
 app.command("flower")(flower_command)
+app.command("ping-worker")(ping_worker_command)
 app.command("run")(run_command)

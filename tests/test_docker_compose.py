@@ -46,3 +46,16 @@ def test_stateful_services_have_healthchecks_and_volumes() -> None:
     for name in ("postgres", "redis", "minio", "api"):
         assert "healthcheck" in services[name], name
     assert set(_compose()["volumes"]) >= {"pgdata", "redisdata", "miniodata"}
+
+
+def test_every_long_running_service_restarts_and_has_a_meaningful_healthcheck() -> None:
+    services = _compose()["services"]
+    long_running = {name for name in services if name not in ("migrate", "create-bucket")}
+    for name in long_running - {"postgres", "redis", "minio"}:
+        assert services[name].get("restart") == "unless-stopped", name
+        assert "healthcheck" in services[name], name
+    for role in Role:  # a worker's health is its answer over the broker, not its process
+        test = services[f"worker-{role.value}"]["healthcheck"]["test"]
+        assert test[:3] == ["CMD", "reprise", "ping-worker"], test
+    flower = services["flower"]
+    assert "--address" in flower["command"] and "REPRISE_FLOWER_BASIC_AUTH" in flower["environment"]

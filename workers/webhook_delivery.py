@@ -57,7 +57,7 @@ class DeliveryOutcome:
 @dataclass(frozen=True, slots=True)
 class _Message:
     url: str
-    secret: str
+    secrets: list[str]  # the current secret first; the previous one too during a rotation's overlap
     body: bytes
     msg_id: str
 
@@ -75,11 +75,11 @@ def _prepare(settings: Settings, job_id: uuid.UUID, event: WebhookEvent, attempt
             return reason
         if webhooks_db.url_gone(session, tenant_id=job.tenant_id, url=job.webhook_url):
             return "the URL answered 410 Gone earlier"
-        secret = webhooks_db.signing_secret(session, job.tenant_id)
+        secrets = webhooks_db.signing_secrets(session, job.tenant_id)
         happened = (job.started_at if event is WebhookEvent.STARTED else job.finished_at) or datetime.now(UTC)
         data = generation_json(job, base_url=settings.public_base_url or "")
         body = encode_payload(event_payload(event, data, at=happened))
-        return _Message(url=job.webhook_url, secret=secret, body=body, msg_id=msg_id)
+        return _Message(url=job.webhook_url, secrets=secrets, body=body, msg_id=msg_id)
 
 
 def _post(
@@ -121,7 +121,7 @@ def _send(
     if target is not None:
         now = int(datetime.now(UTC).timestamp())
         headers = signature_headers(
-            prepared.secret, msg_id=prepared.msg_id, timestamp=now, body=prepared.body
+            prepared.secrets, msg_id=prepared.msg_id, timestamp=now, body=prepared.body
         )
         headers |= {"content-type": "application/json", "user-agent": USER_AGENT}
         own_client = client is None

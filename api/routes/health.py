@@ -6,11 +6,11 @@ import logging
 
 import redis
 from fastapi import APIRouter, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy.exc import SQLAlchemyError
 
 from api.deps import SessionDep, StateDep
-from api.metrics import refresh_pool_gauges
+from api.metrics import exposition
 from api.problems import Problem
 from api.schemas import problem_responses
 from db.engine import ping
@@ -46,10 +46,8 @@ def readyz(session: SessionDep, state: StateDep) -> dict[str, str]:
 
 
 @router.get("/metrics", include_in_schema=False)
-def metrics(session: SessionDep) -> Response:
-    """Prometheus metrics in the text exposition format."""
-    try:
-        refresh_pool_gauges(session)
-    except SQLAlchemyError:  # the HTTP metrics still matter when the database is down
-        log.warning("metrics: pool gauges not refreshed, database unreachable", exc_info=True)
-    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+def metrics(session: SessionDep, state: StateDep) -> Response:
+    """Prometheus metrics in the text exposition format; 404 when they have a port of their own."""
+    if state.settings.metrics_port is not None:
+        raise Problem(404, "metrics are served on their own port (REPRISE_METRICS_PORT)", slug="not-found")
+    return Response(exposition(session), media_type=CONTENT_TYPE_LATEST)

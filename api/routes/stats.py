@@ -1,13 +1,17 @@
-"""/v1/stats: what the cache and the pools are doing, read from Postgres and the broker."""
+"""/v1/stats: what the cache and the pools are doing, read from Postgres and the broker.
+
+A tenant's key sees its own jobs only; the service-wide figures (every tenant's jobs, queues, pools,
+the pool monitor, decodes, intervals) need an admin key (issue 12: nobody learns another's traffic)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
-from api.deps import SessionDep, StateDep, TenantDep
+from api.deps import CallerDep, SessionDep, StateDep
+from api.problems import Problem
 from api.schemas import (
     CacheStats,
     ComputeStats,
@@ -33,23 +37,37 @@ def _ratio(part: int, whole: int) -> float | None:
     return round(part / whole, 4) if whole else None
 
 
-@router.get("", responses=problem_responses(401, 422))
+StatsScope = Literal["tenant", "global"]
+
+
+@router.get("", responses=problem_responses(401, 403, 422))
 def get_stats(
-    _tenant: TenantDep,
+    caller: CallerDep,
     session: SessionDep,
     state: StateDep,
     window_s: Annotated[int, Query(ge=60, le=30 * 86400, description="Look back this many seconds.")] = 3600,
+    scope: Annotated[
+        StatsScope | None,
+        Query(
+            description="tenant: the caller's own jobs only. global: every tenant, plus queues, pools, the "
+            "pool monitor, decodes and interval aggregates; needs an admin key (`reprise keys create "
+            "--admin`). Default: global for an admin key, tenant otherwise."
+        ),
+    ] = None,
 ) -> Stats:
-    """Service-wide statistics: hit rate, k histogram, compute saved, queue depths and pool sizes."""
+    """Hit rate, k histogram and compute saved of the caller's jobs; with an admin key, of the whole
+    service, with queue depths, pool sizes and the pool monitor. A tenant never sees another's traffic."""
+    chosen: StatsScope = scope or ("global" if caller.admin else "tenant")
+    if chosen == "global" and not caller.admin:
+        raise Problem(403, "service-wide figures need an admin API key", slug="forbidden")
     since = datetime.now(UTC) - timedelta(seconds=window_s)
-    outcomes = jobs_db.cache_outcomes(session=session, since=since)
-    pools = workers_per_role(session)
-    intervals = recent_intervals(session, RECENT_INTERVALS)
-    decodes = decode_summary(session, since=since)
-    return Stats(
+    tenant_id = None if chosen == "global" else caller.tenant.id
+    outcomes = jobs_db.cache_outcomes(session=session, since=since, tenant_id=tenant_id)
+    stats = Stats(
+        scope=chosen,
         window_s=window_s,
         since=since,
-        jobs=jobs_db.status_counts(session=session, since=since),
+        jobs=jobs_db.status_counts(session=session, since=since, tenant_id=tenant_id),
         cache=CacheStats(
             hits=outcomes.hits,
             misses=outcomes.misses,
@@ -62,33 +80,49 @@ def get_stats(
             saved_fraction=_ratio(outcomes.steps_skipped, outcomes.steps_requested),
             denoiser_evaluations=outcomes.denoiser_evaluations,
         ),
-        queues={queue.value: queue_depth(state.redis, queue) for queue in Queue},
-        pools=pools,
-        pool_monitor=_decision_view(latest_decision(session)),
-        monitor=MonitorView(
-            enabled=state.settings.monitor_enabled,
-            mode=state.settings.monitor_mode.value,
-            period_s=state.settings.monitor_period_s,
-        ),
-        decodes=DecodeStats(
-            generations=decodes.generations,
-            generation_decodes=decodes.generation_decodes,
-            per_job=None if decodes.per_job is None else round(decodes.per_job, 4),
-            image_reads=decodes.image_reads,
-            read_decodes=decodes.read_decodes,
-            per_read=None if decodes.per_read is None else round(decodes.per_read, 4),
-        ),
-        intervals=[
-            IntervalRow(
-                period_start=row.period_start,
-                period_seconds=row.period_seconds,
-                arrivals=row.arrivals,
-                hits=row.hits,
-                misses=row.misses,
-                predicted_misses=row.predicted_misses,
-            )
-            for row in intervals
-        ],
+        queues={},
+        pools={},
+        pool_monitor=None,
+        monitor=None,
+        decodes=None,
+        intervals=[],
+    )
+    return _with_service_figures(stats, session, state, since) if chosen == "global" else stats
+
+
+def _with_service_figures(stats: Stats, session: SessionDep, state: StateDep, since: datetime) -> Stats:
+    """The operator's part: queues, pools, the monitor, decodes and the interval aggregates."""
+    decodes = decode_summary(session, since=since)
+    return stats.model_copy(
+        update={
+            "queues": {queue.value: queue_depth(state.redis, queue) for queue in Queue},
+            "pools": workers_per_role(session),
+            "pool_monitor": _decision_view(latest_decision(session)),
+            "monitor": MonitorView(
+                enabled=state.settings.monitor_enabled,
+                mode=state.settings.monitor_mode.value,
+                period_s=state.settings.monitor_period_s,
+            ),
+            "decodes": DecodeStats(
+                generations=decodes.generations,
+                generation_decodes=decodes.generation_decodes,
+                per_job=None if decodes.per_job is None else round(decodes.per_job, 4),
+                image_reads=decodes.image_reads,
+                read_decodes=decodes.read_decodes,
+                per_read=None if decodes.per_read is None else round(decodes.per_read, 4),
+            ),
+            "intervals": [
+                IntervalRow(
+                    period_start=row.period_start,
+                    period_seconds=row.period_seconds,
+                    arrivals=row.arrivals,
+                    hits=row.hits,
+                    misses=row.misses,
+                    predicted_misses=row.predicted_misses,
+                )
+                for row in recent_intervals(session, RECENT_INTERVALS)
+            ],
+        }
     )
 
 

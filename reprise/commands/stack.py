@@ -18,9 +18,22 @@ def api_command(
     port: int = typer.Option(8000, help="Port to listen on."),
     workers: int = typer.Option(1, help="uvicorn worker processes."),
 ) -> None:
-    """Serve the HTTP API (OpenAPI docs at /docs)."""
+    """Serve the HTTP API (OpenAPI docs at /docs); /metrics on REPRISE_METRICS_PORT when set."""
+    import os
+    import shutil
+
     import uvicorn
 
+    settings = get_settings()
+    if workers > 1:  # one metrics view over every process: prometheus_client's multiprocess mode
+        shared = settings.data_dir.resolve() / "prometheus" / str(os.getpid())
+        shutil.rmtree(shared, ignore_errors=True)
+        shared.mkdir(parents=True)
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(shared)
+    if settings.metrics_port is not None:
+        from api.metrics_server import start_metrics_server
+
+        start_metrics_server(settings, port=settings.metrics_port, address=settings.metrics_address)
     uvicorn.run(
         "reprise.commands.stack:serving_app",
         factory=True,
@@ -68,11 +81,48 @@ def beat_command() -> None:
     get_celery_app().start(["beat", "--loglevel=INFO", f"--schedule={schedule}"])
 
 
-def flower_command(port: int = typer.Option(5555, help="Port of the Flower UI.")) -> None:
-    """Run Flower, the Celery monitor: every queue, task and worker."""
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def flower_command(
+    port: int = typer.Option(5555, help="Port of the Flower UI."),
+    address: str | None = typer.Option(None, help="Address to bind (default: REPRISE_FLOWER_ADDRESS)."),
+) -> None:
+    """Run Flower, the Celery monitor: every queue, task and worker. Off loopback it needs basic auth."""
     from jobs.celery_app import get_celery_app
 
-    get_celery_app().start(["flower", f"--port={port}", "--address=127.0.0.1"])
+    settings = get_settings()
+    bind = address or settings.flower_address
+    argv = ["flower", f"--port={port}", f"--address={bind}"]
+    if settings.flower_basic_auth is not None:
+        credentials = settings.flower_basic_auth.get_secret_value()
+        if ":" not in credentials:
+            raise typer.BadParameter("REPRISE_FLOWER_BASIC_AUTH must be user:password")
+        argv.append(f"--basic-auth={credentials}")
+    elif bind not in LOOPBACK:
+        raise typer.BadParameter(
+            f"Flower would listen on {bind} without authentication. Fix: set REPRISE_FLOWER_BASIC_AUTH="
+            "user:password, or bind 127.0.0.1 and reach it through a tunnel",
+            param_hint="--address",
+        )
+    get_celery_app().start(argv)
+
+
+def ping_worker_command(
+    name: str | None = typer.Option(None, help="The worker's node name (default: any worker on this host)."),
+    timeout_s: float = typer.Option(5.0, "--timeout", help="Seconds to wait for the answer."),
+) -> None:
+    """Exit 0 when the worker answers a Celery ping over the broker (a container's healthcheck)."""
+    import socket
+
+    from jobs.celery_app import get_celery_app
+
+    replies = get_celery_app().control.ping(destination=[name] if name else None, timeout=timeout_s) or []
+    names = {node for reply in replies for node in reply}
+    suffix = f"@{socket.gethostname()}"
+    ok = name in names if name else any(node.endswith(suffix) for node in names)
+    typer.echo(f"{'ok' if ok else 'no answer'}: {sorted(names)}")
+    raise typer.Exit(0 if ok else 1)
 
 
 def run_command(

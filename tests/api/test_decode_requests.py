@@ -57,11 +57,12 @@ def _decodes(client: TestClient, who: TenantCredentials) -> dict[str, Any]:
 def test_stats_show_decodes_per_job_and_per_read(
     client: TestClient,
     tenant: TenantCredentials,
+    admin: TenantCredentials,
     api_settings: Settings,
     set_job: Callable[..., None],
     blob_store: LocalBlobStore,
 ) -> None:
-    before = _decodes(client, tenant)
+    before = _decodes(client, admin)
     with session_scope(api_settings) as session:  # what the GPU workers and the decode pool record
         stats.record_decodes(session, generations=4, generation_decodes=1)
         stats.record_decodes(session, read_decodes=1)
@@ -72,7 +73,7 @@ def test_stats_show_decodes_per_job_and_per_read(
     set_job(job_id, status="succeeded", image_keys={"png": f"jobs/{job_id}/image.png"})
     for _ in range(2):  # two reads, each counted
         assert client.get(f"/v1/generations/{job_id}/image", headers=tenant.auth_headers).status_code == 200
-    after = _decodes(client, tenant)
+    after = _decodes(client, admin)
     assert after["generations"] - before["generations"] == 4
     assert after["generation_decodes"] - before["generation_decodes"] == 1
     assert after["image_reads"] - before["image_reads"] == 2

@@ -55,9 +55,9 @@ def decision(api_settings: Settings) -> Iterator[PoolDecision]:
 
 
 def test_stats_show_the_latest_pool_decision(
-    client: TestClient, tenant: TenantCredentials, decision: PoolDecision
+    client: TestClient, admin: TenantCredentials, decision: PoolDecision
 ) -> None:
-    body = client.get("/v1/stats", headers=tenant.auth_headers).json()
+    body = client.get("/v1/stats", headers=admin.auth_headers).json()
     monitor = body["pool_monitor"]
     assert monitor["mode"] == "throughput" and monitor["decided_at"].startswith("2999-01-01")
     assert (monitor["request_rate"], monitor["hit_rate"], monitor["heuristic_large"]) == (0.5, 0.8, 0.71)

@@ -216,6 +216,8 @@ def stack(
         running.stop()
 
 
-def make_tenant(settings: Settings, name: str, *, shared_cache: bool = False) -> TenantCredentials:
+def make_tenant(
+    settings: Settings, name: str, *, shared_cache: bool = False, admin: bool = False
+) -> TenantCredentials:
     with session_scope(settings) as session:
-        return issue_key(session=session, name=name, shared_cache=shared_cache)
+        return issue_key(session=session, name=name, shared_cache=shared_cache, admin=admin)

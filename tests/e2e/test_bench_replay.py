@@ -20,7 +20,7 @@ def test_replay_reports_the_contract_fields_and_hits_on_repeats(stack: Stack, tm
     prompts = ["a red barn in a wheat field", "a glass teapot on a wooden table"] * 3
     trace = tmp_path / "trace.txt"
     trace.write_text("\n".join(prompts) + "\n", encoding="utf-8")
-    tenant = make_tenant(stack.settings, f"replay-{uuid.uuid4().hex[:8]}")
+    tenant = make_tenant(stack.settings, f"replay-{uuid.uuid4().hex[:8]}", admin=True)  # reads global stats
     out = tmp_path / "replay.json"
     done = subprocess.run(
         [

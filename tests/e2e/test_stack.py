@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 import time
 import uuid
 from typing import Any
@@ -169,3 +172,13 @@ def test_a_worker_killed_mid_task_loses_no_job(stack: Stack, tenant: TenantCrede
             select(func.count()).select_from(CacheEntry).where(CacheEntry.source_job_id == row.id)
         )
     assert entries == 1  # generated to completion once, cached once
+
+
+def test_ping_worker_is_a_healthcheck_over_the_broker(stack: Stack) -> None:
+    def ping(*args: str) -> int:
+        argv = [sys.executable, "-m", "reprise", "ping-worker", "--timeout", "3", *args]
+        return subprocess.run(argv, env=stack.env, capture_output=True, timeout=60, check=False).returncode
+
+    assert ping() == 0  # the stack's workers run on this host
+    assert ping("--name", f"{Role.IO.value}-e2e@{socket.gethostname()}") == 0
+    assert ping("--name", "nobody@nowhere") == 1

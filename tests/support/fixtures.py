@@ -78,13 +78,16 @@ def client(make_client: Callable[..., TestClient]) -> TestClient:
 
 @pytest.fixture
 def make_tenant(api_settings: Settings) -> Callable[..., TenantCredentials]:
-    def build(*, shared_cache: bool = False, inflight_limit: int | None = None) -> TenantCredentials:
+    def build(
+        *, shared_cache: bool = False, inflight_limit: int | None = None, admin: bool = False
+    ) -> TenantCredentials:
         with session_scope(api_settings) as session:
             return issue_key(
                 session=session,
                 name=f"tenant-{uuid.uuid4().hex[:10]}",
                 shared_cache=shared_cache,
                 inflight_limit=inflight_limit,
+                admin=admin,
             )
 
     return build
@@ -93,6 +96,12 @@ def make_tenant(api_settings: Settings) -> Callable[..., TenantCredentials]:
 @pytest.fixture
 def tenant(make_tenant: Callable[..., TenantCredentials]) -> TenantCredentials:
     return make_tenant()
+
+
+@pytest.fixture
+def admin(make_tenant: Callable[..., TenantCredentials]) -> TenantCredentials:
+    """A tenant whose key may read service-wide figures (`reprise keys create --admin`)."""
+    return make_tenant(admin=True)
 
 
 @pytest.fixture
