@@ -6,6 +6,8 @@ every query filters on the tenant, so another tenant's job answers 404, never 40
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -14,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from api.problems import Problem
 from db.models import Tenant
-from db.tenants import find_key
+from db.tenants import find_key, hash_key
 
 REALM = "reprise"
 
@@ -36,6 +38,7 @@ class Caller:
 
     tenant: Tenant
     admin: bool
+    expires_at: datetime | None = None
 
 
 def caller_for_credentials(*, session: Session, credentials: HTTPAuthorizationCredentials | None) -> Caller:
@@ -50,4 +53,32 @@ def caller_for_credentials(*, session: Session, credentials: HTTPAuthorizationCr
             "(reprise keys create, or reprise keys rotate before expiry)",
             error="invalid_token",
         )
-    return Caller(tenant=key.tenant, admin=key.is_admin)
+    return Caller(tenant=key.tenant, admin=key.is_admin, expires_at=key.expires_at)
+
+
+class CallerCache:
+    """Callers by key hash for ttl_s (REPRISE_AUTH_CACHE_S): most requests skip the key lookup. Only
+    successes are kept (an unknown key is asked of Postgres each time, so a new key works at once), and
+    a cached key past its expiry is asked again."""
+
+    def __init__(self, max_entries: int = 10_000) -> None:
+        self.max_entries = max_entries
+        self._entries: dict[str, tuple[float, Caller]] = {}
+
+    def lookup(
+        self, credentials: HTTPAuthorizationCredentials | None, load: Callable[[], Caller], *, ttl_s: float
+    ) -> Caller:
+        if credentials is None or not credentials.credentials or ttl_s <= 0:
+            return load()  # raises the 401, or no caching
+        digest = hash_key(credentials.credentials)
+        now = time.monotonic()
+        cached = self._entries.get(digest)
+        if cached is not None and now - cached[0] < ttl_s:
+            expires = cached[1].expires_at
+            if expires is None or expires > datetime.now(UTC):
+                return cached[1]
+        caller = load()
+        if len(self._entries) >= self.max_entries:
+            self._entries.clear()
+        self._entries[digest] = (now, caller)
+        return caller

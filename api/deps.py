@@ -3,6 +3,7 @@ AppState that create_app builds, so tests hand in their own settings, broker and
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Annotated
@@ -12,7 +13,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials
 from sqlalchemy.orm import Session
 
-from api.auth import Caller, bearer_scheme, caller_for_credentials
+from api.auth import Caller, CallerCache, bearer_scheme, caller_for_credentials
 from core.params import Limits
 from core.settings import Settings
 from db.blobs.base import BlobStore
@@ -20,8 +21,10 @@ from db.engine import engine_for
 from db.models import Tenant
 from jobs.decoding import ImageDecoder
 from jobs.dispatch import CeleryDispatcher, Dispatcher
+from jobs.queues import Queue, queue_depth
 from jobs.webhooks import Resolver, system_resolver
 
+BACKLOG_TTL_S = 0.25  # issue 12: backpressure reacts within a quarter second, at one LLEN per period
 BROKER_TIMEOUT_S = 1.0  # the API asks Redis only cheap questions (LLEN, PING): fail fast when it is down
 
 
@@ -35,6 +38,9 @@ class AppState:
     decoder: ImageDecoder | None = None  # wired by the serving command to the decode pool
     resolver: Resolver = system_resolver
     redis_: redis.Redis | None = field(default=None, repr=False)
+    callers: CallerCache = field(default_factory=CallerCache, repr=False)
+    _backlog: int | None = field(default=None, repr=False)
+    _backlog_at: float = field(default=-BACKLOG_TTL_S, repr=False)
 
     @property
     def dispatcher(self) -> Dispatcher:
@@ -59,6 +65,15 @@ class AppState:
                 socket_connect_timeout=BROKER_TIMEOUT_S,
             )
         return self.redis_
+
+    def admit_backlog(self) -> int | None:
+        """The admit queue's length, asked of Redis at most every BACKLOG_TTL_S (one LLEN per request
+        would cost every submission a broker round trip for a figure that moves slowly)."""
+        now = time.monotonic()
+        if now - self._backlog_at >= BACKLOG_TTL_S:
+            self._backlog = queue_depth(self.redis, Queue.ADMIT)
+            self._backlog_at = now
+        return self._backlog
 
     @property
     def limits(self) -> Limits:
@@ -96,9 +111,13 @@ BaseUrlDep = Annotated[str, Depends(base_url)]
 BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)]
 
 
-def get_caller(credentials: BearerDep, session: SessionDep) -> Caller:
+def get_caller(credentials: BearerDep, state: StateDep, session: SessionDep) -> Caller:
     """The tenant whose API key the request carries, and the key's role; 401 otherwise."""
-    return caller_for_credentials(session=session, credentials=credentials)
+    return state.callers.lookup(
+        credentials,
+        lambda: caller_for_credentials(session=session, credentials=credentials),
+        ttl_s=state.settings.auth_cache_s,
+    )
 
 
 CallerDep = Annotated[Caller, Depends(get_caller)]

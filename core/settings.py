@@ -258,6 +258,12 @@ class Settings(BaseSettings):
         "webhook payloads. Unset: the request's own base URL; webhook payloads then carry relative URLs.",
     )
     max_body_bytes: int = Field(65536, ge=1024, description="Largest request body accepted; larger: 413.")
+    auth_cache_s: float = Field(
+        5.0,
+        ge=0,
+        description="How long an API process trusts a key it looked up (issue 12: one query less per "
+        "request); a revoked key stops working within this. 0: look up every request.",
+    )
     metrics_port: int | None = Field(
         None,
         ge=1,

@@ -93,16 +93,9 @@ def create_job(*, session: Session, tenant: Tenant, new: NewJob) -> CreatedJob:
     replayed = find_replay(session=session, tenant_id=tenant.id, new=new)
     if replayed is not None:
         return CreatedJob(job=replayed, created=False)
-    # 2. Serialize this tenant's submissions so that concurrent requests cannot both pass the count.
-    #    FOR NO KEY UPDATE does not block the KEY SHARE lock that inserting a job takes on its tenant.
-    session.execute(select(Tenant.id).where(Tenant.id == tenant.id).with_for_update(key_share=True))
-    # A duplicate that committed while we waited for the lock is a replay, not a job over the limit.
-    replayed = find_replay(session=session, tenant_id=tenant.id, new=new)
-    if replayed is not None:
-        return CreatedJob(job=replayed, created=False)
-    if count_active(session=session, tenant_id=tenant.id) >= tenant.inflight_limit:
-        raise InflightLimitExceeded(tenant.inflight_limit)
-    # 3. Insert; a concurrent duplicate that committed first makes this a no-op, then we read its row.
+    # 2. Insert; a concurrent duplicate that committed first makes this a no-op, then we read its row.
+    #    The insert bumps tenants.inflight (trigger, migration 0004), locking the tenant's row until
+    #    the caller commits or rolls back: concurrent submissions of a tenant wait only for that.
     params = new.params
     job_id = uuid.uuid4()
     inserted = session.scalar(
@@ -120,16 +113,18 @@ def create_job(*, session: Session, tenant: Tenant, new: NewJob) -> CreatedJob:
             request_fingerprint=new.request_fingerprint,
         )
         .on_conflict_do_nothing(constraint="uq_jobs_tenant_idempotency_key")
-        .returning(Job.id)
+        .returning(Job)
     )
     if inserted is None:
         existing = _by_idempotency_key(session, tenant.id, new.idempotency_key or "")
         if existing is None:  # pragma: no cover - the conflicting row cannot vanish within a transaction
             raise RuntimeError("idempotency conflict without a conflicting row")
         return _replay(existing, new)
-    job = session.get(Job, inserted)
-    assert job is not None
-    return CreatedJob(job=job, created=True)
+    # 3. The count now includes this job; over the limit, the caller rolls back (a 429).
+    inflight = session.scalar(select(Tenant.inflight).where(Tenant.id == tenant.id)) or 0
+    if inflight > tenant.inflight_limit:
+        raise InflightLimitExceeded(tenant.inflight_limit)
+    return CreatedJob(job=inserted, created=True)
 
 
 def get_job(*, session: Session, tenant_id: uuid.UUID, job_id: uuid.UUID) -> Job | None:

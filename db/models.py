@@ -48,6 +48,8 @@ class Tenant(Base):
     webhook_secret: Mapped[str] = mapped_column(Text)  # whsec_<base64>, Standard Webhooks
     shared_cache: Mapped[bool] = mapped_column(Boolean, default=False)  # opted in to the shared scope
     inflight_limit: Mapped[int] = mapped_column(Integer, default=64)
+    # Unfinished jobs, kept by the jobs_count_inflight trigger (migration 0004): never written here.
+    inflight: Mapped[int] = mapped_column(Integer, server_default="0")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=_now())
     # A rotated-out secret, still signed with until previous_webhook_secret_until (the overlap).
     previous_webhook_secret: Mapped[str | None] = mapped_column(Text)

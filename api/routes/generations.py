@@ -20,7 +20,6 @@ from core.vocabulary import JobStatus, WebhookEvent
 from db import jobs as jobs_db
 from db import stats
 from db.models import Job, Tenant
-from jobs.queues import Queue, queue_depth
 from jobs.representation import generation_object
 from jobs.webhooks import check_webhook_url, wants_event
 
@@ -65,7 +64,7 @@ def _params(body: GenerationCreate, state: AppState) -> GenerationParams:
 def _check_capacity(state: AppState) -> None:
     """503 while the admit queue is longer than REPRISE_QUEUE_DEPTH_LIMIT. An unreachable broker is
     no reason to refuse: the job waits in Postgres for the reconciler."""
-    depth = queue_depth(state.redis, Queue.ADMIT)
+    depth = state.admit_backlog()
     if depth is not None and depth > state.settings.queue_depth_limit:
         JOBS_REJECTED.labels("backpressure").inc()
         raise Problem(

@@ -4,6 +4,7 @@ keys expire, rotate with an overlap and revoke; /metrics can leave the API port.
 from __future__ import annotations
 
 import socket
+import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -119,3 +120,16 @@ def test_unknown_key_ids_are_a_clear_error(api_settings: Settings) -> None:
 
     with session_scope(api_settings) as session, pytest.raises(UnknownKey, match="reprise keys list"):
         revoke_key(session, uuid.uuid4())
+
+
+def test_a_cached_key_is_trusted_only_for_its_ttl(
+    make_client: Callable[..., TestClient], tenant: TenantCredentials, api_settings: Settings
+) -> None:
+    client = make_client(auth_cache_s=0.5)
+    assert client.get("/v1/generations", headers=tenant.auth_headers).status_code == 200
+    assert tenant.key_id is not None
+    with session_scope(api_settings) as session:
+        revoke_key(session, tenant.key_id)
+    assert client.get("/v1/generations", headers=tenant.auth_headers).status_code == 200  # still cached
+    time.sleep(0.6)
+    assert client.get("/v1/generations", headers=tenant.auth_headers).status_code == 401

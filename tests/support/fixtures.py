@@ -32,7 +32,12 @@ from jobs.queues import Queue
 @pytest.fixture
 def api_settings(db_settings: Settings, redis_url: str) -> Settings:
     return db_settings.model_copy(
-        update={"redis_url": redis_url, "webhook_allow_hosts": ["127.0.0.1"], "max_body_bytes": 4096}
+        update={
+            "redis_url": redis_url,
+            "webhook_allow_hosts": ["127.0.0.1"],
+            "max_body_bytes": 4096,
+            "auth_cache_s": 0.0,  # revocations take effect at once; tests/api/test_tenant_safety.py caches
+        }
     )
 
 
