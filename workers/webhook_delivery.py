@@ -10,11 +10,14 @@ of one event.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import httpx
+from sqlalchemy.exc import OperationalError
 
 from core.settings import Settings
 from core.vocabulary import WebhookEvent
@@ -161,22 +164,46 @@ def deliver_webhook(
     delivered = status_code is not None and is_delivered(status_code)
     final = delivered or refused or (status_code is not None and is_gone(status_code))
     retry_in = None if final else delay_before(attempt + 1, settings.webhook_retry_delays_s)
-    with session_scope(settings) as session:
-        webhooks_db.record_attempt(
-            session,
-            job_id=job_id,
-            message_id=prepared.msg_id,
-            event=event.value,
-            url=prepared.url,
-            attempt=attempt,
-            status_code=status_code,
-            error=error,
-            next_attempt_at=None if retry_in is None else datetime.now(UTC) + timedelta(seconds=retry_in),
-        )
+    next_at = None if retry_in is None else datetime.now(UTC) + timedelta(seconds=retry_in)
+
+    def record() -> None:
+        with session_scope(settings) as session:
+            webhooks_db.record_attempt(
+                session,
+                job_id=job_id,
+                message_id=prepared.msg_id,
+                event=event.value,
+                url=prepared.url,
+                attempt=attempt,
+                status_code=status_code,
+                error=error,
+                next_attempt_at=next_at,
+            )
+
+    _insist(record, what=f"recording webhook {prepared.msg_id} attempt {attempt}")
     log.info("webhook %s of job %s, attempt %d: %s", event, job_id, attempt, error or status_code)
     return DeliveryOutcome(
         attempt=attempt, status_code=status_code, error=error, delivered=delivered, retry_in=retry_in
     )
+
+
+RECORD_PATIENCE_S = 120.0  # issue 12: a made POST survives a Postgres outage this long unrecorded
+
+
+def _insist(write: Callable[[], None], *, what: str, patience_s: float = RECORD_PATIENCE_S) -> None:
+    """Write, retrying while Postgres is unreachable. The POST was made: an unrecorded attempt would be
+    made again (a duplicate delivery), so keep trying rather than give up at the first error."""
+    deadline, pause = time.monotonic() + patience_s, 0.5
+    while True:
+        try:
+            write()
+            return
+        except OperationalError:
+            if time.monotonic() + pause > deadline:
+                raise
+            log.warning("%s: database unreachable; retrying in %.1fs", what, pause)
+            time.sleep(pause)
+            pause = min(pause * 2, 8.0)
 
 
 def run_delivery(

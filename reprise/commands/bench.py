@@ -222,3 +222,53 @@ def simulate_command(
         return simulate_main(get_settings(), options)
 
     raise typer.Exit(guarded(main))
+
+
+@bench_app.command("chaos")
+def chaos_command(
+    scenarios: str = typer.Option(
+        "redis,postgres,kill-large,kill-small,kill-admit,kill-decode,kill-io,webhook-outage,load,cancel-storm",
+        "--scenarios",
+        help="Comma list, run in this order.",
+    ),
+    base_url: str | None = typer.Option(
+        None, "--base-url", help="A running stack (same settings as this process). Unset: start one."
+    ),
+    jobs: int = typer.Option(12, min=1, help="Jobs per fault scenario."),
+    load_jobs: int = typer.Option(500, "--load-jobs", min=1, help="Submissions of the load scenario."),
+    concurrency: int = typer.Option(32, min=1, help="Clients of the load scenario."),
+    outage_s: float = typer.Option(
+        8.0, "--outage-s", min=0.0, help="Seconds Redis/Postgres/receiver are down."
+    ),
+    bound_s: float = typer.Option(
+        300.0, "--bound-s", min=1.0, help="After a fault, seconds before a job is lost."
+    ),
+    workdir: Path | None = typer.Option(
+        None, help="Where the bench's own stack lives (default: a temp dir)."
+    ),
+    json_path: JsonOpt = None,
+) -> None:
+    """Break the stack on purpose (kill Redis, Postgres, each pool; a webhook outage; load; a cancel storm)
+    and report per scenario: accepted, succeeded, failed, lost, duplicated, recovery, unavailable, 5xx."""
+    from bench.chaos.runner import isolated_stack, run_chaos, target_for
+    from bench.chaos.scenarios import ChaosOptions
+    from bench.options import guarded, parse_list
+
+    def main() -> int:
+        options = ChaosOptions(
+            jobs=jobs, load_jobs=load_jobs, concurrency=concurrency, outage_s=outage_s, bound_s=bound_s
+        )
+        names = parse_list(scenarios)
+        if base_url is not None:
+            report = run_chaos(target_for(base_url, get_settings()), names, options)
+        else:
+            with isolated_stack(workdir) as target:
+                report = run_chaos(target, names, options)
+        text = json.dumps(report, indent=2)
+        if json_path is not None:
+            json_path.write_text(text + "\n")
+        print(text)
+        bad = [name for name, row in report["scenarios"].items() if row["lost"] or row["duplicated"]]
+        return 1 if bad else 0
+
+    raise typer.Exit(guarded(main))

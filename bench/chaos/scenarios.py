@@ -1,0 +1,230 @@
+"""The chaos scenarios. Each submits a bounded batch of jobs with a webhook to the bench's receiver,
+breaks one thing while they are in flight, ends the fault, and waits (bounded) until every accepted
+job is terminal and every completed event was delivered; then it accounts (bench.chaos.accounting).
+
+- redis, postgres: the embedded server is SIGKILLed for `outage_s`, then `reprise services up`.
+- kill-<role>: the pool's worker process group is SIGKILLed; `reprise run` restarts it.
+- webhook-outage: the receiver answers 503 for `outage_s`; retries carry the same webhook-id.
+- load: intake only, many submissions from concurrent clients (the `intake` figures); then canceled.
+- cancel-storm: a batch submitted and at once canceled, concurrently; every job must end.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from bench.chaos.accounting import ScenarioReport, all_terminal, duplicated_entries, job_ends, tally
+from bench.chaos.load import LoadResult, submit_all
+from bench.chaos.probe import Probe
+from bench.chaos.receiver import Receiver
+from bench.chaos.target import ChaosTarget
+
+ROLES = ("large", "small", "admit", "decode", "io")
+SCENARIOS = (
+    "redis",
+    "postgres",
+    *(f"kill-{role}" for role in ROLES),
+    "webhook-outage",
+    "load",
+    "cancel-storm",
+)
+
+
+@dataclass(frozen=True)
+class ChaosOptions:
+    jobs: int = 12  # per fault scenario
+    load_jobs: int = 500  # submissions of the load scenario
+    concurrency: int = 32  # clients of the load scenario
+    outage_s: float = 8.0  # how long Redis, Postgres or the webhook receiver stay down
+    bound_s: float = 300.0  # after the fault, how long a job may take to end before it counts as lost
+
+
+@dataclass
+class Run:
+    """One scenario's shared state."""
+
+    target: ChaosTarget
+    receiver: Receiver
+    headers: dict[str, str]
+    options: ChaosOptions
+    report: ScenarioReport
+    tag: str
+
+    def bodies(self, count: int, *, prompts: list[str] | None = None, seed: int = 1) -> list[dict[str, Any]]:
+        texts = prompts or [f"{self.tag} scene {i}: a lighthouse on a cliff, storm {i}" for i in range(count)]
+        return [{"prompt": text, "seed": seed, "webhook": self.receiver.url} for text in texts[:count]]
+
+    def submit(self, bodies: list[dict[str, Any]], concurrency: int = 4) -> LoadResult:
+        result = submit_all(self.target.base_url, self.headers, bodies, concurrency=concurrency)
+        self.report.five_xx += result.five_xx
+        refused = {status: n for status, n in result.statuses.items() if status not in (200, 202)}
+        if refused.get(422):
+            raise RuntimeError(
+                "the stack refused the submissions (422): it must allow the bench's webhook receiver "
+                "(REPRISE_WEBHOOK_ALLOW_HOSTS=127.0.0.1)"
+            )
+        return result
+
+    def cancel(self, job_ids: list[str]) -> None:
+        client = httpx.Client(base_url=self.target.base_url, headers=self.headers, timeout=30)
+        with client, ThreadPoolExecutor(max_workers=8) as pool:
+            statuses = list(
+                pool.map(lambda job: client.post(f"/v1/generations/{job}/cancel").status_code, job_ids)
+            )
+        self.report.five_xx += sum(1 for status in statuses if status >= 500)
+
+    def wait_terminal(self, job_ids: list[str], since: float, *, events: bool = True) -> None:
+        """Until every job ended (and its completed event reached the receiver), or the bound."""
+        while time.time() - since < self.options.bound_s:
+            ends = job_ends(self.target.settings, job_ids)
+            if all_terminal(ends, job_ids) and (not events or self._delivered(job_ids)):
+                return
+            time.sleep(0.5)
+
+    def _delivered(self, job_ids: list[str]) -> bool:
+        wanted = set(job_ids)
+        with self.receiver.lock:
+            got = {job for message, job in self.receiver.job_of.items() if message.endswith("completed")}
+        return wanted <= got
+
+    def wait_running(self, job_ids: list[str], timeout_s: float = 60.0) -> None:
+        """Until some job is being generated, so that the fault lands mid-flight."""
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            ends = job_ends(self.target.settings, job_ids) or {}
+            if any(end.status == "processing" for end in ends.values()):
+                return
+            time.sleep(0.1)
+
+
+def _service_outage(run: Run, name: str) -> float:
+    run.target.kill(name)
+    time.sleep(run.options.outage_s)
+    run.target.restart_services()
+    return time.time()
+
+
+def _kill_child(run: Run, role: str) -> float:
+    name = f"worker-{role}"
+    old = run.target.kill(name)
+    run.target.wait_restarted(name, old)
+    return time.time()
+
+
+def _webhook_outage(run: Run) -> float:
+    with run.receiver.lock:
+        run.receiver.outage = True
+    time.sleep(run.options.outage_s)
+    with run.receiver.lock:
+        run.receiver.outage = False
+    return time.time()
+
+
+def fault_for(name: str) -> Callable[[Run], float]:
+    """The fault of a scenario: it breaks something and returns when (time.time) the fault ended."""
+    if name in ("redis", "postgres"):
+        return lambda run: _service_outage(run, name)
+    if name.startswith("kill-"):
+        return lambda run: _kill_child(run, name.removeprefix("kill-"))
+    if name == "webhook-outage":
+        return _webhook_outage
+    raise ValueError(f"unknown scenario {name!r}; choose from {', '.join(SCENARIOS)}")
+
+
+def run_fault_scenario(run: Run, name: str) -> None:
+    """Submit, break while jobs run, mend, wait: the report is filled in."""
+    fault = fault_for(name)
+    job_ids: list[str] = []
+    if name == "kill-small":  # the small pool serves hits: cache the prompts first, then repeat them
+        warm = run.bodies(run.options.jobs)
+        first = run.submit(warm).job_ids
+        run.wait_terminal(first, time.time(), events=False)
+        job_ids += first
+        bodies = run.bodies(run.options.jobs, prompts=[body["prompt"] for body in warm], seed=2)
+    else:
+        bodies = run.bodies(run.options.jobs)
+    with Probe(run.target.base_url, run.headers) as probe:
+        batch = run.submit(bodies).job_ids
+        job_ids += batch
+        run.wait_running(batch)
+        fault_end = fault(run)
+        if name == "kill-decode":
+            _read_images(run, batch, fault_end)
+        run.wait_terminal(job_ids, fault_end)
+    _account(run, job_ids, fault_end, probe)
+    if name == "webhook-outage":  # what recovers is delivery: time from the outage's end to each event
+        run.report.recovery = _deliveries_after(run, job_ids, fault_end)
+
+
+def _read_images(run: Run, job_ids: list[str], since: float) -> None:
+    """The decode pool works on reads: fetch each image (retrying while the pool comes back)."""
+    run.wait_terminal(job_ids, since, events=False)
+    with httpx.Client(base_url=run.target.base_url, headers=run.headers, timeout=60) as client:
+        for job_id in job_ids:
+            while time.time() - since < run.options.bound_s:
+                status = client.get(f"/v1/generations/{job_id}/image").status_code
+                if status >= 500 and status != 503:
+                    run.report.five_xx += 1
+                if status in (200, 404, 409):
+                    break
+                time.sleep(0.5)
+
+
+def _deliveries_after(run: Run, job_ids: list[str], since: float) -> list[float]:
+    wanted = set(job_ids)
+    with run.receiver.lock:
+        return [
+            at - since
+            for message, at in run.receiver.delivered_at.items()
+            if at > since and run.receiver.job_of.get(message) in wanted
+        ]
+
+
+def run_load(run: Run) -> LoadResult:
+    bodies = [
+        {"prompt": f"{run.tag} load {i}", "cache": "off", "webhook": run.receiver.url}
+        for i in range(run.options.load_jobs)
+    ]
+    result = run.submit(bodies, concurrency=run.options.concurrency)
+    ended = time.time()
+    run.cancel(result.job_ids)
+    run.wait_terminal(result.job_ids, ended)
+    _account(run, result.job_ids, ended, None)
+    return result
+
+
+def run_cancel_storm(run: Run) -> None:
+    result = run.submit(run.bodies(run.options.jobs * 4), concurrency=8)
+    ended = time.time()
+    run.cancel(result.job_ids)
+    run.wait_terminal(result.job_ids, ended)
+    _account(run, result.job_ids, ended, None)
+
+
+def _account(run: Run, job_ids: list[str], fault_end: float, probe: Probe | None) -> None:
+    ends = job_ends(run.target.settings, job_ids) or {}
+    tally(run.report, ends, job_ids, fault_end=fault_end)
+    wanted = set(job_ids)
+    with run.receiver.lock:
+        twice = {
+            m
+            for m, count in run.receiver.delivered.items()
+            if count > 1 and run.receiver.job_of.get(m) in wanted
+        }
+    entries = duplicated_entries(run.target.settings, job_ids)
+    run.report.duplicated = entries + len(twice)
+    run.report.duplicated_detail = {"cache_entries": entries, "webhook_events": len(twice)}
+    if probe is not None:
+        run.report.unavailable_s = probe.unavailable_s
+        run.report.five_xx += probe.five_xx
+
+
+def new_run(target: ChaosTarget, receiver: Receiver, headers: dict[str, str], options: ChaosOptions) -> Run:
+    return Run(target, receiver, headers, options, ScenarioReport(), tag=uuid.uuid4().hex[:8])
