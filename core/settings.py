@@ -193,10 +193,7 @@ class Settings(BaseSettings):
         "limit).",
     )
     lease_renew_s: float = Field(
-        10.0,
-        gt=0,
-        description="How often a running task renews its lease (issue 12: three renewals per 30 s lease, "
-        "so one slow renewal does not lose it).",
+        10.0, gt=0, description="How often a running task renews its lease (issue 12: 3 per 30 s lease)."
     )
     max_attempts: int = Field(3, ge=1, le=20, description="Deliveries of a job's task before it fails.")
     stuck_after_s: int = Field(
@@ -261,20 +258,15 @@ class Settings(BaseSettings):
     auth_cache_s: float = Field(
         5.0,
         ge=0,
-        description="How long an API process trusts a key it looked up (issue 12: one query less per "
-        "request); a revoked key stops working within this. 0: look up every request.",
+        description="An API process trusts a key it looked up this long (issue 12: a query less "
+        "per request); a revoked key stops working within it. 0: look up every request.",
     )
     metrics_port: int | None = Field(
-        None,
-        ge=1,
-        le=65535,
-        description="Serve Prometheus /metrics on this port of metrics_address instead of the API port "
+        None, ge=1, le=65535, description="Serve /metrics on this port of metrics_address, not the API's "
         "(issue 12: keep metrics off a public listener). Unset: /metrics on the API port.",
-    )
+    )  # fmt: skip
     metrics_address: str = Field("127.0.0.1", description="Address of the separate /metrics listener.")
-    flower_address: str = Field(
-        "127.0.0.1", description="Address Flower listens on. Anything but loopback needs flower_basic_auth."
-    )
+    flower_address: str = Field("127.0.0.1", description="Flower's address; off loopback needs basic auth.")
     flower_basic_auth: SecretStr | None = Field(
         None,
         description="user:password for Flower's basic auth (issue 12: Flower never runs without "

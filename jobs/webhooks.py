@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import ipaddress
 import json
+import re
 import socket
 import time
 import uuid
@@ -165,6 +166,10 @@ class WebhookTarget:
     addresses: tuple[str, ...]
 
 
+# A host made only of digits, dots and hex ("0x"), which no DNS name in use is: a numeric IPv4 form.
+NUMERIC_HOST = re.compile(r"^(0x[0-9a-f]*|[0-9]+)(\.(0x[0-9a-f]*|[0-9]*))*\.?$", re.IGNORECASE)
+
+
 def system_resolver(host: str, port: int) -> list[str]:
     """The operating system's resolver. I/O: raises OSError when the name does not resolve."""
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
@@ -207,6 +212,13 @@ def check_webhook_url(url: str, *, allow_hosts: Sequence[str], resolve: Resolver
         literal: IPAddress | None = ipaddress.ip_address(host)
     except ValueError:
         literal = None
+    if literal is None and NUMERIC_HOST.match(host):
+        # 2130706433, 0177.0.0.1, 0x7f.1, 127.1: inet_aton reads them as addresses (127.0.0.1), and
+        # resolvers and HTTP clients differ on how; only canonical literals are accepted.
+        raise UnsafeWebhookUrl(
+            f"webhook host {host!r} is a non-canonical numeric address: write it as a dotted quad "
+            "(e.g. 203.0.113.7) or use a host name"
+        )
     if literal is not None:
         texts = [str(literal)]
     else:

@@ -154,6 +154,8 @@ def run_chaos(target: ChaosTarget, scenarios: list[str], options: ChaosOptions) 
                     "submit_rps": round(result.submit_rps, 1),
                     "submit_ms": {"p50": result.percentile_ms(0.5), "p99": result.percentile_ms(0.99)},
                     "submissions": len(result.latencies_ms),
+                    "statuses": {str(status): n for status, n in sorted(result.statuses.items())},
+                    "transport_errors": dict(result.errors),  # no answer: the job may or may not exist
                     "concurrency": options.concurrency,
                 }
             elif name == "cancel-storm":

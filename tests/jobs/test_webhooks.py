@@ -232,3 +232,20 @@ def test_signature_header_is_base64_of_a_sha256() -> None:
     value = sign(generate_secret(), msg_id="m", timestamp=1, body=b"{}")
     version, _, digest = value.partition(",")
     assert version == "v1" and len(base64.b64decode(digest)) == 32
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["2130706433", "0177.0.0.1", "0x7f.1", "0x7f000001", "127.1", "017700000001", "3232235521", "1.2.3.4."],
+)
+def test_non_canonical_numeric_hosts_are_refused_whatever_a_resolver_says(host: str) -> None:
+    """Decimal, octal, hex and short IPv4 forms (of 127.0.0.1 and 192.168.0.1 here) never reach a
+    resolver that might read them otherwise than the HTTP client: not even one answering a public address."""
+
+    def public(name: str, port: int) -> list[str]:
+        return ["93.184.216.34"]
+
+    with pytest.raises(InvalidInput, match="non-canonical numeric"):
+        check_webhook_url(f"http://{host}/hook", allow_hosts=[], resolve=public)
+    canonical = check_webhook_url("http://93.184.216.34/hook", allow_hosts=[], resolve=public)
+    assert canonical.addresses == ("93.184.216.34",)
