@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -259,11 +260,15 @@ def chaos_command(
             jobs=jobs, load_jobs=load_jobs, concurrency=concurrency, outage_s=outage_s, bound_s=bound_s
         )
         names = parse_list(scenarios)
-        if base_url is not None:
-            report = run_chaos(target_for(base_url, get_settings()), names, options)
-        else:
-            with isolated_stack(workdir) as target:
-                report = run_chaos(target, names, options)
+        try:
+            if base_url is not None:
+                report = run_chaos(target_for(base_url, get_settings()), names, options)
+            else:
+                with isolated_stack(workdir) as target:
+                    report = run_chaos(target, names, options)
+        except RuntimeError as error:  # the stack cannot be driven: say why, no traceback
+            print(f"error: {error}", file=sys.stderr)
+            return 2
         text = json.dumps(report, indent=2)
         if json_path is not None:
             json_path.write_text(text + "\n")
