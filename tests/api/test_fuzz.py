@@ -26,9 +26,12 @@ EXCLUDED = [schemathesis.checks.positive_data_acceptance, schemathesis.checks.ne
 def test_generated_requests_never_fail_the_server(
     make_client: Callable[..., TestClient], tenant: TenantCredentials, mode: schemathesis.GenerationMode
 ) -> None:
-    schema = schemathesis.openapi.from_asgi("/openapi.json", make_client().app)
+    client = make_client()
+    schema = schemathesis.openapi.from_asgi("/openapi.json", client.app)
     operations = [result.ok() for result in schema.get_all_operations() if isinstance(result, Ok)]
-    assert len(operations) == 8  # every operation parsed
+    paths = client.get("/openapi.json").json()["paths"]
+    documented = sum(len(methods) for methods in paths.values())
+    assert len(operations) == documented >= 8  # every documented operation parsed, and driven below
 
     for operation in operations:
         if mode is schemathesis.GenerationMode.NEGATIVE and not (len(operation.body) or len(operation.query)):
