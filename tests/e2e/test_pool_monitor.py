@@ -189,6 +189,12 @@ def _db_now(settings: Settings) -> datetime:
     return now
 
 
+def _next_interval(settings: Settings) -> None:
+    """Wait for the next statistics interval (60 s) to begin, by the database's clock."""
+    now = _db_now(settings).timestamp()
+    time.sleep(60 - now % 60 + 0.5)
+
+
 def _window(start: datetime) -> tuple[datetime, datetime]:
     """Whole statistics intervals (60 s) from the one holding `start` to the one holding now."""
 
@@ -273,7 +279,12 @@ def test_a_pinned_worker_stays_where_the_operator_put_it(pool_stack: Stack) -> N
     assert _hosting(stack, first) == [{first: hosting}]
 
     # The hit-heavy period again: the monitor still wants one large worker, and moves the unpinned one.
+    # A new tenant's cache is empty: fill it first. The monitor's window is whole 60 s intervals, so
+    # the hits start in a fresh one, holding them alone (this test used to pass only when the earlier
+    # test's hits fell in the same minute).
     tenant = make_tenant(settings, f"pins-{uuid.uuid4().hex[:8]}")
+    _wait_jobs(stack, [_submit(stack, tenant, prompt, seed=1) for prompt in PROMPTS])
+    _next_interval(settings)
     start = _db_now(settings)
     ids = [_submit(stack, tenant, PROMPTS[i % 4], seed=300 + i) for i in range(4)]
     _wait_jobs(stack, ids)
