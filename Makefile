@@ -19,7 +19,7 @@ services: env
 	$(BIN)/reprise migrate
 
 run: services
-	$(BIN)/reprise models tiny
+	$(BIN)/reprise models lab
 	$(BIN)/reprise run
 
 lint: env

@@ -136,6 +136,14 @@ class ComputeStats(BaseModel):
     denoiser_evaluations: dict[str, int] = Field(description="Evaluations actually run, per model.")
 
 
+class QualityStats(BaseModel):
+    """The quality lab judge's scores of the window's jobs (issue 13): only jobs the lab's models ran."""
+
+    judged: int = Field(description="Jobs with a judge score.")
+    hit_mean: float | None = Field(description="Mean score of judged hits (0..1: attributes shown).")
+    miss_mean: float | None = Field(description="Mean score of judged misses.")
+
+
 class DecodeStats(BaseModel):
     """VAE decodes (LatentBox 4.1), over the statistics intervals that overlap the window."""
 
@@ -193,6 +201,9 @@ class Stats(BaseModel):
     jobs: dict[str, int] = Field(description="Jobs created in the window, per status.")
     cache: CacheStats
     compute: ComputeStats
+    quality: QualityStats = Field(
+        description="The quality lab judge's scores (null means where no judge ran)."
+    )
     queues: dict[str, int | None] = Field(
         description="Messages waiting per queue; null when the broker is down."
     )

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from bench.costs import StepCosts
-from bench.report import AdmissionLatency, BenchReport, Latency, SloViolations
+from bench.report import AdmissionLatency, BenchReport, Latency, Quality, SloViolations
 from core.errors import UnknownModel
 
 SUCCEEDED = "succeeded"
@@ -47,6 +47,9 @@ class RequestOutcome:
     latency_ms: float | None = None
     admission_ms: float | None = None
     admission_parts_ms: Mapping[str, float] = field(default_factory=dict)  # embed, predict, lookup
+    similarity: float | None = None  # a hit's similarity to its cached entry
+    quality: float | None = None  # the judge's score of the result (issue 13)
+    fresh_quality: float | None = None  # the judge's score of a fresh generation of the same prompt and seed
 
     @property
     def succeeded(self) -> bool:
@@ -66,6 +69,7 @@ class ReportContext:
     arrivals: Mapping[str, Any]
     entry_bytes: float | None
     png_bytes: float | None
+    quality_source: str | None = None  # how outcomes' quality was obtained; None: not judged
 
 
 def step_ms_by_model(costs: StepCosts, outcomes: Sequence[RequestOutcome]) -> dict[str, float]:
@@ -169,6 +173,35 @@ def summarize(outcomes: Sequence[RequestOutcome], context: ReportContext) -> Ben
         embedder=context.embedder,
         trace=context.trace,
         arrivals=context.arrivals,
+        quality=summarize_quality(done, context.quality_source),
+    )
+
+
+def summarize_quality(done: Sequence[RequestOutcome], source: str | None) -> Quality | None:
+    """The judge's quality of succeeded requests (see bench.report.Quality); None when not judged."""
+    if source is None:
+        return None
+    judged = [o for o in done if o.quality is not None]
+    hits = [o.quality for o in judged if o.hit and o.quality is not None]
+    misses = [o.quality for o in judged if not o.hit and o.quality is not None]
+    compared = [o for o in judged if o.fresh_quality is not None and o.quality is not None]
+    drops = [
+        o.fresh_quality - o.quality for o in compared if o.fresh_quality is not None and o.quality is not None
+    ]
+    hit_drops = [
+        o.fresh_quality - o.quality
+        for o in compared
+        if o.hit and o.fresh_quality is not None and o.quality is not None
+    ]
+    return Quality(
+        hit_mean=float(np.mean(hits)) if hits else None,
+        hit_p5=percentile(hits, 5),
+        miss_mean=float(np.mean(misses)) if misses else None,
+        drop_mean=float(np.mean(drops)) if drops else None,
+        hit_drop_mean=float(np.mean(hit_drops)) if hit_drops else None,
+        judged=len(judged),
+        compared=len(compared),
+        source=source,
     )
 
 

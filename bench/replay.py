@@ -34,9 +34,11 @@ from bench.decodes import decode_figures, stack_decode_counters
 from bench.outcomes import ReportContext, RequestOutcome, summarize
 from bench.profiles import Profile
 from bench.progress import ProgressBar
+from bench.quality.replayed import replay_quality
 from bench.report import BenchReport
 from bench.stack import StackRecord, StackWatch
 from bench.trace import ArrivalKind, Request, Workload
+from core.settings import Settings
 
 TERMINAL = frozenset({"succeeded", "failed", "canceled"})
 RETRY_STATUSES = frozenset({429, 503})  # in-flight limit, backpressure: both send Retry-After
@@ -58,6 +60,7 @@ class ReplayOptions:
     steps: int | None = None
     seed_from_index: bool = True
     fetch_images: int = 0
+    quality_sample: int = 0  # hits generated afresh for the quality drop; 0: quality not measured
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,10 +163,16 @@ def replay_report(
     embedder: Mapping[str, Any],
     gpu_workers: int | None,
     png_bytes: float | None,
+    quality: tuple[Settings, int] | None = None,
 ) -> BenchReport:
     """The report of a replay. The SLO base is T x large_step_ms + decode_ms from a measured costs
     file, else the median run time of this replay's misses."""
     outcomes = [outcome_from_record(r) for r in records]
+    quality_source = None
+    if quality is not None:
+        outcomes, quality_source = replay_quality(
+            outcomes, [r.job for r in records], settings=quality[0], sample=quality[1]
+        )
     measured_full = measured_full_generation_ms(records)
     slo_base = (
         costs.full_generation_ms(profile.steps) if costs_measured or measured_full is None else measured_full
@@ -187,6 +196,7 @@ def replay_report(
             if costs_measured and costs.entry_bytes is not None
             else None,
             png_bytes=png_bytes,
+            quality_source=quality_source,
         ),
     )
     if not profile.caches:  # the run itself is the vanilla baseline
@@ -394,6 +404,7 @@ def run_replay(
     embedder: Mapping[str, Any],
     gpu_workers: int | None = None,
     show_progress: bool = True,
+    settings: Settings | None = None,
 ) -> tuple[BenchReport, list[JobRecord], StackRecord | None]:
     """Replay, fetch a few images for png_bytes, and report, with what the stack ran (None when
     /v1/stats could not be read). `gpu_workers` (large + small) prices the vanilla estimate; None:
@@ -423,6 +434,9 @@ def run_replay(
         embedder=embedder,
         gpu_workers=gpu_workers,
         png_bytes=statistics.mean(sizes) if sizes else (float(costs.png_bytes) if costs_measured else None),
+        quality=(settings, options.quality_sample)
+        if settings is not None and options.quality_sample
+        else None,
     )
     elapsed_s = (datetime.now(UTC) - watch.started_at).total_seconds()
     counters = stack_decode_counters(

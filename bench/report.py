@@ -6,7 +6,8 @@
     vanilla_throughput_rps, latency_ms {p50, p95, p99}, slo_violations {x2, x4},
     admission_ms {p50, p99}, entry_bytes, png_bytes, embedder, trace, arrivals,
     decodes {per_job, per_read, jobs, generation_decodes, reads, read_decodes} (null when not measured,
-    as in a simulation)
+    as in a simulation), quality {hit_mean, hit_p5, miss_mean, drop_mean, hit_drop_mean, judged,
+    compared, source} (the judge's scores: bench.quality; null where nothing could be judged)
 
 A sweep (`simulate --sweep`) writes a JSON list of `SweepPoint`s: a report's fields plus
 `cache_bytes` and `policy`. A replay's JSON adds `stack` (what the stack ran: bench.stack), a
@@ -38,6 +39,7 @@ REPORT_FIELDS = (
     "trace",
     "arrivals",
     "decodes",
+    "quality",
 )
 SWEEP_FIELDS = (*REPORT_FIELDS, "cache_bytes", "policy")
 
@@ -96,6 +98,35 @@ class Decodes:
 
 
 @dataclass(frozen=True, slots=True)
+class Quality:
+    """The judge's quality of results (issue 13): mean and 5th percentile over hits, mean over misses,
+    and the drop against a fresh generation of the same prompt and seed: `drop_mean` over every
+    compared request (a miss is its own fresh generation: drop 0), `hit_drop_mean` over compared hits.
+    `source` says how it was obtained (judged images, a sample of fresh generations, or a profile)."""
+
+    hit_mean: float | None
+    hit_p5: float | None
+    miss_mean: float | None
+    drop_mean: float | None
+    hit_drop_mean: float | None
+    judged: int
+    compared: int
+    source: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "hit_mean": _round(self.hit_mean),
+            "hit_p5": _round(self.hit_p5),
+            "miss_mean": _round(self.miss_mean),
+            "drop_mean": _round(self.drop_mean),
+            "hit_drop_mean": _round(self.hit_drop_mean),
+            "judged": self.judged,
+            "compared": self.compared,
+            "source": self.source,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class BenchReport:
     """One run. Fractions are in [0, 1]; None where a quantity was not measured (e.g. no request
     succeeded, or the API does not expose admission time). k_histogram counts hits per k."""
@@ -116,6 +147,7 @@ class BenchReport:
     trace: Mapping[str, Any]
     arrivals: Mapping[str, Any]
     decodes: Decodes | None = None
+    quality: Quality | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The contract fields as JSON types (k_histogram keys become strings, in ascending k)."""
@@ -147,6 +179,7 @@ class BenchReport:
             "trace": dict(self.trace),
             "arrivals": dict(self.arrivals),
             "decodes": None if self.decodes is None else self.decodes.as_json(),
+            "quality": None if self.quality is None else self.quality.as_json(),
         }
 
 

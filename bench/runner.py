@@ -72,6 +72,7 @@ class SimulateOptions:
     policies: tuple[str, ...] = ()
     rates: tuple[float, ...] = ()
     k_table: str | None = None
+    quality_profile: Path | None = None  # `reprise profile k --json`; None: the lab's shipped profiles
     switch_s: float = 0.0
     jobs: int = 1
     json_path: Path | None = None
@@ -258,6 +259,7 @@ def _config_factory(
             maintenance_period_s=settings.beat_period_s,
             switch_s=options.switch_s,
             k_table=options.k_table,
+            quality_profile=options.quality_profile,
             large_serves_hits=settings.large_serves_hits,
             monitor=MonitorSpec.from_settings(
                 settings, mode=options.monitor, period_s=options.monitor_period_s
@@ -374,6 +376,7 @@ class ReplayCliOptions:
     costs: Path | None = None
     steps: int | None = None
     fetch_images: int = 5
+    quality_sample: int = 64  # hits generated afresh to measure the quality drop (bench.quality.replayed)
     gpu_workers: int | None = None
     json_path: Path | None = None
     plots: Path | None = None
@@ -409,6 +412,7 @@ def replay_main(settings: Settings, options: ReplayCliOptions) -> int:
         api_key=_api_key(settings, options),
         steps=options.steps,
         fetch_images=options.fetch_images,
+        quality_sample=options.quality_sample,
     )
     embedder = {
         **configured_embedder(settings).describe,
@@ -423,6 +427,7 @@ def replay_main(settings: Settings, options: ReplayCliOptions) -> int:
         embedder=embedder,
         gpu_workers=options.gpu_workers,
         show_progress=options.progress,
+        settings=settings,
     )
     print(markdown_table([report]))
     if stack is not None:

@@ -37,6 +37,7 @@ import heapq
 from collections import Counter, deque
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
+from pathlib import Path
 
 from bench.costs import StepCosts
 from bench.embeddings import TraceEmbeddings
@@ -45,6 +46,7 @@ from bench.outcomes import ReportContext, RequestOutcome, step_ms_by_model, summ
 from bench.pools import MonitorSnapshot, PoolMonitor, Pools, PoolTargets
 from bench.profiles import Profile
 from bench.progress import ProgressBar
+from bench.quality.model import simulated_quality
 from bench.report import BenchReport
 from bench.simcache import CacheCounters, SimCache
 from bench.simlookup import simulated_lookup
@@ -87,6 +89,7 @@ class SimConfig:
     large_serves_hits: bool = True  # Settings.large_serves_hits; forced on while no worker hosts small
     monitor: MonitorSpec | None = None  # MoDM's global monitor (bench.monitor); None: a fixed allocation
     allocation_schedule: tuple[ScheduledAllocation, ...] = ()  # a replayed stack's moves (bench.stack)
+    quality_profile: Path | None = None  # `reprise profile k --json`; None: the lab's shipped profiles
 
     def targets(self, large: int | None = None, small: int | None = None) -> PoolTargets:
         """Worker counts (at start: the configured ones): every GPU on the large model unless hits go
@@ -115,6 +118,7 @@ class _Job:
     k: int | None
     admission_ms: float | None
     entry_row: int | None = None  # the cached entry a hit was admitted to
+    similarity: float | None = None  # a hit's similarity to that entry (its quality depends on it)
     role: Role = Role.LARGE
     evals: dict[str, int] = field(default_factory=dict)
 
@@ -216,12 +220,13 @@ class _Simulation:
         k: int | None = None
         admission_ms: float | None = None
         entry_row: int | None = None
+        similarity: float | None = None
         if self.cache is not None:
             upcoming = self.query_rows[seq + 1 : seq + 256]
             lookup = self.cache.lookup(request.prompt_idx, now, upcoming=upcoming)
-            k, entry_row = lookup.k, lookup.entry_row
+            k, entry_row, similarity = lookup.k, lookup.entry_row, lookup.similarity
             admission_ms = self.embed_ms + lookup.wall_ms
-        job = _Job(request=request, arrival_s=now, k=k, admission_ms=admission_ms, entry_row=entry_row)
+        job = _Job(request, now, k, admission_ms, entry_row, similarity if k is not None else None)
         job.role = Role.SMALL if k is not None and self.profile.hits_on_small else Role.LARGE
         self.jobs[seq] = job
         self.window["arrivals"] += 1
@@ -291,6 +296,7 @@ class _Simulation:
                 completed_s=now,
                 latency_ms=(now - job.arrival_s) * 1000.0,
                 admission_ms=job.admission_ms,
+                similarity=job.similarity if hit else None,
             )
         )
         if self.progress is not None and (
@@ -391,7 +397,12 @@ def run_simulation(
     if vanilla_throughput_rps is None:
         vanilla_throughput_rps = _vanilla_throughput(workload, config, settings) if profile.caches else None
     prices = step_ms_by_model(config.costs, outcomes) if outcomes else {}
-    report = summarize(outcomes, _report_context(workload, config, vanilla_throughput_rps, lookup.embedder))
+    outcomes, quality_source = simulated_quality(
+        outcomes, prompts=[r.prompt for r in workload.requests], hit_policy=profile.hit_policy,
+        small_name=simulation.small_name, override=config.quality_profile,
+    )  # fmt: skip
+    context = _report_context(workload, config, vanilla_throughput_rps, lookup.embedder)
+    report = summarize(outcomes, replace(context, quality_source=quality_source))
     if not profile.caches:
         report = _with_vanilla(report)
     return SimResult(

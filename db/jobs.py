@@ -242,6 +242,9 @@ class CacheOutcomes:
     steps_requested: int  # Σ T over admitted jobs: the all-large-model baseline, in steps
     steps_skipped: int  # Σ k over hits
     denoiser_evaluations: dict[str, int]  # model -> evaluations actually run
+    hit_quality: float | None = None  # mean judge score of judged hits (the lab's models only)
+    miss_quality: float | None = None
+    judged: int = 0
 
 
 def cache_outcomes(*, session: Session, since: datetime, tenant_id: uuid.UUID | None = None) -> CacheOutcomes:
@@ -249,12 +252,15 @@ def cache_outcomes(*, session: Session, since: datetime, tenant_id: uuid.UUID | 
     admitted: tuple[ColumnElement[bool], ...] = (Job.created_at >= since, Job.route.is_not(None))
     if tenant_id is not None:
         admitted = (*admitted, Job.tenant_id == tenant_id)
-    hits, misses, steps, skipped = session.execute(
+    hits, misses, steps, skipped, hit_quality, miss_quality, judged = session.execute(
         select(
             func.count().filter(Job.route == "hit"),
             func.count().filter(Job.route == "miss"),
             func.coalesce(func.sum(Job.steps), 0),
             func.coalesce(func.sum(Job.k).filter(Job.route == "hit"), 0),
+            func.avg(Job.quality).filter(Job.route == "hit"),
+            func.avg(Job.quality).filter(Job.route == "miss"),
+            func.count(Job.quality),
         ).where(*admitted)
     ).one()
     histogram = {
@@ -285,6 +291,9 @@ def cache_outcomes(*, session: Session, since: datetime, tenant_id: uuid.UUID | 
         steps_requested=int(steps or 0),
         steps_skipped=int(skipped or 0),
         denoiser_evaluations=evals,
+        hit_quality=None if hit_quality is None else float(hit_quality),
+        miss_quality=None if miss_quality is None else float(miss_quality),
+        judged=int(judged),
     )
 
 

@@ -119,6 +119,7 @@ class Job(Base):
     models_used: Mapped[list[str]] = mapped_column(ARRAY(Text), default=list)
     denoiser_evals: Mapped[dict[str, int]] = mapped_column(JSONB, default=dict)  # model -> evaluations
     vae_decodes: Mapped[int] = mapped_column(Integer, default=0)  # VAE decodes the generation ran
+    quality: Mapped[float | None] = mapped_column(Float)  # the lab judge's score of the image (issue 13)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     error: Mapped[str | None] = mapped_column(Text)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)

@@ -57,6 +57,11 @@ class GenerationMetrics(BaseModel):
         "request or an image-mode cache entry; refine of another family's latent adds 1. Reads decode "
         "apart (the decode pool).",
     )
+    quality: float | None = Field(
+        None,
+        description="The quality lab judge's score of the image for the prompt: the fraction of the "
+        "prompt's attributes it shows (README, 'Quality lab'). Null unless the lab's models ran it.",
+    )
     admission_ms: dict[str, float] = Field(
         default_factory=dict,
         description="Admission time per stage in ms: embed, predict (when the predictor is on), lookup, "
@@ -129,6 +134,7 @@ def generation_object(job: Job, *, base_url: str) -> Generation:
             models=list(job.models_used or []),
             denoiser_evaluations=dict(job.denoiser_evals or {}),
             vae_decodes=job.vae_decodes or 0,
+            quality=job.quality,
             admission_ms=dict(job.admission_ms or {}),
             queue_time_s=_seconds(job.created_at, job.started_at),
             run_time_s=_seconds(job.started_at, job.finished_at),

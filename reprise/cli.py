@@ -11,6 +11,7 @@ from core.settings import get_settings
 from jobs.configuration import check_configuration
 from reprise.commands.bench import bench_app
 from reprise.commands.keys import keys_app
+from reprise.commands.lab import lab_app, profile_app
 from reprise.commands.models import models_app
 from reprise.commands.pools import pools_app
 from reprise.commands.services import migrate_command, services_app
@@ -54,6 +55,8 @@ app.command("migrate")(migrate_command)
 app.add_typer(bench_app, name="bench")
 app.add_typer(keys_app, name="keys")
 app.add_typer(models_app, name="models")
+app.add_typer(lab_app, name="lab")
+app.add_typer(profile_app, name="profile")
 app.add_typer(pools_app, name="pools")
 app.command("api")(api_command)
 app.command("worker")(worker_command)

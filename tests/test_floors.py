@@ -19,7 +19,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-LEVEL = {"core": 0, "db": 1, "migrations": 2, "jobs": 2, "api": 3, "workers": 3, "bench": 4, "reprise": 5}
+LEVEL = {
+    "core": 0,
+    "db": 1,
+    "migrations": 2,
+    "jobs": 2,
+    "lab": 2,
+    "api": 3,
+    "workers": 3,
+    "bench": 4,
+    "reprise": 5,
+}
 MAX_FILE_LINES = 450
 MAX_FUNCTION_LINES = 60
 

@@ -34,6 +34,7 @@ class WorkerContext:
         self._runtime: DiffusionRuntime | None = None
         self._text_embedder: Any = None
         self._image_embedder: Any = None
+        self._judge: Any = None
         self.predictors: dict[tuple[str, str, str], Any] = {}  # (scope, family, mode) -> (version, model)
 
     @property
@@ -72,6 +73,19 @@ class WorkerContext:
 
             self._text_embedder = build_text_embedder(self.settings)
         return self._text_embedder
+
+    def judge(self) -> Any:
+        """The quality lab's judge (lab.judge.Judge) when this worker's model is one of the lab's, which
+        it can read; None otherwise (real or tiny models: nothing judges their images here)."""
+        if self._judge is None:
+            source = self.settings.model_source("small" if self.role is Role.SMALL else "large")
+            if not source.startswith("lab:"):
+                return None
+            from lab.judge import Judge
+            from lab.models import ensure_lab_models
+
+            self._judge = Judge.load(ensure_lab_models(self.settings).judge)
+        return self._judge
 
     def image_embedder(self) -> Any:
         """open_clip: images, and prompts in the image space for text-to-image lookup (MoDM)."""

@@ -222,6 +222,7 @@ def _finish_run(
     image, decodes = _pixels(context, job, result, cache_it=cache_it)
     if cache_it:
         _insert_entry(context, job, result, final_blob, image)
+    quality, image, decodes = _judged(context, job, result, image, decodes)
     image_key = None
     if image is not None and job.decode_mode == DecodeMode.EAGER:  # the first read needs no decode
         image_key = keys.image_key(job.id, ImageFormat.PNG.value)
@@ -238,6 +239,7 @@ def _finish_run(
             denoiser_evals=result.denoiser_evals,
             final_latent_key=final_key,
             vae_decodes=decodes,
+            quality=quality,
         )
         if completed and used is not None:
             cache.record_use(session, entry_id=used[0], k=used[1])
@@ -260,6 +262,21 @@ def _finish_run(
         result.start_step,
         result.wall_s,
     )
+
+
+def _judged(
+    context: WorkerContext, job: _JobView, result: GenerationResult, image: Image.Image | None, decodes: int
+) -> tuple[float | None, Image.Image | None, int]:
+    """The quality lab judge's score of the image where the lab's models run (decoding it if the run
+    did not: one more VAE decode, counted), with the image and the decode count; None elsewhere."""
+    judge = context.judge()
+    if judge is None:
+        return None, image, decodes
+    if image is None:
+        image = context.runtime().decode(result.final_latent, family=result.family).image
+        decodes += 1
+    quality: float | None = judge.quality([image], [job.params.prompt])[0]
+    return quality, image, decodes
 
 
 def _pixels(

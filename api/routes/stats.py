@@ -19,6 +19,7 @@ from api.schemas import (
     IntervalRow,
     MonitorView,
     PoolDecisionView,
+    QualityStats,
     Stats,
     problem_responses,
 )
@@ -79,6 +80,11 @@ def get_stats(
             steps_skipped=outcomes.steps_skipped,
             saved_fraction=_ratio(outcomes.steps_skipped, outcomes.steps_requested),
             denoiser_evaluations=outcomes.denoiser_evaluations,
+        ),
+        quality=QualityStats(
+            judged=outcomes.judged,
+            hit_mean=None if outcomes.hit_quality is None else round(outcomes.hit_quality, 4),
+            miss_mean=None if outcomes.miss_quality is None else round(outcomes.miss_quality, 4),
         ),
         queues={},
         pools={},

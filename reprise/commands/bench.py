@@ -54,6 +54,10 @@ RatesOpt = Annotated[
     str | None, typer.Option("--rates", help="Poisson rates (per second) to sweep, a comma list.")
 ]
 KTableOpt = Annotated[str | None, typer.Option("--k-table", help="Threshold table for the simulated lookup.")]
+QualityProfileOpt = Annotated[
+    Path | None,
+    typer.Option("--quality-profile", help="`reprise profile k --json` output (default: the lab's shipped)."),
+]
 SwitchOpt = Annotated[
     float, typer.Option("--switch-s", min=0.0, help="Seconds a worker takes to change model.")
 ]
@@ -124,6 +128,9 @@ def replay_command(
     costs: CostsOpt = None,
     steps: int | None = typer.Option(None, "--steps", min=1, help="T per request (default: the server's)."),
     fetch_images: int = typer.Option(5, "--fetch-images", min=0, help="PNGs to download for png_bytes."),
+    quality_sample: int = typer.Option(
+        64, "--quality-sample", min=0, help="Hits generated afresh for the quality drop (lab models)."
+    ),
     gpu_workers: int | None = typer.Option(
         None,
         "--gpu-workers",
@@ -153,6 +160,7 @@ def replay_command(
                     costs=costs,
                     steps=steps,
                     fetch_images=fetch_images,
+                    quality_sample=quality_sample,
                     gpu_workers=gpu_workers,
                     json_path=json_path,
                     plots=plots,
@@ -182,6 +190,7 @@ def simulate_command(
     policies: PoliciesOpt = None,
     rates: RatesOpt = None,
     k_table: KTableOpt = None,
+    quality_profile: QualityProfileOpt = None,
     switch_s: SwitchOpt = 0.0,
     monitor: MonitorOpt = "off",
     monitor_period_s: MonitorPeriodOpt = None,
@@ -211,6 +220,7 @@ def simulate_command(
             policies=tuple(parse_list(policies or "")),
             rates=tuple(float(r) for r in parse_list(rates or "")),
             k_table=k_table,
+            quality_profile=quality_profile,
             switch_s=switch_s,
             monitor=parse_monitor(monitor),
             monitor_period_s=monitor_period_s,

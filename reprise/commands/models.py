@@ -1,7 +1,8 @@
-"""`reprise models ...`: the models the workers load."""
+"""`reprise models ...`: the models the workers load when none is configured."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import typer
@@ -9,8 +10,48 @@ import typer
 from core.settings import get_settings
 
 models_app = typer.Typer(
-    help="Models: build the tiny random ones used when none is configured.", no_args_is_help=True
+    help="Models: train the quality lab's, or build the tiny random ones.", no_args_is_help=True
 )
+
+
+@models_app.command("train")
+def train_command(
+    smoke: bool = typer.Option(
+        False, "--smoke", help="A size that trains in seconds (tests); not committed."
+    ),
+    out: Path | None = typer.Option(
+        None,
+        "--out",
+        help="Weights directory. Default: lab/weights (committed); with --smoke <data_dir>/lab-smoke.",
+    ),
+    seed: int | None = typer.Option(None, "--seed", help="Training seed (default: the committed weights')."),
+    json_out: Path | None = typer.Option(None, "--json", help="Write {models, seconds, ...} to this file."),
+) -> None:
+    """Train the quality lab's judge, autoencoders and UNets on this CPU (about 20 minutes on 2 cores;
+    --smoke: seconds), then assemble their pipelines. Same seed, same torch: the same weights."""
+    from lab.build import SEED, assemble_into, model_dirs, train_lab
+    from lab.models import WEIGHTS_DIR
+
+    settings = get_settings()
+    weights = (
+        out if out is not None else (settings.data_dir / "lab-smoke" / "weights" if smoke else WEIGHTS_DIR)
+    )
+    manifest = train_lab(weights, smoke=smoke, seed=SEED if seed is None else seed, log=typer.echo)
+    paths = assemble_into(weights.parent / f"{weights.name}-pipelines", weights)
+    report = {
+        "models": model_dirs(paths),
+        "judge": str(paths.judge),
+        "seconds": manifest["total_seconds"],
+        "seconds_per_component": manifest["seconds"],
+        "judge_heldout_accuracy": manifest["judge_heldout_accuracy"],
+        "digest": manifest["digest"],
+        "weights": str(weights),
+    }
+    for name, directory in report["models"].items():
+        typer.echo(f"{name:8} {directory}")
+    typer.echo(f"trained in {manifest['total_seconds']:.0f} s; weights digest {manifest['digest'][:12]}")
+    if json_out is not None:
+        json_out.write_text(json.dumps(report, indent=2) + "\n")
 
 
 @models_app.command("tiny")
@@ -24,4 +65,19 @@ def tiny_command(
     typer.echo(f"large  {paths.large}")
     typer.echo(f"small  {paths.small}")
     typer.echo(f"clip   {paths.clip_config} + {paths.clip_checkpoint.name}")
-    typer.echo("their images are noise: set REPRISE_LARGE_MODEL / REPRISE_SMALL_MODEL for real models")
+    typer.echo("their images are noise: set REPRISE_MODEL_SET=lab (the default) or real models")
+
+
+@models_app.command("lab")
+def lab_command() -> None:
+    """Assemble the quality lab's pipelines from the committed weights (done on first use anyway)."""
+    from lab.models import LAB_MODELS, ensure_lab_models
+
+    try:
+        paths = ensure_lab_models(get_settings())
+    except FileNotFoundError as error:
+        typer.echo(str(error), err=True)
+        raise typer.Exit(1) from None
+    for model in LAB_MODELS:
+        typer.echo(f"{model.name:8} {paths.pipeline(model.name)}  (family {model.family})")
+    typer.echo(f"judge    {paths.judge}")

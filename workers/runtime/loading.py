@@ -1,7 +1,8 @@
 """Where each role's model comes from, and loading it onto the device.
 
-Every model is loaded with `from_pretrained` from a Hugging Face id or a local path; the tiny
-models (workers.runtime.tiny) are local paths read through the same code. A family names a
+Every model is loaded with `from_pretrained` from a Hugging Face id or a local path; the built
+models (the quality lab's, lab.models, and the tiny random ones, workers.runtime.tiny) are local
+directories read through the same code. A family names a
 latent space: each family has one VAE that turns its latents into pixels and back:
 
     settings.large_family -> the large model's `vae` subfolder
@@ -27,12 +28,16 @@ import torch
 
 from core.errors import SettingsError
 from core.settings import Settings
-from core.vocabulary import Role
-from workers.runtime.tiny import TINY_FAMILY, ensure_tiny_models, is_tiny_model
+from core.vocabulary import BUILTIN_FAMILIES, ModelSet, Role
+from lab.models import ensure_lab_models
+from workers.runtime.tiny import ensure_tiny_models
 
 log = logging.getLogger(__name__)
 
 TINY_NOTICE = "no model configured: using tiny random models (their images are noise)"
+LAB_NOTICE = (
+    "no model configured: using the quality lab's models (trained on its world of shapes; see README)"
+)
 _tiny_notice_logged = False
 
 
@@ -85,44 +90,42 @@ class ModelSources:
 
 
 def resolve_model_sources(settings: Settings) -> ModelSources:
-    """Read the configured models; build and use the tiny ones for any left unset.
+    """Read the configured models; a built model ('lab:large', 'tiny:small', or an unset model, which
+    is '<model_set>:<role>') is assembled or built on first use and read from its directory.
 
-    Logs TINY_NOTICE once per process when a tiny model stands in.
+    Logs a notice once per process when a built model stands in for an unset one.
     """
     global _tiny_notice_logged
-    large, small = settings.large_model, settings.small_model
-    large_name, small_name = large or "tiny-large", small or "tiny-small"
-    if large is None or small is None:
-        tiny = ensure_tiny_models(settings)
-        large = large if large is not None else str(tiny.large)
-        small = small if small is not None else str(tiny.small)
-        if not _tiny_notice_logged:
-            log.warning(TINY_NOTICE)
-            _tiny_notice_logged = True
-    for role, configured, family in (
-        ("LARGE", settings.large_model, settings.large_family),
-        ("SMALL", settings.small_model, settings.small_family),
-    ):
-        if configured is not None and family == TINY_FAMILY and not is_tiny_model(configured):
-            # A real model labelled with the tiny family would share latents with the tiny one.
-            log.warning(
-                "REPRISE_%s_MODEL=%s is configured but REPRISE_%s_FAMILY is still %r: "
-                "set it to the name of that model's latent space (e.g. sd15)",
-                role,
-                configured,
-                role,
-                TINY_FAMILY,
-            )
-    decode = VaeSource(settings.decode_model) if settings.decode_model else VaeSource(large, "vae")
+    large, small = settings.model_source("large"), settings.model_source("small")
+    if (settings.large_model is None or settings.small_model is None) and not _tiny_notice_logged:
+        log.warning(TINY_NOTICE if settings.model_set is ModelSet.TINY else LAB_NOTICE)
+        _tiny_notice_logged = True
+    large_path, small_path = builtin_path(settings, large), builtin_path(settings, small)
+    decode = VaeSource(settings.decode_model) if settings.decode_model else VaeSource(large_path, "vae")
     return ModelSources(
-        large=large,
-        small=small,
+        large=large_path,
+        small=small_path,
         decode=decode,
         large_family=settings.large_family,
         small_family=settings.small_family,
-        large_name=large_name,
-        small_name=small_name,
+        large_name=_display_name(large),
+        small_name=_display_name(small),
     )
+
+
+def builtin_path(settings: Settings, source: str) -> str:
+    """A built model's directory (built or assembled on first use); any other source unchanged."""
+    if source not in BUILTIN_FAMILIES:
+        return source
+    model_set, _, name = source.partition(":")
+    if model_set == ModelSet.TINY.value:
+        return str(getattr(ensure_tiny_models(settings), name))
+    return str(ensure_lab_models(settings).pipeline(name))
+
+
+def _display_name(source: str) -> str:
+    """The model's name in compute accounting: 'lab-large' for 'lab:large', else the source."""
+    return source.replace(":", "-") if source in BUILTIN_FAMILIES else source
 
 
 def resolve_device(spec: str) -> torch.device:

@@ -1,0 +1,102 @@
+"""Quality in simulation: a hit's judge score predicted from a profile (`reprise profile k --json`).
+
+The profile measured, per K and similarity bin, the mean quality of hits and of fresh generations
+on the lab's models (bench.quality.profile.curve). A simulated hit of similarity s served at k is
+given that bin's hit quality (the nearest profiled bin of that k when s falls in none, the nearest
+profiled K when k was not profiled); a miss, and the fresh generation every request is compared
+with, the profile's fresh quality. This holds only for prompts of the world the profile was
+measured on: `applies_to` checks that a trace is a lab trace.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from core.vocabulary import HitPolicy
+
+PROFILES_DIR: Final = Path(__file__).resolve().parents[2] / "lab" / "profiles"
+# The shipped profiles (`reprise profile k`, commands in the README), by hit operation and hit model.
+SHIPPED: Final = {
+    (HitPolicy.RESUME, True): "resume-small.json",  # the service's default: hits resume on the small model
+    (HitPolicy.RESUME, False): "resume-large.json",  # NIRVANA: hits resume on the large model
+    (HitPolicy.REFINE, True): "refine-small.json",  # MoDM: hits refine on the small model
+    (HitPolicy.REFINE, False): "refine-large.json",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class QualityModel:
+    fresh: float
+    bins: dict[int, list[tuple[float, float, float]]]  # k -> [(low, high, hit quality)]
+    source: str
+
+    @classmethod
+    def from_profile(cls, path: Path) -> QualityModel:
+        data: dict[str, Any] = json.loads(path.read_text())
+        bins: dict[int, list[tuple[float, float, float]]] = {}
+        for point in data["curve"]:
+            bins.setdefault(int(point["k"]), []).append(
+                (float(point["similarity_low"]), float(point["similarity_high"]), float(point["hit_quality"]))
+            )
+        models = data.get("models", {})
+        source = (
+            f"profile {path.name} ({models.get('large')} -> {models.get('hit')}, {data.get('hit_operation')})"
+        )
+        return cls(fresh=float(data["fresh_quality"]), bins=bins, source=source)
+
+    def hit(self, similarity: float, k: int) -> float:
+        """The predicted quality of a hit of `similarity` served at `k`."""
+        k_near = min(self.bins, key=lambda profiled: (abs(profiled - k), -profiled))
+        rows = self.bins[k_near]
+        for low, high, quality in rows:
+            if low <= similarity < high or (similarity >= 1.0 and high >= 1.0):
+                return quality
+        return min(rows, key=lambda row: min(abs(similarity - row[0]), abs(similarity - row[1])))[2]
+
+
+def shipped_profile(hit_policy: HitPolicy, hits_on_small: bool) -> Path:
+    return PROFILES_DIR / SHIPPED[(hit_policy, hits_on_small)]
+
+
+def is_lab_trace(prompts: list[str]) -> bool:
+    """Whether every prompt is of the lab's world (so the lab's profiles predict its quality)."""
+    from lab.captions import parse
+
+    return bool(prompts) and all(parse(prompt) is not None for prompt in prompts)
+
+
+def simulated_quality(
+    outcomes: list[Any],
+    *,
+    prompts: list[str],
+    hit_policy: HitPolicy,
+    small_name: str,
+    override: Path | None,
+) -> tuple[list[Any], str | None]:
+    """Outcomes with quality and fresh_quality set from a profile (`override`, or the shipped one for
+    the hit operation and the model each hit ran on); unchanged, with source None, for a trace that
+    is not of the lab's world (no profile can predict its quality)."""
+    from dataclasses import replace
+
+    if override is None and not is_lab_trace(prompts):
+        return outcomes, None
+    models: dict[bool, QualityModel] = {}
+    for on_small in (True, False):
+        path = override if override is not None else shipped_profile(hit_policy, on_small)
+        if path.is_file():
+            models[on_small] = QualityModel.from_profile(path)
+    if not models:
+        return outcomes, None
+    judged = []
+    for outcome in outcomes:
+        on_small = small_name in outcome.denoiser_evaluations
+        model = models.get(on_small) or next(iter(models.values()))
+        quality = model.fresh
+        if outcome.hit and outcome.similarity is not None and outcome.k is not None:
+            quality = model.hit(outcome.similarity, outcome.k)
+        judged.append(replace(outcome, quality=quality, fresh_quality=model.fresh))
+    sources = sorted({model.source for model in models.values()})
+    return judged, "simulated from " + "; ".join(sources)

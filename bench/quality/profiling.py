@@ -1,0 +1,167 @@
+"""`reprise profile k`: NIRVANA's Algorithm 1 on the configured models, with a judge of quality.
+
+Judges: the lab's (the fraction of the prompt's attributes an image shows) when both models are the
+lab's; CLIP score / 100 (open_clip, MoDM 5.2's metric) for any other model. The hit mode follows the
+lookup: resume from the cached intermediate latent (text lookup, NIRVANA) or refine from the cached
+final latent (image lookup, MoDM). In image mode a pair's similarity is text-to-image: the query's
+embedding against the cached image's: open_clip's image tower for real models; on the lab, the
+MiniLM embedding of the judge's description of the image (lab.captions.describe), the lab's own
+text-image alignment.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.quality.profile import Measured, Pair, curve, lab_pairs, measure, nearest_pairs, table_rows
+from bench.quality.sampler import Images, Sampler
+from core.settings import Settings
+from core.vocabulary import BUILTIN_FAMILIES, LookupMode
+from jobs.policies.k_selection import embedder_tag
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileOptions:
+    large: str
+    hit: str
+    pairs: int
+    ks: tuple[int, ...]
+    tolerance: float
+    mode: LookupMode
+    steps: int
+    guidance: float
+    seed: int
+    prompts_file: Path | None = None
+
+
+def is_lab(source: str) -> bool:
+    return source.startswith("lab:")
+
+
+def lab_scorer(settings: Settings) -> Callable[[Images, Sequence[str]], list[float]]:
+    from lab.judge import Judge
+    from lab.models import ensure_lab_models
+
+    judge = Judge.load(ensure_lab_models(settings).judge)
+
+    def score(images: Images, prompts: Sequence[str]) -> list[float]:
+        return [0.0 if q is None else q for q in judge.quality(images, prompts)]
+
+    return score
+
+
+def clip_scorer(settings: Settings) -> Callable[[Images, Sequence[str]], list[float]]:
+    from PIL import Image
+
+    from workers.runtime.embedders.factory import build_image_embedder
+    from workers.runtime.quality import ClipScore
+
+    scorer = ClipScore(build_image_embedder(settings))
+
+    def score(images: Images, prompts: Sequence[str]) -> list[float]:
+        return [float(s) / 100.0 for s in scorer.score([Image.fromarray(i) for i in images], prompts)]
+
+    return score
+
+
+def run_profile(
+    settings: Settings, options: ProfileOptions, log: Callable[[str], None] = print
+) -> dict[str, Any]:
+    """Measure and return the profile report: {table, embedder, models, tolerance, curve, ...}."""
+    from workers.runtime.embedders.factory import build_text_embedder
+    from workers.runtime.loading import builtin_path
+
+    started = time.perf_counter()
+    lab = is_lab(options.large) and is_lab(options.hit)
+    embedder = build_text_embedder(settings)
+    pairs: list[Pair]
+    if options.prompts_file is not None:
+        prompts = [line.strip() for line in options.prompts_file.read_text().splitlines() if line.strip()]
+        pairs = nearest_pairs(prompts[: options.pairs], embedder.embed_text)
+    else:
+        pairs = lab_pairs(options.pairs, options.seed, embedder.embed_text)
+    large = Sampler(builtin_path(settings, options.large), steps=options.steps, guidance=options.guidance)
+    hit = (
+        large
+        if options.hit == options.large
+        else Sampler(builtin_path(settings, options.hit), steps=options.steps, guidance=options.guidance)
+    )
+    score = lab_scorer(settings) if lab else clip_scorer(settings)
+    image_mode = options.mode is LookupMode.TEXT_TO_IMAGE
+    if image_mode:
+        pairs = image_similarities(settings, pairs, large, lab=lab)
+    mode = "refine" if image_mode else "resume"
+    measured = measure(pairs, large, hit, score, options.ks, mode=mode, log=log)
+    return report(settings, options, measured, lab=lab, seconds=time.perf_counter() - started)
+
+
+def image_similarities(settings: Settings, pairs: list[Pair], large: Sampler, *, lab: bool) -> list[Pair]:
+    """Pairs re-scored text-to-image: the query against the cached prompt's generated image."""
+    from bench.quality.profile import seed_of
+
+    images: Images = []
+    for start in range(0, len(pairs), 32):
+        chunk = pairs[start : start + 32]
+        batch = large.generate([p.cached for p in chunk], [seed_of(p.cached) for p in chunk])
+        images += large.images(batch.latents)
+    queries = [pair.query for pair in pairs]
+    if lab:
+        from lab.captions import describe
+        from lab.judge import Judge
+        from lab.models import ensure_lab_models
+        from workers.runtime.embedders.factory import build_text_embedder
+
+        judge = Judge.load(ensure_lab_models(settings).judge)
+        text = build_text_embedder(settings)
+        image_vectors = text.embed_text([describe(reading) for reading in judge.read(images)])
+        query_vectors = text.embed_text(queries)
+    else:
+        from PIL import Image
+
+        from workers.runtime.embedders.factory import build_image_embedder
+
+        clip = build_image_embedder(settings)
+        image_vectors = clip.embed_image([Image.fromarray(i) for i in images])
+        query_vectors = clip.embed_text(queries)
+    sims = np.einsum("ij,ij->i", query_vectors, image_vectors)
+    return [Pair(p.query, p.cached, float(s), p.kind) for p, s in zip(pairs, sims, strict=True)]
+
+
+def report(
+    settings: Settings, options: ProfileOptions, measured: Measured, *, lab: bool, seconds: float
+) -> dict[str, Any]:
+    kinds = sorted({pair.kind for pair in measured.pairs})
+    similarity = np.array([pair.similarity for pair in measured.pairs])
+    tag = "lab-judge:" + embedder_tag(settings.text_embedder, settings.open_clip_model, options.mode)
+    return {
+        "table": table_rows(measured, options.tolerance),
+        "embedder": embedder_tag(settings.text_embedder, settings.open_clip_model, options.mode),
+        "models": {"large": options.large, "hit": options.hit},
+        "tolerance": options.tolerance,
+        "mode": options.mode.value,
+        "hit_operation": "refine" if options.mode is LookupMode.TEXT_TO_IMAGE else "resume",
+        "judge": "lab judge (attribute fraction)" if lab else "CLIP score / 100 (open_clip)",
+        "families": {name: BUILTIN_FAMILIES.get(name) for name in (options.large, options.hit)},
+        "ks": list(options.ks),
+        "steps": options.steps,
+        "guidance": options.guidance,
+        "pairs": len(measured.pairs),
+        "pair_kinds": {kind: sum(p.kind == kind for p in measured.pairs) for kind in kinds},
+        "similarity_range": [float(similarity.min()), float(similarity.max())],
+        "fresh_quality": float(measured.fresh.mean()),
+        "curve": curve(measured),
+        "seconds": round(seconds, 1),
+        "tag": tag,
+    }
+
+
+def write_report(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n")

