@@ -1,6 +1,8 @@
-"""The demo `make run` (`reprise run --demo N`) plays once the stack is up: the first N prompts of
-the shared DiffusionDB trace, in file order, through the HTTP API as tenant "demo", with a
-progress bar, then a summary of what the cache did.
+"""The demo `make run` (`reprise run --demo N`) plays once the stack is up: N prompts through the
+HTTP API as tenant "demo", with a progress bar, then a summary of what the cache did. On the quality
+lab's models (the default) the prompts are a lab trace (scenes of the lab's world, Zipf-repeated and
+paraphrased: lab.trace) and the summary adds the judge's quality of hits and misses; on other models,
+the first N prompts of the shared DiffusionDB trace, in file order.
 """
 
 from __future__ import annotations
@@ -8,6 +10,8 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 from bench.outcomes import RequestOutcome, percentile
 from bench.profiles import ProfileName, build_profile
@@ -65,7 +69,7 @@ def _run_demo(settings: Settings, *, base_url: str, prompts: int, should_stop: C
     from db.engine import session_scope
     from db.tenants import issue_key
 
-    trace = load_prompts(DEFAULT_PROMPTS)
+    trace = load_prompts(_lab_prompts(settings, prompts) if _on_lab_models(settings) else DEFAULT_PROMPTS)
     with session_scope(settings) as session:
         credentials = issue_key(session=session, name=DEMO_TENANT, admin=True)  # it reads global /v1/stats
     workload = build_workload(
@@ -80,3 +84,30 @@ def _run_demo(settings: Settings, *, base_url: str, prompts: int, should_stop: C
         should_stop=should_stop,
     )
     print(demo_summary([outcome_from_record(record) for record in records]), flush=True)
+    judged = [(r.job.get("metrics") or {}) for r in records if r.job is not None]
+    print(quality_line(judged), flush=True)
+
+
+def _on_lab_models(settings: Settings) -> bool:
+    return settings.model_source("large").startswith("lab:")
+
+
+def _lab_prompts(settings: Settings, count: int) -> Path:
+    """A lab trace of `count` requests over count / 3 scenes (so that scenes repeat), written under
+    the data directory."""
+    from lab.trace import lab_trace
+
+    trace = lab_trace([0.0] * count, scenes=max(1, count // 3), seed=0)
+    return trace.write(settings.data_dir / "lab-demo")[0]
+
+
+def quality_line(metrics: Sequence[dict[str, Any]]) -> str:
+    """The judge's mean quality of hits and misses (lab models only)."""
+    scores: dict[str, list[float]] = {"hit": [], "miss": []}
+    for row in metrics:
+        if row.get("quality") is not None and row.get("route") in scores:
+            scores[str(row["route"])].append(float(row["quality"]))
+    if not scores["hit"] and not scores["miss"]:
+        return "  quality      - (judged only on the quality lab's models and prompts)"
+    parts = [f"{route}s {sum(v) / len(v):.3f}" for route, v in scores.items() if v]
+    return "  quality      " + "  ".join(parts) + "  (the lab judge: share of the prompt's attributes shown)"

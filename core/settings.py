@@ -383,7 +383,7 @@ class Settings(BaseSettings):
     def model_source(self, role: str) -> str:
         """The large or small model in use: the configured one, or '<model_set>:<role>'."""
         configured: str | None = getattr(self, f"{role}_model")
-        return configured if configured is not None else f"{self.model_set.value}:{role}"
+        return configured if configured is not None else f"{self.model_set}:{role}"
 
     @property
     def embedded_database(self) -> bool:

@@ -70,10 +70,19 @@ def _targets(scenes: Sequence[Scene]) -> dict[str, torch.Tensor]:
 
 
 def _augment(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    blurred = nn.functional.avg_pool2d(images, 3, stride=1, padding=1, count_include_pad=False)
-    choose = torch.rand(images.shape[0], 1, 1, 1, generator=generator) < 0.5
-    mixed = torch.where(choose, blurred, images)
-    sigma = torch.rand(images.shape[0], 1, 1, 1, generator=generator) * 0.15
+    """Softness and noise like a small VAE's decodes: per image, unchanged, a 3x3 or 5x5 box blur, or a
+    round trip through half or quarter resolution; then Gaussian noise of a random strength."""
+    n = images.shape[0]
+    variants = [
+        images,
+        nn.functional.avg_pool2d(images, 3, stride=1, padding=1, count_include_pad=False),
+        nn.functional.avg_pool2d(images, 5, stride=1, padding=2, count_include_pad=False),
+        nn.functional.interpolate(nn.functional.avg_pool2d(images, 2), scale_factor=2, mode="bilinear"),
+        nn.functional.interpolate(nn.functional.avg_pool2d(images, 4), scale_factor=4, mode="bilinear"),
+    ]
+    choice = torch.randint(0, len(variants), (n,), generator=generator)
+    mixed = torch.stack([variants[int(c)][row] for row, c in enumerate(choice)])
+    sigma = torch.rand(n, 1, 1, 1, generator=generator) * 0.15
     return mixed + sigma * torch.randn(images.shape, generator=generator)
 
 

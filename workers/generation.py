@@ -29,6 +29,7 @@ from db.images import ImageFormat, encode_image, record_image_key
 from db.job_runs import Claim, ClaimOutcome, claim_run, complete, finish, is_cancel_requested, reroute_to_miss
 from db.models import Job
 from jobs.passes import eviction
+from lab.captions import parse
 from workers.context import WorkerContext
 from workers.lease import LeaseKeeper
 from workers.notify import notify
@@ -267,10 +268,11 @@ def _finish_run(
 def _judged(
     context: WorkerContext, job: _JobView, result: GenerationResult, image: Image.Image | None, decodes: int
 ) -> tuple[float | None, Image.Image | None, int]:
-    """The quality lab judge's score of the image where the lab's models run (decoding it if the run
-    did not: one more VAE decode, counted), with the image and the decode count; None elsewhere."""
+    """The quality lab judge's score of the image where the lab's models run and the prompt describes a
+    scene of the lab's world (decoding it if the run did not: one more VAE decode, counted), with the
+    image and the decode count; None elsewhere."""
     judge = context.judge()
-    if judge is None:
+    if judge is None or parse(job.params.prompt) is None:  # no lab model, or a prompt of no lab scene
         return None, image, decodes
     if image is None:
         image = context.runtime().decode(result.final_latent, family=result.family).image

@@ -28,6 +28,9 @@ class SettingsLike(Protocol):
 
     k_table: str
     lookup_mode: LookupMode
+    text_embedder: TextEmbedderKind
+
+    def model_source(self, role: str) -> str: ...
 
 
 class Comparison(StrEnum):
@@ -158,16 +161,17 @@ PLAUSIBLE_FLOOR: Mapping[LookupMode, tuple[float, float]] = MappingProxyType(
 )
 
 
-def table_for(spec: str, mode: LookupMode) -> ThresholdTable:
+def table_for(spec: str, mode: LookupMode, *, lab: bool = False) -> ThresholdTable:
     """The table a deployment uses: `spec` (Settings.k_table) read for the lookup mode.
 
-    'auto' is the mode's own preset (nirvana-t2t for text, modm-t2i for image). A preset profiled for
+    'auto' is the mode's own preset (nirvana-t2t for text, modm-t2i for image), or, with `lab` (the
+    quality lab's models with MiniLM), in text mode the table profiled on them (lab-minilm). A preset profiled for
     the other mode, or a custom table whose lowest row no related pair of the mode would pass (or
     every unrelated one would), is refused with the fix: similarities of the two modes live on
     different scales, so such a table either never hits or serves unrelated images.
     """
     if spec.strip() == AUTO:
-        return PRESET_FOR_MODE[mode]
+        return LAB_MINILM if lab and mode is LookupMode.TEXT_TO_TEXT else PRESET_FOR_MODE[mode]
     table = parse_table(spec)
     if table.mode is not None and table.mode is not mode:
         raise ThresholdTableError(
@@ -299,4 +303,5 @@ def largest_stored_at_most(k: int, stored_ks: Collection[int]) -> int | None:
 
 def configured_table(settings: SettingsLike) -> ThresholdTable:
     """The table the configuration names (Settings.k_table read for Settings.lookup_mode; see table_for)."""
-    return table_for(settings.k_table, settings.lookup_mode)
+    lab = settings.text_embedder == TextEmbedderKind.MINILM and settings.model_source("large").startswith("lab:")
+    return table_for(settings.k_table, settings.lookup_mode, lab=lab)

@@ -38,6 +38,32 @@ def judge_command(
         raise typer.Exit(1)
 
 
+@lab_app.command("quality")
+def quality_command(
+    models: str = typer.Option("lab:large,lab:small,lab:small-b", "--models", help="Models to compare."),
+    prompts: int = typer.Option(500, "--prompts", min=2, help="Lab prompts each model draws."),
+    guidance: float = typer.Option(7.5, "--guidance", help="Classifier-free guidance."),
+    seed: int = typer.Option(1, "--seed", help="Seed of the prompts."),
+    json_out: Path | None = typer.Option(None, "--json", help="Write the report to this file."),
+) -> None:
+    """Judge each model's fresh generations of the same lab prompts: mean and 5th-percentile quality,
+    the share showing every attribute, and the Frechet distance to true renders (judge features)."""
+    from bench.quality.compare import compare_models
+
+    settings = get_settings()
+    names = [name.strip() for name in models.split(",") if name.strip()]
+    report = compare_models(
+        settings, names, prompts=prompts, seed=seed, guidance=guidance, log=lambda _: None
+    )
+    for name, row in {"true renders": report["true_renders"], **report["models"]}.items():
+        typer.echo(
+            f"{name:14} quality {row['mean']:.3f} (p5 {row['p5']:.2f}, "
+            f"all attributes {row['all_attributes']:.2f}) frechet {row['frechet_distance']:.2f}"
+        )
+    if json_out is not None:
+        json_out.write_text(json.dumps(report, indent=2) + "\n")
+
+
 @lab_app.command("trace")
 def trace_command(
     out: Path = typer.Option(..., "--out", help="Directory for prompts.txt and arrivals.csv."),

@@ -1,5 +1,5 @@
 """A whole stack for end-to-end tests: the API under uvicorn and one Celery worker per role, as
-subprocesses on the real Postgres and Redis, with the tiny models, plus a local webhook receiver.
+subprocesses on the real Postgres and Redis, with the quality lab's models, plus a local webhook receiver.
 
 The stack runs a short schedule (T = 10, states at 2, 4, 6, 8) at 64x64 so that a generation takes
 about a second on two cores; hits run only on the small pool so the route is observable.
@@ -28,7 +28,7 @@ from core.settings import Settings
 from core.vocabulary import Role
 from db.engine import session_scope
 from db.tenants import TenantCredentials, issue_key
-from workers.runtime.tiny import ensure_tiny_models
+from lab.models import ensure_lab_models
 
 STACK_ROLES = (Role.ADMIT, Role.LARGE, Role.SMALL, Role.DECODE, Role.IO)
 START_TIMEOUT_S = 240.0
@@ -168,11 +168,11 @@ def stack(
     tmp_path_factory: pytest.TempPathFactory,
     webhook_receiver: WebhookReceiver,
 ) -> Iterator[Stack]:
-    ensure_tiny_models(db_settings)
+    ensure_lab_models(db_settings)  # the default models: the quality lab's (issue 13)
     overrides = {
         "REPRISE_DATABASE_URL": db_settings.sqlalchemy_url,
         "REPRISE_REDIS_URL": stack_redis_url,
-        "REPRISE_DATA_DIR": str(db_settings.data_dir.resolve()),  # the tiny models live there
+        "REPRISE_DATA_DIR": str(db_settings.data_dir.resolve()),  # the lab's pipelines are assembled there
         "REPRISE_BLOB_DIR": str(tmp_path_factory.mktemp("blobs")),
         "REPRISE_STEPS": "10",
         "REPRISE_CAPTURE_STEPS": "2,4,6,8",

@@ -17,7 +17,10 @@ pytestmark = pytest.mark.integration
 
 
 def test_replay_reports_the_contract_fields_and_hits_on_repeats(stack: Stack, tmp_path: Path) -> None:
-    prompts = ["a red barn in a wheat field", "a glass teapot on a wooden table"] * 3
+    prompts = [
+        "a small red circle on the left on a plain white background",
+        "a big blue square above a tiny green wedge on a striped gray backdrop",
+    ] * 3
     trace = tmp_path / "trace.txt"
     trace.write_text("\n".join(prompts) + "\n", encoding="utf-8")
     tenant = make_tenant(stack.settings, f"replay-{uuid.uuid4().hex[:8]}", admin=True)  # reads global stats
@@ -55,6 +58,13 @@ def test_replay_reports_the_contract_fields_and_hits_on_repeats(stack: Stack, tm
     assert 0 < report["compute_saved"] < 1
     assert report["admission_ms"]["p50"] is not None
     assert report["embedder"]["name"] == "minilm"
+    # The lab's models ran: the workers judged every image; the hits were generated afresh here to
+    # measure their drop (a miss is its own fresh generation).
+    quality = report["quality"]
+    assert (quality["judged"], quality["compared"]) == (6, 6)
+    assert 0 <= quality["hit_mean"] <= 1 and 0 <= quality["miss_mean"] <= 1
+    assert quality["drop_mean"] == pytest.approx(quality["hit_drop_mean"] * 4 / 6, abs=1e-3)
+    assert "4 sampled hits" in quality["source"]
     # what the stack ran, from /v1/stats, for `simulate --compare` (bench.stack)
     record = report["stack"]
     assert record["profile"]["name"] == "configured"

@@ -21,7 +21,7 @@ import pytest
 from sqlalchemy import delete, func, select
 
 from core.settings import Settings
-from core.vocabulary import MonitorMode, Role
+from core.vocabulary import ModelSet, MonitorMode, Role
 from db.engine import session_scope
 from db.models import CacheEntry, Job, PoolDecision, WorkerRoleRow
 from db.tenants import TenantCredentials
@@ -70,12 +70,13 @@ def pool_stack(
     pool_db_settings: Settings, redis_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
     db_settings = pool_db_settings
-    ensure_tiny_models(db_settings)
+    ensure_tiny_models(db_settings)  # the tiny models: the monitor's timing, not image quality, is tested
     broker = _own_redis(redis_url)
     overrides = {
         "REPRISE_DATABASE_URL": db_settings.sqlalchemy_url,
         "REPRISE_REDIS_URL": broker,
         "REPRISE_DATA_DIR": str(db_settings.data_dir.resolve()),
+        "REPRISE_MODEL_SET": "tiny",
         "REPRISE_BLOB_DIR": str(tmp_path_factory.mktemp("pool-blobs")),
         "REPRISE_STEPS": "10",
         "REPRISE_CAPTURE_STEPS": "2,4,6,8",
@@ -96,6 +97,9 @@ def pool_stack(
             "default_size": 64,
             "large_serves_hits": True,
             "monitor_mode": MonitorMode.THROUGHPUT,
+            "model_set": ModelSet.TINY,
+            "large_family": "tiny-sd",
+            "small_family": "tiny-sd",
         }
     )
     with session_scope(settings) as session:

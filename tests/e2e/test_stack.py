@@ -1,4 +1,4 @@
-"""End to end through HTTP: real Postgres, Redis, Celery workers on the tiny models, webhooks."""
+"""End to end through HTTP: real Postgres, Redis, Celery workers on the quality lab's models, webhooks."""
 
 from __future__ import annotations
 
@@ -17,8 +17,10 @@ from core.vocabulary import Role
 from db.engine import session_scope
 from db.models import CacheEntry
 from db.tenants import TenantCredentials
+from jobs.admission import scale_k
 from jobs.dispatch import CeleryDispatcher
 from jobs.passes.reconcile import reconcile
+from jobs.policies.k_selection import choose_k, configured_table
 from jobs.webhooks import verify
 from tests.e2e.conftest import Stack, WebhookReceiver, make_tenant
 
@@ -60,24 +62,29 @@ def tenant(stack: Stack) -> TenantCredentials:
 def test_near_duplicate_is_served_from_the_cache_by_the_small_pool(
     stack: Stack, tenant: TenantCredentials, webhook_receiver: WebhookReceiver
 ) -> None:
-    prompt = "a lighthouse on a cliff at dusk, oil painting, dramatic sky"
+    prompt = "a big red square on the left on a plain white background"
     first = submit(stack, tenant, {"prompt": prompt, "seed": 7, "webhook": webhook_receiver.url})
     done = wait_status(stack, tenant, first["id"], TERMINAL)
     assert done["status"] == "succeeded", done
     assert done["metrics"]["route"] == "miss"
-    assert done["metrics"]["denoiser_evaluations"] == {"tiny-large": 10}
+    assert done["metrics"]["denoiser_evaluations"] == {"lab-large": 10}
+    assert 0.0 <= done["metrics"]["quality"] <= 1.0  # the lab's models ran: the judge scored the image
 
-    second = submit(stack, tenant, {"prompt": prompt + ", highly detailed", "seed": 8})
+    second = submit(stack, tenant, {"prompt": prompt.replace("big", "large"), "seed": 8})
     hit = wait_status(stack, tenant, second["id"], TERMINAL)
     assert hit["status"] == "succeeded", hit
     metrics = hit["metrics"]
     assert metrics["route"] == "hit" and metrics["source_entry"] is not None
-    # The k the NIRVANA table gives this similarity, scaled from 50 to 10 steps.
-    expected_k = {25: 5, 20: 4, 15: 3, 10: 2, 5: 1}[_nirvana_k(metrics["similarity"])]
-    expected_k = max(k for k in (2, 4, 6, 8) if k <= expected_k)  # only even states are stored
+    # The k the configured table (auto: the one profiled on the lab's models) gives this similarity,
+    # scaled from 50 to 10 steps, over the stored states.
+    profiled = choose_k(metrics["similarity"], configured_table(stack.settings), None)
+    assert profiled is not None
+    scaled = scale_k(profiled, 10)
+    assert scaled is not None
+    expected_k = max(k for k in (2, 4, 6, 8) if k <= scaled)  # only even states are stored
     assert metrics["k"] == expected_k
-    assert metrics["models"] == ["tiny-small"]
-    assert metrics["denoiser_evaluations"] == {"tiny-small": 10 - expected_k}
+    assert metrics["models"] == ["lab-small"]
+    assert metrics["denoiser_evaluations"] == {"lab-small": 10 - expected_k}
 
     # The image is decoded from the stored latent on the decode pool, in each format asked for.
     for fmt, magic in (("png", b"\x89PNG"), ("jpeg", b"\xff\xd8"), ("webp", b"RIFF")):
@@ -92,12 +99,6 @@ def test_near_duplicate_is_served_from_the_cache_by_the_small_pool(
     completed = webhook_receiver.wait_for(first["id"], "generation.completed").json()
     assert completed["data"]["status"] == "succeeded"
 
-
-def _nirvana_k(similarity: float) -> int:
-    for threshold, k in ((0.95, 25), (0.90, 20), (0.85, 15), (0.75, 10), (0.65, 5)):
-        if similarity > threshold:
-            return k
-    raise AssertionError(f"similarity {similarity} is a miss under the NIRVANA table")
 
 
 def test_idempotency_key_returns_the_first_job(stack: Stack, tenant: TenantCredentials) -> None:

@@ -29,14 +29,15 @@ torch.set_num_threads(1)
 def tiny_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A data_dir whose models/ holds the built tiny set."""
     data_dir = tmp_path_factory.mktemp("reprise-data")
-    ensure_tiny_models(load_settings(data_dir=data_dir))
+    ensure_tiny_models(load_settings(data_dir=data_dir, model_set="tiny"))
     return data_dir
 
 
 @pytest.fixture(scope="session")
 def tiny_settings(tiny_data_dir: Path) -> Settings:
-    """Default settings (no model configured, so the tiny ones), CPU, data in the temp dir."""
-    return load_settings(data_dir=tiny_data_dir, device="cpu")
+    """The tiny random models (REPRISE_MODEL_SET=tiny: the runtime's mechanics, sizes and timings do not
+    need models that learned), CPU, data in the temp dir."""
+    return load_settings(data_dir=tiny_data_dir, device="cpu", model_set="tiny")
 
 
 @pytest.fixture(scope="session")

@@ -98,7 +98,7 @@ def resolve_model_sources(settings: Settings) -> ModelSources:
     global _tiny_notice_logged
     large, small = settings.model_source("large"), settings.model_source("small")
     if (settings.large_model is None or settings.small_model is None) and not _tiny_notice_logged:
-        log.warning(TINY_NOTICE if settings.model_set is ModelSet.TINY else LAB_NOTICE)
+        log.warning(TINY_NOTICE if settings.model_set == ModelSet.TINY else LAB_NOTICE)
         _tiny_notice_logged = True
     large_path, small_path = builtin_path(settings, large), builtin_path(settings, small)
     decode = VaeSource(settings.decode_model) if settings.decode_model else VaeSource(large_path, "vae")
@@ -159,7 +159,7 @@ def load_pipeline(source: str, *, device: torch.device, dtype: torch.dtype) -> A
     pipe = _diffusers().StableDiffusionPipeline.from_pretrained(
         source, dtype=dtype, safety_checker=None, requires_safety_checker=False
     )
-    if getattr(pipe.unet.config, "addition_embed_type", None) is not None:
+    if getattr(pipe.unet.config, "addition_embed_type", None) not in (None, "text"):  # "text": pooled prompt
         raise SettingsError(
             f"model {source} needs added conditioning ({pipe.unet.config.addition_embed_type}, e.g. SDXL), "
             "which the runtime does not support yet: configure a Stable Diffusion 1.x/2.x layout model"

@@ -1,0 +1,117 @@
+"""The lab's trained models and judge, loaded like real models (from_pretrained) from the committed weights."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from core.params import GenerationParams
+from core.settings import Settings, load_settings
+from core.vocabulary import Role
+from lab.build import digests
+from lab.captions import caption
+from lab.judge import Judge
+from lab.models import WEIGHTS_DIR, ensure_lab_models, is_lab_model, lab_family
+from lab.world import sample_scene
+from reprise.cli import app as cli
+from workers.runtime import DiffusionRuntime
+
+torch.set_num_threads(1)
+MAX_WEIGHT_BYTES = 20 * 1024 * 1024  # issue 13: at most 20 MB committed
+
+
+@pytest.fixture(scope="module")
+def lab_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    return load_settings(
+        data_dir=tmp_path_factory.mktemp("lab-data"), device="cpu", steps=20, capture_steps="5,10"
+    )
+
+
+def test_the_committed_weights_are_what_their_manifest_says_and_fit_the_budget() -> None:
+    manifest = json.loads((WEIGHTS_DIR / "manifest.json").read_text())
+    assert digests(WEIGHTS_DIR)["digest"] == manifest["digest"]  # retrained or edited: the manifest says so
+    size = sum(path.stat().st_size for path in WEIGHTS_DIR.rglob("*") if path.is_file())
+    assert size <= MAX_WEIGHT_BYTES
+    assert manifest["command"] == "reprise models train" and manifest["judge_heldout_accuracy"] >= 0.95
+
+
+def test_built_model_names_resolve_to_their_latent_families() -> None:
+    assert (load_settings().large_family, load_settings().small_family) == ("lab-a", "lab-a")
+    assert load_settings(small_model="lab:small-b").small_family == "lab-b"
+    assert load_settings(model_set="tiny").large_family == "tiny-sd"
+    assert load_settings(large_model="/models/sd15").large_family == "default"
+    assert load_settings(large_model="/models/sd15", large_family="sd1").large_family == "sd1"
+
+
+def test_the_lab_pipelines_load_through_from_pretrained_and_generate(lab_settings: Settings) -> None:
+    paths = ensure_lab_models(lab_settings)
+    assert (
+        is_lab_model(str(paths.pipeline("large"))) and lab_family(str(paths.pipeline("small-b"))) == "lab-b"
+    )
+    runtime = DiffusionRuntime(lab_settings, Role.LARGE)
+    assert (runtime.model_name, runtime.family, runtime.native_size) == ("lab-large", "lab-a", 64)
+    params = GenerationParams(prompt="a big red square on the left on a plain white background", steps=20, width=64,
+                              height=64, seed=1)  # fmt: skip
+    result = runtime.generate(params, capture=[10], decode=True)
+    assert result.image is not None and result.image.size == (64, 64)
+    assert result.denoiser_evals == {"lab-large": 20}
+
+
+def test_the_large_model_draws_what_prompts_ask_far_above_chance(lab_settings: Settings) -> None:
+    """Models that learned: the judge reads most of the asked attributes in the large model's images
+    (an untrained model scores about a third, the chance level of the attributes)."""
+    runtime = DiffusionRuntime(lab_settings, Role.LARGE)
+    judge = Judge.load(ensure_lab_models(lab_settings).judge)
+    rng = np.random.default_rng(11)
+    prompts = [caption(sample_scene(rng), rng) for _ in range(12)]
+    images = []
+    for seed, prompt in enumerate(prompts):
+        params = GenerationParams(prompt=prompt, steps=20, width=64, height=64, seed=seed)
+        images.append(runtime.generate(params, decode=True).image)
+    scores = [q for q in judge.quality(images, prompts) if q is not None]
+    assert len(scores) == 12 and float(np.mean(scores)) > 0.6
+
+
+def test_a_latent_of_the_first_family_refines_on_the_second_familys_model(lab_settings: Settings) -> None:
+    settings = lab_settings.model_copy(update={"small_model": "lab:small-b", "small_family": "lab-b"})
+    large, small_b = DiffusionRuntime(settings, Role.LARGE), DiffusionRuntime(settings, Role.SMALL)
+    params = GenerationParams(prompt="a tiny blue disk in the middle on a checkered gray backdrop", steps=20,
+                              width=64, height=64)  # fmt: skip
+    final = large.generate(params).final_latent
+    refined = small_b.refine(params, final, "lab-a", 10, decode=True)
+    assert refined.family == "lab-b" and refined.vae_decodes == 2  # decoded by vae-a, and the result
+    assert refined.denoiser_evals == {"lab-small-b": 10}
+
+
+def test_the_judge_command_validates_the_judge_on_held_out_images(
+    tmp_path: Path, lab_settings: Settings
+) -> None:
+    out = tmp_path / "judge.json"
+    result = CliRunner().invoke(cli, ["lab", "judge", "--images", "300", "--json", str(out)],
+                                env={"REPRISE_DATA_DIR": str(lab_settings.data_dir)})  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert report["heldout_images"] == 300 and report["attribute_accuracy"] >= 0.95
+
+
+def test_smoke_training_writes_the_contract_and_reproduces_its_weights(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    env = {"REPRISE_DATA_DIR": str(tmp_path / "data")}
+    args = ["models", "train", "--smoke", "--out", str(tmp_path / "weights"), "--json", str(out)]
+    first = CliRunner().invoke(cli, args, env=env)
+    assert first.exit_code == 0, first.output
+    report = json.loads(out.read_text())
+    assert set(report["models"]) == {"large", "small", "small-b"} and report["seconds"] > 0
+    again = CliRunner().invoke(cli, [*args[:-2], "--json", str(tmp_path / "again.json")], env=env)
+    assert again.exit_code == 0, again.output
+    assert json.loads((tmp_path / "again.json").read_text())["digest"] == report["digest"]
+    smoke = load_settings(data_dir=tmp_path / "data", device="cpu", large_model=report["models"]["large"],
+                          large_family="smoke", steps=4, capture_steps="2")  # fmt: skip
+    result = DiffusionRuntime(smoke, Role.LARGE).generate(GenerationParams(prompt="a red box", steps=4, width=64,
+                                                                          height=64))  # fmt: skip
+    assert result.final_latent.shape == (8, 8, 8)
