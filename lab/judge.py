@@ -14,6 +14,7 @@ and blur (so that it reads the models' softer images too), and validated on held
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -202,6 +203,9 @@ def frechet_distance(first: npt.NDArray[np.float64], second: npt.NDArray[np.floa
         raise ValueError("the Frechet distance needs at least two images per set")
     mu1, mu2 = first.mean(axis=0), second.mean(axis=0)
     s1, s2 = np.cov(first, rowvar=False), np.cov(second, rowvar=False)
-    root = linalg.sqrtm(s1 @ s2)
+    with warnings.catch_warnings():  # near-singular covariances (few images) warn; FID's code ignores it too
+        warnings.simplefilter("ignore")
+        root = linalg.sqrtm(s1 @ s2)
     root = root.real if np.iscomplexobj(root) else root
-    return float(((mu1 - mu2) ** 2).sum() + np.trace(s1 + s2 - 2.0 * root))
+    # Rounding can leave a distance of a set to itself a hair below 0.
+    return max(0.0, float(((mu1 - mu2) ** 2).sum() + np.trace(s1 + s2 - 2.0 * root)))

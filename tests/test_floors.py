@@ -186,7 +186,7 @@ def test_a_floor_does_not_import_its_neighbour_on_the_same_level() -> None:
 def test_the_api_never_loads_the_model_stack() -> None:
     probe = (
         "import sys, api.main\n"
-        "heavy = ('torch', 'diffusers', 'open_clip', 'transformers', 'sklearn', 'workers')\n"
+        "heavy = ('torch', 'diffusers', 'open_clip', 'transformers', 'sklearn', 'workers', 'lab')\n"
         "print(','.join(m for m in heavy if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)

@@ -3,7 +3,8 @@
 Every model generates the same prompts (fresh, all T steps, each prompt's own seed); the judge
 scores each image (the fraction of its prompt's attributes shown) and the Frechet distance between
 the judge's features of the model's images and of true renders of the same scenes is the FID
-analogue (lower is closer to the world). The true renders themselves are scored too: the ceiling.
+analogue (lower is closer to the world). The true renders themselves are scored too (the ceiling),
+and each prompt against another scene's true render (chance: an image that ignores its prompt).
 """
 
 from __future__ import annotations
@@ -63,12 +64,15 @@ def compare_models(
     texts, truths = lab_prompts(prompts, seed)
     true_features = judge.features(truths)
     true_scores = [q or 0.0 for q in judge.quality(truths, texts)]
+    shuffled = truths[1:] + truths[:1]  # each prompt against another scene's true render: chance
+    chance_scores = [q or 0.0 for q in judge.quality(shuffled, texts)]
     report: dict[str, Any] = {
         "prompts": prompts,
         "steps": settings.steps,
         "guidance": guidance,
         "seed": seed,
         "true_renders": summary(true_scores, true_features, true_features, 0.0),
+        "chance": summary(chance_scores, judge.features(shuffled), true_features, 0.0),
         "models": {},
     }
     for model in models:

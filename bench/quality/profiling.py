@@ -39,6 +39,13 @@ class ProfileOptions:
     guidance: float
     seed: int
     prompts_file: Path | None = None
+    hit_operation: str | None = None  # resume or refine; None: resume for text lookups, refine for image
+
+    @property
+    def operation(self) -> str:
+        if self.hit_operation is not None:
+            return self.hit_operation
+        return "refine" if self.mode is LookupMode.TEXT_TO_IMAGE else "resume"
 
 
 def is_lab(source: str) -> bool:
@@ -97,8 +104,7 @@ def run_profile(
     image_mode = options.mode is LookupMode.TEXT_TO_IMAGE
     if image_mode:
         pairs = image_similarities(settings, pairs, large, lab=lab)
-    mode = "refine" if image_mode else "resume"
-    measured = measure(pairs, large, hit, score, options.ks, mode=mode, log=log)
+    measured = measure(pairs, large, hit, score, options.ks, mode=options.operation, log=log)
     return report(settings, options, measured, lab=lab, seconds=time.perf_counter() - started)
 
 
@@ -146,7 +152,7 @@ def report(
         "models": {"large": options.large, "hit": options.hit},
         "tolerance": options.tolerance,
         "mode": options.mode.value,
-        "hit_operation": "refine" if options.mode is LookupMode.TEXT_TO_IMAGE else "resume",
+        "hit_operation": options.operation,
         "judge": "lab judge (attribute fraction)" if lab else "CLIP score / 100 (open_clip)",
         "families": {name: BUILTIN_FAMILIES.get(name) for name in (options.large, options.hit)},
         "ks": list(options.ks),

@@ -165,7 +165,8 @@ def table_for(spec: str, mode: LookupMode, *, lab: bool = False) -> ThresholdTab
     """The table a deployment uses: `spec` (Settings.k_table) read for the lookup mode.
 
     'auto' is the mode's own preset (nirvana-t2t for text, modm-t2i for image), or, with `lab` (the
-    quality lab's models with MiniLM), in text mode the table profiled on them (lab-minilm). A preset profiled for
+    quality lab's models with MiniLM), in text mode the table profiled on them (lab-minilm). A preset
+    profiled for
     the other mode, or a custom table whose lowest row no related pair of the mode would pass (or
     every unrelated one would), is refused with the fix: similarities of the two modes live on
     different scales, so such a table either never hits or serves unrelated images.
@@ -303,5 +304,6 @@ def largest_stored_at_most(k: int, stored_ks: Collection[int]) -> int | None:
 
 def configured_table(settings: SettingsLike) -> ThresholdTable:
     """The table the configuration names (Settings.k_table read for Settings.lookup_mode; see table_for)."""
-    lab = settings.text_embedder == TextEmbedderKind.MINILM and settings.model_source("large").startswith("lab:")
+    on_lab = settings.model_source("large").startswith("lab:")
+    lab = on_lab and settings.text_embedder == TextEmbedderKind.MINILM
     return table_for(settings.k_table, settings.lookup_mode, lab=lab)

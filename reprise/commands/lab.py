@@ -15,7 +15,10 @@ profile_app = typer.Typer(
     help="Profiling: NIRVANA's similarity-to-k table (Algorithm 1).", no_args_is_help=True
 )
 
-DEFAULT_ARRIVALS = Path("../shared/data/arrivals/azure-shaped-2to16qps.csv")
+# The checkout's shared data (a sibling of the repository root), as bench.trace finds it.
+DEFAULT_ARRIVALS = (
+    Path(__file__).resolve().parents[3] / "shared" / "data" / "arrivals" / "azure-shaped-2to16qps.csv"
+)
 
 
 @lab_app.command("judge")
@@ -55,7 +58,8 @@ def quality_command(
     report = compare_models(
         settings, names, prompts=prompts, seed=seed, guidance=guidance, log=lambda _: None
     )
-    for name, row in {"true renders": report["true_renders"], **report["models"]}.items():
+    rows = {"true renders": report["true_renders"], "chance": report["chance"], **report["models"]}
+    for name, row in rows.items():
         typer.echo(
             f"{name:14} quality {row['mean']:.3f} (p5 {row['p5']:.2f}, "
             f"all attributes {row['all_attributes']:.2f}) frechet {row['frechet_distance']:.2f}"
@@ -103,8 +107,9 @@ def profile_k_command(
     ),
     ks: str | None = typer.Option(None, "--k", help="K values, e.g. 5,10,15,20,25 (default: capture steps)."),
     tolerance: float = typer.Option(0.02, "--tolerance", min=0.0, help="Allowed mean quality drop."),
-    mode: LookupMode = typer.Option(
-        LookupMode.TEXT_TO_TEXT, "--mode", help="text (resume) or image (refine)."
+    mode: LookupMode = typer.Option(LookupMode.TEXT_TO_TEXT, "--mode", help="Similarity: text or image."),
+    hit: str | None = typer.Option(
+        None, "--hit", help="resume or refine (default: resume for text, refine for image)."
     ),
     guidance: float = typer.Option(7.5, "--guidance", help="Classifier-free guidance of every generation."),
     seed: int = typer.Option(0, "--seed", help="Seed of the lab's pairs."),
@@ -130,7 +135,11 @@ def profile_k_command(
     options = ProfileOptions(
         large=large.strip(), hit=(hit or large).strip(), pairs=prompts, ks=k_values, tolerance=tolerance,
         mode=mode, steps=settings.steps, guidance=guidance, seed=seed, prompts_file=prompts_file,
+        hit_operation=hit,
     )  # fmt: skip
+    if hit not in (None, "resume", "refine"):
+        typer.echo(f"--hit {hit!r}: use resume or refine", err=True)
+        raise typer.Exit(2)
     result = run_profile(settings, options, log=typer.echo)
     for row in result["table"]:
         typer.echo(f"similarity > {row['min_similarity']:.3f}  ->  k = {row['k']}")

@@ -170,3 +170,26 @@ def test_the_api_never_imports_the_model_stack() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == ""
+
+
+def test_stats_and_job_metrics_carry_the_judges_quality(
+    client: TestClient, tenant: TenantCredentials, set_job: Callable[..., None]
+) -> None:
+    """Where the lab's models ran, each job holds the judge's score; a tenant's /v1/stats averages them
+    per route (the tenant is new: its window holds only these jobs)."""
+    ids = [
+        client.post("/v1/generations", json={"prompt": "p"}, headers=tenant.auth_headers).json()["id"]
+        for _ in range(4)
+    ]
+    set_job(ids[0], status="succeeded", route="hit", k=20, steps=50, quality=0.5)
+    set_job(ids[1], status="succeeded", route="hit", k=10, steps=50, quality=1.0)
+    set_job(ids[2], status="succeeded", route="miss", steps=50, quality=0.875)
+    set_job(ids[3], status="succeeded", route="miss", steps=50)  # not judged (not a lab prompt)
+    stats = client.get("/v1/stats?window_s=600", headers=tenant.auth_headers).json()
+    assert stats["quality"] == {"judged": 3, "hit_mean": 0.75, "miss_mean": 0.875}
+    job = client.get(f"/v1/generations/{ids[2]}", headers=tenant.auth_headers).json()
+    assert job["metrics"]["quality"] == 0.875
+    assert (
+        client.get(f"/v1/generations/{ids[3]}", headers=tenant.auth_headers).json()["metrics"]["quality"]
+        is None
+    )

@@ -31,7 +31,9 @@ def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
 
 
 def test_the_batched_sampler_denoises_as_the_runtime_does(settings: Settings) -> None:
-    tiny = load_settings(data_dir=settings.data_dir, device="cpu", steps=8, capture_steps="2,4", model_set="tiny")
+    tiny = load_settings(
+        data_dir=settings.data_dir, device="cpu", steps=8, capture_steps="2,4", model_set="tiny"
+    )
     runtime = DiffusionRuntime(tiny, Role.LARGE)
     sampler = Sampler(builtin_path(tiny, "tiny:large"), steps=8, guidance=7.5)
     prompts, seeds = ["a red barn", "a glass teapot on a table"], [3, 4]
@@ -55,12 +57,17 @@ def test_profiling_real_models_scores_with_clip_and_writes_the_contract(
     the numbers are meaningless, the shape is what is checked)."""
     prompts = tmp_path / "prompts.txt"
     prompts.write_text(
-        "\n".join(f"a photo of a {word} on a table" for word in "cat dog cup pen box car bus toy".split())
+        "\n".join(
+            f"a photo of a {word} on a table"
+            for word in ["cat", "dog", "cup", "pen", "box", "car", "bus", "toy"]
+        )
     )
-    tiny = load_settings(data_dir=settings.data_dir, device="cpu", steps=8, capture_steps="2,4", model_set="tiny")
+    tiny = load_settings(
+        data_dir=settings.data_dir, device="cpu", steps=8, capture_steps="2,4", model_set="tiny"
+    )
     options = ProfileOptions(
-        large="tiny:large", hit="tiny:small", pairs=8, ks=(2, 4), tolerance=0.02, mode=LookupMode.TEXT_TO_TEXT,
-        steps=8, guidance=7.5, seed=0, prompts_file=prompts,
+        large="tiny:large", hit="tiny:small", pairs=8, ks=(2, 4), tolerance=0.02,
+        mode=LookupMode.TEXT_TO_TEXT, steps=8, guidance=7.5, seed=0, prompts_file=prompts,
     )  # fmt: skip
     report = run_profile(tiny, options, log=lambda _: None)
     assert report["judge"].startswith("CLIP score") and report["pairs"] == 8

@@ -100,7 +100,6 @@ def test_near_duplicate_is_served_from_the_cache_by_the_small_pool(
     assert completed["data"]["status"] == "succeeded"
 
 
-
 def test_idempotency_key_returns_the_first_job(stack: Stack, tenant: TenantCredentials) -> None:
     body = {"prompt": "a paper boat on a puddle", "seed": 3}
     key = uuid.uuid4().hex

@@ -1,4 +1,4 @@
-"""The lab's trained models and judge, loaded like real models (from_pretrained) from the committed weights."""
+"""The lab's trained models and judge, loaded like real models (from_pretrained) from committed weights."""
 
 from __future__ import annotations
 
@@ -55,8 +55,8 @@ def test_the_lab_pipelines_load_through_from_pretrained_and_generate(lab_setting
     )
     runtime = DiffusionRuntime(lab_settings, Role.LARGE)
     assert (runtime.model_name, runtime.family, runtime.native_size) == ("lab-large", "lab-a", 64)
-    params = GenerationParams(prompt="a big red square on the left on a plain white background", steps=20, width=64,
-                              height=64, seed=1)  # fmt: skip
+    prompt = "a big red square on the left on a plain white background"
+    params = GenerationParams(prompt=prompt, steps=20, width=64, height=64, seed=1)
     result = runtime.generate(params, capture=[10], decode=True)
     assert result.image is not None and result.image.size == (64, 64)
     assert result.denoiser_evals == {"lab-large": 20}
@@ -112,6 +112,6 @@ def test_smoke_training_writes_the_contract_and_reproduces_its_weights(tmp_path:
     assert json.loads((tmp_path / "again.json").read_text())["digest"] == report["digest"]
     smoke = load_settings(data_dir=tmp_path / "data", device="cpu", large_model=report["models"]["large"],
                           large_family="smoke", steps=4, capture_steps="2")  # fmt: skip
-    result = DiffusionRuntime(smoke, Role.LARGE).generate(GenerationParams(prompt="a red box", steps=4, width=64,
-                                                                          height=64))  # fmt: skip
+    params = GenerationParams(prompt="a red box", steps=4, width=64, height=64)
+    result = DiffusionRuntime(smoke, Role.LARGE).generate(params)
     assert result.final_latent.shape == (8, 8, 8)

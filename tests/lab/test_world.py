@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
+from bench.demo import quality_line
 from lab.captions import caption, describe, parse
 from lab.trace import lab_trace
 from lab.world import (
@@ -18,6 +22,7 @@ from lab.world import (
     render_with_mask,
     sample_scene,
 )
+from reprise.cli import app as cli
 
 
 def test_the_same_seed_draws_the_same_scenes_and_pixels() -> None:
@@ -93,3 +98,26 @@ def test_the_lab_trace_is_zipf_skewed_and_every_repeat_is_a_paraphrase() -> None
     assert len(set(repeats)) > len(repeats) // 2  # mostly worded anew
     again = lab_trace([float(i) for i in range(2000)], scenes=500, zipf=1.0, seed=4)
     assert again.prompts == trace.prompts
+
+
+def test_the_trace_command_writes_prompts_and_arrivals_that_replay_in_order(tmp_path: Path) -> None:
+    arrivals = tmp_path / "in.csv"
+    arrivals.write_text("".join(f"{i * 100.0},{i % 7}\n" for i in range(50)))
+    result = CliRunner().invoke(
+        cli, ["lab", "trace", "--out", str(tmp_path / "t"), "--arrivals", str(arrivals), "--scenes", "10"]
+    )
+    assert result.exit_code == 0, result.output
+    prompts = (tmp_path / "t" / "prompts.txt").read_text().splitlines()
+    rows = (tmp_path / "t" / "arrivals.csv").read_text().splitlines()
+    assert len(prompts) == len(rows) == 50 and all(parse(p) is not None for p in prompts)
+    assert rows[3] == "300.0,3"  # its own prompt index, in file order, at the given time
+    missing = CliRunner().invoke(cli, ["lab", "trace", "--out", str(tmp_path), "--arrivals", "nope.csv"])
+    assert missing.exit_code == 2 and "--arrivals" in missing.output
+
+
+def test_the_demo_summary_reports_the_judges_quality_per_route() -> None:
+    line = quality_line(
+        [{"route": "hit", "quality": 0.5}, {"route": "hit", "quality": 1.0}, {"route": "miss"}]
+    )
+    assert "hits 0.750" in line and "misses" not in line
+    assert "judged only" in quality_line([{"route": "miss", "quality": None}])

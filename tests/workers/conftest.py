@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from core.settings import Settings, load_settings
-from core.vocabulary import Role
+from core.vocabulary import ModelSet, Role
 from db.engine import session_scope
 from db.models import Job, Tenant
 from tests.support.dispatch import RecordingDispatcher
@@ -60,9 +60,17 @@ def small(tiny_settings: Settings) -> DiffusionRuntime:
 
 @pytest.fixture
 def task_settings(db_settings: Settings, tiny_data_dir: Path, tmp_path: Path) -> Settings:
-    """The test database, the tiny models, blobs in a directory of this test's own."""
+    """The test database, the tiny models (the task bodies' mechanics; the lab's models run end to end in
+    tests/e2e), blobs in a directory of this test's own."""
     return db_settings.model_copy(
-        update={"data_dir": tiny_data_dir, "blob_dir": tmp_path / "blobs", "device": "cpu"}
+        update={
+            "data_dir": tiny_data_dir,
+            "blob_dir": tmp_path / "blobs",
+            "device": "cpu",
+            "model_set": ModelSet.TINY,
+            "large_family": "tiny-sd",
+            "small_family": "tiny-sd",
+        }
     )
 
 
