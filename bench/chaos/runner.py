@@ -36,6 +36,7 @@ from core.settings import Settings, load_settings
 
 # The isolated stack: small jobs (T = 10 at 64x64) and fast recovery loops, so a scenario takes seconds.
 ISOLATED_ENV = {
+    "REPRISE_MODEL_SET": "tiny",  # faults and recovery, not image quality: the fastest models
     "REPRISE_STEPS": "10",
     "REPRISE_CAPTURE_STEPS": "2,4,6,8",
     "REPRISE_DEFAULT_SIZE": "64",
@@ -76,7 +77,7 @@ def isolated_stack(workdir: Path | None = None) -> Iterator[ChaosTarget]:
         "REPRISE_PG_PORT": str(pg_port),
         "REPRISE_REDIS_PORT": str(redis_port),
     }
-    settings = load_settings(data_dir=root / "data", pg_port=pg_port, redis_port=redis_port)
+    settings = load_settings(data_dir=root / "data", pg_port=pg_port, redis_port=redis_port, model_set="tiny")
     target = ChaosTarget(base_url=f"http://127.0.0.1:{port}", settings=settings, env=env)
     for args in (("services", "up"), ("migrate",), ("models", "tiny")):
         done = target.reprise(*args, timeout_s=START_TIMEOUT_S)

@@ -29,7 +29,9 @@ from bench.quality.sampler import Images, Sampler
 
 Embed = Callable[[Sequence[str]], np.ndarray]
 Score = Callable[[Images, Sequence[str]], list[float]]
-MIN_SUPPORT: Final = 8  # pairs a row must stand on
+# Pairs a row must stand on. A pair's quality moves in steps of 1/6 or 1/9 (the attributes of one
+# prompt), so a mean over fewer pairs cannot tell a drop of 0.02 from noise.
+MIN_SUPPORT: Final = 16
 BINS: Final = (0.0, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.01)
 
 
@@ -125,17 +127,16 @@ def measure(
 
 
 def min_similarity(similarity: np.ndarray, drop: np.ndarray, tolerance: float) -> float | None:
-    """Algorithm 1 line 3: scanning from the most similar pair down, the lowest similarity at which
-    the mean drop of the pairs scanned so far is still within `tolerance` (None: not even the top
-    MIN_SUPPORT pairs hold)."""
+    """Algorithm 1 line 3: scanning from the most similar pair down, the lowest similarity s such that
+    for every s' >= s the mean drop of the pairs at or above s' is within `tolerance`, judged from the
+    MIN_SUPPORT-th pair on (None: even the top MIN_SUPPORT pairs do not hold)."""
     order = np.argsort(-similarity)
     running = np.cumsum(drop[order]) / np.arange(1, len(order) + 1)
     lowest = None
-    for position, index in enumerate(order):
+    for position in range(MIN_SUPPORT - 1, len(order)):
         if running[position] > tolerance:
             break
-        if position + 1 >= MIN_SUPPORT:
-            lowest = float(similarity[index])
+        lowest = float(similarity[order[position]])
     return lowest
 
 

@@ -163,9 +163,39 @@ def report(
         "similarity_range": [float(similarity.min()), float(similarity.max())],
         "fresh_quality": float(measured.fresh.mean()),
         "curve": curve(measured),
+        "measurements": measurements(measured),
         "seconds": round(seconds, 1),
         "tag": tag,
     }
+
+
+def measurements(measured: Measured) -> list[dict[str, Any]]:
+    """Every pair's similarity, fresh quality and hit quality per K: enough to recompute the table at
+    another tolerance without generating again (`reprise profile k --from`)."""
+    return [
+        {
+            "kind": pair.kind,
+            "similarity": round(pair.similarity, 5),
+            "fresh": float(measured.fresh[i]),
+            "hits": {str(k): float(hits[i]) for k, hits in measured.hits.items()},
+        }
+        for i, pair in enumerate(measured.pairs)
+    ]
+
+
+def retabled(report: dict[str, Any], tolerance: float) -> dict[str, Any]:
+    """A profile report with its table recomputed at `tolerance` from its measurements."""
+    rows = report.get("measurements")
+    if not rows:
+        raise ValueError("this profile holds no measurements: profile again (`reprise profile k`)")
+    pairs = [Pair("", "", float(row["similarity"]), str(row["kind"])) for row in rows]
+    ks = sorted({int(k) for row in rows for k in row["hits"]})
+    measured = Measured(
+        pairs,
+        np.array([float(row["fresh"]) for row in rows]),
+        {k: np.array([float(row["hits"][str(k)]) for row in rows]) for k in ks},
+    )
+    return report | {"tolerance": tolerance, "table": table_rows(measured, tolerance)}
 
 
 def write_report(path: Path, data: dict[str, Any]) -> None:

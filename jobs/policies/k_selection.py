@@ -145,7 +145,41 @@ MODM_T2I = ThresholdTable(
     profiled_with=CLIP_VIT_L_14,  # MoDM 5.2: CLIPScore, the CLIP ViT-L/14 text and image towers
 )
 
-PRESETS: Mapping[str, ThresholdTable] = MappingProxyType({t.name: t for t in (NIRVANA_T2T, MODM_T2I)})
+# The quality lab's tables (issue 13), each copied from the profile JSON it names (a test compares them).
+LAB_MINILM = ThresholdTable(
+    name="lab-minilm",
+    rows=_rows((0.816, 25)),
+    comparison=Comparison.GREATER,
+    source="`reprise profile k` on the quality lab (lab/profiles/resume-small.json: 200 pairs, tolerance "
+    "0.1, judge quality): hits resume on lab:small from lab:large's latents (the service's default route)",
+    mode=LookupMode.TEXT_TO_TEXT,
+    profiled_with=MINILM,
+)
+
+LAB_MINILM_LARGE = ThresholdTable(
+    name="lab-minilm-large",
+    rows=_rows((0.821, 10), (0.816, 5)),
+    comparison=Comparison.GREATER,
+    source="`reprise profile k` on the quality lab (lab/profiles/resume-large.json: 200 pairs, tolerance "
+    "0.02, judge quality): hits resume on lab:large (NIRVANA's single-model serving)",
+    mode=LookupMode.TEXT_TO_TEXT,
+    profiled_with=MINILM,
+)
+
+LAB_MINILM_REFINE = ThresholdTable(
+    name="lab-minilm-refine",
+    rows=_rows((0.5, 25)),
+    comparison=Comparison.GREATER,
+    source="`reprise profile k` on the quality lab (lab/profiles/refine-small.json: 200 pairs, tolerance "
+    "0.15, judge quality): hits refine lab:large's final latent on lab:small (MoDM 5.1), text lookups",
+    mode=LookupMode.TEXT_TO_TEXT,
+    profiled_with=MINILM,
+)
+
+
+PRESETS: Mapping[str, ThresholdTable] = MappingProxyType(
+    {t.name: t for t in (NIRVANA_T2T, MODM_T2I, LAB_MINILM, LAB_MINILM_LARGE, LAB_MINILM_REFINE)}
+)
 
 AUTO = "auto"  # Settings.k_table's default: the preset profiled for the configured lookup mode
 PRESET_FOR_MODE: Mapping[LookupMode, ThresholdTable] = MappingProxyType(

@@ -119,6 +119,9 @@ def profile_k_command(
     plot: Path | None = typer.Option(
         None, "--plot", help="Write the quality-drop-vs-similarity figure (PNG)."
     ),
+    from_report: Path | None = typer.Option(
+        None, "--from", help="Recompute the table of an earlier --json at --tolerance (no generation)."
+    ),
 ) -> None:
     """NIRVANA Algorithm 1: generate hits at every K from similar cached prompts, judge them against fresh
     generations, and write the similarity-to-k table that keeps the mean drop within --tolerance."""
@@ -128,22 +131,33 @@ def profile_k_command(
     settings = get_settings()
     if embedder is not None:
         settings = settings.model_copy(update={"text_embedder": TextEmbedderKind(embedder)})
-    large, _, hit = (
+    if hit not in (None, "resume", "refine"):
+        typer.echo(f"--hit {hit!r}: use resume or refine", err=True)
+        raise typer.Exit(2)
+    large, _, hit_model = (
         models or f"{settings.model_source('large')},{settings.model_source('small')}"
     ).partition(",")
     k_values = tuple(int(k) for k in ks.split(",")) if ks else tuple(settings.capture_steps)
     options = ProfileOptions(
-        large=large.strip(), hit=(hit or large).strip(), pairs=prompts, ks=k_values, tolerance=tolerance,
-        mode=mode, steps=settings.steps, guidance=guidance, seed=seed, prompts_file=prompts_file,
-        hit_operation=hit,
+        large=large.strip(), hit=(hit_model or large).strip(), pairs=prompts, ks=k_values,
+        tolerance=tolerance, mode=mode, steps=settings.steps, guidance=guidance, seed=seed,
+        prompts_file=prompts_file, hit_operation=hit,
     )  # fmt: skip
-    if hit not in (None, "resume", "refine"):
-        typer.echo(f"--hit {hit!r}: use resume or refine", err=True)
-        raise typer.Exit(2)
-    result = run_profile(settings, options, log=typer.echo)
+    if from_report is not None:
+        from bench.quality.profiling import retabled
+
+        result = retabled(json.loads(from_report.read_text()), tolerance)
+    else:
+        result = run_profile(settings, options, log=typer.echo)
     for row in result["table"]:
         typer.echo(f"similarity > {row['min_similarity']:.3f}  ->  k = {row['k']}")
-    typer.echo(f"use it: REPRISE_K_TABLE='{table_spec(result['table'])}'  ({result['seconds']:.0f} s)")
+    if result["table"]:
+        typer.echo(f"use it: REPRISE_K_TABLE='{table_spec(result['table'])}'  ({result['seconds']:.0f} s)")
+    else:
+        typer.echo(
+            f"no k keeps the mean quality drop within {tolerance} at any similarity on these models: a cache "
+            "would cost that much quality; see the curve (--plot), or state a looser --tolerance"
+        )
     if json_out is not None:
         write_report(json_out, result)
     if plot is not None:

@@ -94,3 +94,11 @@ def test_the_profile_command_profiles_the_lab_models_with_the_judge(
     assert 0.0 < report["fresh_quality"] <= 1.0 and plot.stat().st_size > 0
     rows = report["table"]
     assert [row["k"] for row in rows] == sorted((row["k"] for row in rows), reverse=True)
+    assert len(report["measurements"]) == 16
+    # The table again at another tolerance, from the measurements alone: everything allowed at tolerance 1.
+    again = CliRunner().invoke(
+        cli, ["profile", "k", "--from", str(out), "--tolerance", "1", "--json", str(out)], env=env
+    )
+    assert again.exit_code == 0, again.output
+    loose = json.loads(out.read_text())
+    assert loose["tolerance"] == 1 and [row["k"] for row in loose["table"]] == [4, 2]

@@ -68,6 +68,7 @@ def job_json(
             queue_time_s=0.5,
             run_time_s=run_s,
             vae_decodes=0,
+            quality=None,
         ),
         created_at=created,
         started_at=started,

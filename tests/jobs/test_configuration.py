@@ -3,8 +3,10 @@ profiled with (issue 11, items 3 and 9); the scheduler can resume exactly under 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,14 +17,20 @@ from core.settings import load_settings
 from core.vocabulary import HitPolicy, LookupMode, TextEmbedderKind
 from jobs.configuration import check_configuration
 from jobs.policies.k_selection import (
+    LAB_MINILM,
+    LAB_MINILM_LARGE,
+    LAB_MINILM_REFINE,
     MINILM,
     MODM_T2I,
     NIRVANA_T2T,
+    ThresholdTable,
     configured_table,
     embedder_mismatch,
     embedder_tag,
     table_for,
 )
+
+PROFILES = Path(__file__).resolve().parents[2] / "lab" / "profiles"
 
 
 def _settings(**overrides: Any) -> Any:
@@ -34,7 +42,30 @@ def _settings(**overrides: Any) -> Any:
 )
 def test_the_default_table_is_the_lookup_modes_own(mode: LookupMode, preset: object) -> None:
     assert table_for("auto", mode) is preset
-    assert configured_table(_settings(lookup_mode=mode)) is preset
+    assert configured_table(_settings(lookup_mode=mode, model_set="tiny")) is preset
+
+
+def test_on_the_lab_models_the_default_text_table_is_the_one_profiled_on_them() -> None:
+    """`auto` with the lab's models and MiniLM is lab-minilm (profiled by `reprise profile k` on exactly
+    them), so no borrowed-table warning; image lookups and other embedders keep the papers' presets."""
+    assert configured_table(_settings()) is LAB_MINILM
+    assert check_configuration(_settings()) == []
+    assert configured_table(_settings(lookup_mode=LookupMode.TEXT_TO_IMAGE)) is MODM_T2I
+    assert configured_table(_settings(text_embedder="open_clip", text_embedding_dim=64)) is NIRVANA_T2T
+
+
+@pytest.mark.parametrize(
+    ("preset", "profile"),
+    [(LAB_MINILM, "resume-small"), (LAB_MINILM_LARGE, "resume-large"), (LAB_MINILM_REFINE, "refine-small")],
+)
+def test_the_lab_presets_are_the_tables_their_shipped_profiles_wrote(
+    preset: ThresholdTable, profile: str
+) -> None:
+    report = json.loads((PROFILES / f"{profile}.json").read_text())
+    assert [(row.similarity, row.k) for row in preset.rows] == [
+        (row["min_similarity"], row["k"]) for row in report["table"]
+    ]
+    assert preset.profiled_with == report["embedder"] == MINILM and profile in preset.source
 
 
 def test_image_lookups_hit_by_default() -> None:
@@ -78,7 +109,7 @@ def test_a_table_profiled_with_another_embedder_is_a_warning_naming_the_profiler
     )
     # image lookups embed the prompt with open_clip whatever the text embedder
     assert embedder_tag(TextEmbedderKind.MINILM, "ViT-L-14", LookupMode.TEXT_TO_IMAGE) == "open_clip:ViT-L-14"
-    assert any("profiled with" in w for w in check_configuration(_settings()))
+    assert any("profiled with" in w for w in check_configuration(_settings(model_set="tiny")))
     custom = _settings(k_table="0.9:20,0.7:10", k_table_profiled_with=MINILM)
     assert check_configuration(custom) == []
 

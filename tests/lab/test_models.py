@@ -72,9 +72,11 @@ def test_the_large_model_draws_what_prompts_ask_far_above_chance(lab_settings: S
     images = []
     for seed, prompt in enumerate(prompts):
         params = GenerationParams(prompt=prompt, steps=20, width=64, height=64, seed=seed)
-        images.append(runtime.generate(params, decode=True).image)
+        image = runtime.generate(params, decode=True).image
+        assert image is not None
+        images.append(image)
     scores = [q for q in judge.quality(images, prompts) if q is not None]
-    assert len(scores) == 12 and float(np.mean(scores)) > 0.6
+    assert len(scores) == 12 and float(np.mean(scores)) > 0.5  # chance: 0.31 (`reprise lab quality`)
 
 
 def test_a_latent_of_the_first_family_refines_on_the_second_familys_model(lab_settings: Settings) -> None:
