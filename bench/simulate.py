@@ -1,34 +1,29 @@
 """A discrete-event simulation of the serving stack, for scales one machine cannot hold.
 
-It replays a workload (bench.trace) through the same policy code the service runs -- the admit
-worker's decision (jobs.admission.decide), the match predictor and the eviction planner of
-jobs.policies, driven by bench.simcache -- with
-profiled per-step costs per model (bench.costs) instead of GPUs, N workers per role
-(bench.pools) and a cache budget. No image is generated; prompt embeddings are real (the
-configured text embedder, cached on disk by bench.embeddings).
+It replays a workload (bench.trace) through the same policy code the service runs (the admit
+worker's decision, jobs.admission.decide; the match predictor and eviction planner of jobs.policies,
+driven by bench.simcache) with profiled per-step costs per model (bench.costs) instead of GPUs, N
+workers per role (bench.pools) and a cache budget. No image is generated; prompt embeddings are real
+(the configured text embedder, cached by bench.embeddings); on a lab trace each request's quality is
+predicted from a profile (bench.quality.model).
 
 The model of one request:
-  1. arrival; admission at once against the cache as it is then (embed, predictor, exact
-     nearest neighbour, jobs.admission.decide: k from the table, scaled to T, over holes); the job
-     is queued `admit_s` later (the measured embedding time per prompt; the admit pool is CPU-only
-     and not a bottleneck here).
-  2. a miss waits for a large worker; a hit for a small worker when the profile sends hits to
-     the small pool (Profile.hits_on_small), or a large one with no miss waiting (DESIGN.md:
-     "small pool (or large, when idle)"; Settings.large_serves_hits); otherwise hits queue with
-     the misses (NIRVANA).
-  3. a hit whose entry (or, under resume, state) was evicted since admission runs as a miss: it
-     goes to the large pool's queue when a worker picks it up (workers.generation.reuse_job).
-     Service time: denoiser evaluations x the model's step cost + one VAE decode (every run
-     decodes its image, workers.runtime).
-  4. at completion a hit counts one use of its entry and state (as workers.generation.reuse_job
-     does then, not at admission); a miss, and with cache_all any hit, inserts an entry (captured states under
-     resume, a final latent under refine), evicting first what the budget needs
-     (jobs.passes.eviction.ensure_room's rule, batched: see simcache.EVICT_SLACK); the predictor is refit
-     every beat period when NIRVANA's 5% rule says so (jobs.passes.retrain).
+  1. arrival; admission at once against the cache as it is then (embed, predictor, exact nearest
+     neighbour, jobs.admission.decide: k from the table, scaled to T, over holes); queued `admit_s`
+     later (the measured embedding time per prompt; the CPU admit pool is no bottleneck here).
+  2. a miss waits for a large worker; a hit for a small worker when the profile sends hits to the
+     small pool (Profile.hits_on_small), or a large one with no miss waiting (DESIGN.md: "small pool
+     (or large, when idle)"; Settings.large_serves_hits); otherwise hits queue with the misses.
+  3. a hit whose entry (or, under resume, state) was evicted since admission runs as a miss, on the
+     large pool (workers.generation.reuse_job). Service time: denoiser evaluations x the model's
+     step cost + one VAE decode.
+  4. at completion a hit counts one use of its entry and state (as reuse_job does); a miss, and with
+     cache_all any hit, inserts an entry (captured states under resume, a final latent under refine),
+     evicting first what the budget needs (jobs.passes.eviction.ensure_room's rule, batched:
+     simcache.EVICT_SLACK); the predictor is refit every beat period under NIRVANA's 5% rule.
 
-Text-to-image lookup (MoDM) is simulated text to text (bench.simlookup). The allocation is fixed,
-or moved by MoDM's monitor (bench.monitor), or follows a replayed stack's (`allocation_schedule`,
-bench.stack).
+Text-to-image lookup (MoDM) is simulated text to text (bench.simlookup). The allocation is fixed, moved
+by MoDM's monitor (bench.monitor), or follows a replayed stack's (`allocation_schedule`, bench.stack).
 """
 
 from __future__ import annotations
@@ -397,12 +392,7 @@ def run_simulation(
     if vanilla_throughput_rps is None:
         vanilla_throughput_rps = _vanilla_throughput(workload, config, settings) if profile.caches else None
     prices = step_ms_by_model(config.costs, outcomes) if outcomes else {}
-    outcomes, quality_source = simulated_quality(
-        outcomes, prompts=[r.prompt for r in workload.requests], hit_policy=profile.hit_policy,
-        small_name=simulation.small_name, override=config.quality_profile,
-    )  # fmt: skip
-    context = _report_context(workload, config, vanilla_throughput_rps, lookup.embedder)
-    report = summarize(outcomes, replace(context, quality_source=quality_source))
+    report = _judged_report(outcomes, workload, config, vanilla_throughput_rps, lookup.embedder)
     if not profile.caches:
         report = _with_vanilla(report)
     return SimResult(
@@ -413,6 +403,17 @@ def run_simulation(
         table=lookup.table,
         allocation_timeline=tuple(simulation.timeline) if followed else None,
     )
+
+
+def _judged_report(
+    done: list[RequestOutcome], load: Workload, cfg: SimConfig, vanilla: float | None, emb: dict[str, object]
+) -> BenchReport:  # fmt: skip
+    """The run's report, with each request's quality predicted from a profile on a lab trace."""
+    judged, source = simulated_quality(
+        done, prompts=[r.prompt for r in load.requests], hit_policy=cfg.profile.hit_policy,
+        small_name=cfg.costs.small_model or "small", override=cfg.quality_profile,
+    )  # fmt: skip
+    return summarize(judged, replace(_report_context(load, cfg, vanilla, emb), quality_source=source))
 
 
 def _report_context(

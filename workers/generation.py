@@ -215,7 +215,6 @@ def _finish_run(
     entry's use, the interval statistics) commits with the completion, which only the lease holder's
     first completion makes: a redelivered or restarted run counts nothing twice. A run that lost its
     lease writes nothing (LeaseLost)."""
-    settings = context.settings
     lease.check()
     final_blob = encode_latent(result.final_latent, family=result.family, k=None)
     final_key = keys.job_prefix(job.id) + "final.latent"
@@ -229,7 +228,7 @@ def _finish_run(
         image_key = keys.image_key(job.id, ImageFormat.PNG.value)
         context.blobs.put(image_key, encode_image(image, ImageFormat.PNG))
     lease.check()
-    with session_scope(settings) as session:
+    with session_scope(context.settings) as session:
         if image_key is not None:
             record_image_key(session, job.id, ImageFormat.PNG.value, image_key)
         completed = complete(

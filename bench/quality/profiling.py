@@ -145,10 +145,14 @@ def report(
 ) -> dict[str, Any]:
     kinds = sorted({pair.kind for pair in measured.pairs})
     similarity = np.array([pair.similarity for pair in measured.pairs])
-    tag = "lab-judge:" + embedder_tag(settings.text_embedder, settings.open_clip_model, options.mode)
+    embedder = embedder_tag(settings.text_embedder, settings.open_clip_model, options.mode)
+    if (
+        lab and options.mode is LookupMode.TEXT_TO_IMAGE
+    ):  # the image's side: MiniLM of the judge's description
+        embedder = "lab-description:" + embedder_tag(settings.text_embedder, None, LookupMode.TEXT_TO_TEXT)
     return {
         "table": table_rows(measured, options.tolerance),
-        "embedder": embedder_tag(settings.text_embedder, settings.open_clip_model, options.mode),
+        "embedder": embedder,
         "models": {"large": options.large, "hit": options.hit},
         "tolerance": options.tolerance,
         "mode": options.mode.value,
@@ -165,7 +169,6 @@ def report(
         "curve": curve(measured),
         "measurements": measurements(measured),
         "seconds": round(seconds, 1),
-        "tag": tag,
     }
 
 

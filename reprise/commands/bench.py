@@ -213,15 +213,11 @@ def simulate_command(
             profiles=tuple(parse_list(profile)),
             costs=costs,
             cache_bytes=parse_size(cache_bytes) if cache_bytes else None,
-            large_workers=large_workers,
-            small_workers=small_workers,
-            sweep=sweep,
+            large_workers=large_workers, small_workers=small_workers, sweep=sweep,
             sizes=tuple(parse_size(size) for size in parse_list(sizes or "")),
             policies=tuple(parse_list(policies or "")),
             rates=tuple(float(r) for r in parse_list(rates or "")),
-            k_table=k_table,
-            quality_profile=quality_profile,
-            switch_s=switch_s,
+            k_table=k_table, quality_profile=quality_profile, switch_s=switch_s,
             monitor=parse_monitor(monitor),
             monitor_period_s=monitor_period_s,
             jobs=jobs,
@@ -229,7 +225,7 @@ def simulate_command(
             plots=plots,
             compare=compare,
             progress=progress,
-        )
+        )  # fmt: skip
         return simulate_main(get_settings(), options)
 
     raise typer.Exit(guarded(main))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -93,11 +94,7 @@ def trace_command(
 
 @profile_app.command("k")
 def profile_k_command(
-    models: str | None = typer.Option(
-        None,
-        "--models",
-        help="LARGE,HIT: the cached run's model and the hit's (default: configured large,small).",
-    ),
+    models: str | None = typer.Option(None, "--models", help="LARGE,HIT models (default: large,small)."),
     embedder: str | None = typer.Option(
         None, "--embedder", help="minilm or open_clip (default: configured)."
     ),
@@ -125,7 +122,7 @@ def profile_k_command(
 ) -> None:
     """NIRVANA Algorithm 1: generate hits at every K from similar cached prompts, judge them against fresh
     generations, and write the similarity-to-k table that keeps the mean drop within --tolerance."""
-    from bench.quality.profiling import ProfileOptions, run_profile, write_report
+    from bench.quality.profiling import ProfileOptions, run_profile
     from core.vocabulary import TextEmbedderKind
 
     settings = get_settings()
@@ -149,6 +146,15 @@ def profile_k_command(
         result = retabled(json.loads(from_report.read_text()), tolerance)
     else:
         result = run_profile(settings, options, log=typer.echo)
+    _report_profile(result, tolerance, json_out, plot)
+
+
+def _report_profile(
+    result: dict[str, Any], tolerance: float, json_out: Path | None, plot: Path | None
+) -> None:
+    """Print the table (or why there is none), write its JSON and figure."""
+    from bench.quality.profiling import write_report
+
     for row in result["table"]:
         typer.echo(f"similarity > {row['min_similarity']:.3f}  ->  k = {row['k']}")
     if result["table"]:

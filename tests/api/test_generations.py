@@ -106,6 +106,7 @@ def test_get_returns_what_the_workers_wrote(
         "models": ["tiny-small"],
         "denoiser_evaluations": {"tiny-small": 30},
         "vae_decodes": 0,
+        "quality": None,
         "admission_ms": {},
         "queue_time_s": 2.0,
         "run_time_s": 3.0,

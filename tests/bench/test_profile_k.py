@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,13 +16,21 @@ from typer.testing import CliRunner
 from bench.quality.profiling import ProfileOptions, run_profile
 from bench.quality.sampler import Sampler
 from core.params import GenerationParams
-from core.settings import Settings, load_settings
+from core.settings import Settings, get_settings, load_settings
 from core.vocabulary import LookupMode, Role
 from reprise.cli import app as cli
 from workers.runtime import DiffusionRuntime
 from workers.runtime.loading import builtin_path
 
 torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def fresh_settings() -> Iterator[None]:
+    """The commands read settings through get_settings (cached per process): read the test's env afresh."""
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
 
 
 @pytest.fixture(scope="module")
@@ -102,3 +112,19 @@ def test_the_profile_command_profiles_the_lab_models_with_the_judge(
     assert again.exit_code == 0, again.output
     loose = json.loads(out.read_text())
     assert loose["tolerance"] == 1 and [row["k"] for row in loose["table"]] == [4, 2]
+
+
+def test_image_mode_profiles_refine_hits_by_prompt_to_image_similarity_on_the_lab(settings: Settings) -> None:
+    """MoDM's lookup on the lab: a pair's similarity is the query against the judge's description of the
+    cached image (MiniLM), and hits refine the cached final latent."""
+    options = ProfileOptions(
+        large="lab:large", hit="lab:small", pairs=16, ks=(2, 4), tolerance=0.02,
+        mode=LookupMode.TEXT_TO_IMAGE, steps=8, guidance=7.5, seed=3,
+    )  # fmt: skip
+    report = run_profile(settings, options, log=lambda _: None)
+    assert report["mode"] == "image" and report["hit_operation"] == "refine"
+    assert report["embedder"] == "lab-description:minilm:all-MiniLM-L6-v2"
+    text = run_profile(settings, replace(options, mode=LookupMode.TEXT_TO_TEXT), log=lambda _: None)
+    image_sims = [m["similarity"] for m in report["measurements"]]
+    text_sims = [m["similarity"] for m in text["measurements"]]
+    assert image_sims != text_sims and all(-1.0 <= s <= 1.0 for s in image_sims)

@@ -37,6 +37,7 @@ CONTRACT = set(
         "slo_violations",
         "admission_ms",
         "entry_bytes",
+        "quality",
         "png_bytes",
         "embedder",
         "trace",

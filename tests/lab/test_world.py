@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from bench.demo import quality_line
+from core.settings import get_settings
 from lab.captions import caption, describe, parse
 from lab.trace import lab_trace
 from lab.world import (
@@ -23,6 +25,14 @@ from lab.world import (
     sample_scene,
 )
 from reprise.cli import app as cli
+
+
+@pytest.fixture(autouse=True)
+def fresh_settings() -> Iterator[None]:
+    """The commands read settings through get_settings (cached per process): read the test's env afresh."""
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
 
 
 def test_the_same_seed_draws_the_same_scenes_and_pixels() -> None:

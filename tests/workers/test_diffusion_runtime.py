@@ -146,6 +146,7 @@ def test_refine_from_another_family_goes_through_pixels(
         device="cpu",
         small_model=str(tiny_paths.small),
         small_family="tiny-sd-b",
+        model_set="tiny",
     )
     runtime = DiffusionRuntime(other, Role.SMALL)
     assert runtime.family == "tiny-sd-b"

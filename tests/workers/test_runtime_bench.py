@@ -28,6 +28,9 @@ def test_bench_runtime_writes_the_contract_fields(
 ) -> None:
     monkeypatch.setenv("REPRISE_DATA_DIR", str(tiny_settings.data_dir))
     monkeypatch.setenv("REPRISE_DEVICE", "cpu")
+    monkeypatch.setenv(
+        "REPRISE_MODEL_SET", "tiny"
+    )  # the sizes below are the tiny models' (4-channel latents)
     monkeypatch.setenv("REPRISE_STEPS", "10")
     monkeypatch.setenv("REPRISE_CAPTURE_STEPS", "2,5")
     get_settings.cache_clear()

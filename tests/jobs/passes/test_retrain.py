@@ -17,6 +17,7 @@ from db import cache, predictor_store
 from db.engine import session_scope
 from db.models import CacheEntry, PredictorFit
 from jobs.passes.retrain import load_predictor, retrain_predictors, retrain_scope
+from jobs.policies.k_selection import configured_table
 
 pytestmark = pytest.mark.integration
 
@@ -70,7 +71,9 @@ def test_fit_is_persisted_reloaded_and_retrained_after_more_than_5_percent(db_se
         loaded = load_predictor(session, scope=scope, model_family=FAMILY, mode=TEXT)
     assert loaded is not None and loaded.version == first and loaded.entries == 40
     assert loaded.predictor.size == 40
-    assert loaded.predictor.threshold == 0.65  # nirvana-t2t's lowest row
+    assert (
+        loaded.predictor.threshold == configured_table(db_settings).lowest_similarity
+    )  # the table's lowest row
     assert loaded.predictor.predict(cached[7])
     # 40 unrelated entries: no held-out hits to choose an operating point on, so everything is searched.
     assert loaded.predictor.predict(unit_rows(rng, 1, dim)[0])
