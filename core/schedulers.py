@@ -64,3 +64,20 @@ def resume_refusal(class_name: str) -> str | None:
         "NIRVANA's hits rely on: set REPRISE_SCHEDULER=ddim (NIRVANA 6) or euler, or "
         "REPRISE_HIT_POLICY=refine"
     )
+
+
+# Stable Diffusion 1.x's noise schedule (its scheduler_config.json), with DDIM as in NIRVANA 6: the
+# schedule of the tiny models (workers.runtime.tiny) and of the quality lab's (lab.models).
+SD1_SCHEDULER_CONFIG: Mapping[str, object] = MappingProxyType(
+    {
+        "num_train_timesteps": 1000,
+        "beta_start": 0.00085,
+        "beta_end": 0.012,
+        "beta_schedule": "scaled_linear",
+        "clip_sample": False,
+        "set_alpha_to_one": False,
+        "steps_offset": 1,
+        "prediction_type": "epsilon",
+        "timestep_spacing": "leading",
+    }
+)

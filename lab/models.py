@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from core.schedulers import SD1_SCHEDULER_CONFIG
 from core.settings import Settings
 
 WEIGHTS_DIR: Final = Path(__file__).resolve().parent / "weights"
@@ -50,21 +51,9 @@ LAB_MODELS: Final = (
     LabModel("small", "unet-small", "vae-a", FAMILY_A),
     LabModel("small-b", "unet-small-b", "vae-b", FAMILY_B),  # the second family, for cross-family refine
 )
-MODEL_BY_NAME: Final = {model.name: model for model in LAB_MODELS}
 
 # Stable Diffusion 1.x's noise schedule with DDIM (NIRVANA 6), as the tiny models use.
-SCHEDULER_CONFIG: Final[dict[str, Any]] = {
-    "_class_name": "DDIMScheduler",
-    "num_train_timesteps": 1000,
-    "beta_start": 0.00085,
-    "beta_end": 0.012,
-    "beta_schedule": "scaled_linear",
-    "clip_sample": False,
-    "set_alpha_to_one": False,
-    "steps_offset": 1,
-    "prediction_type": "epsilon",
-    "timestep_spacing": "leading",
-}
+SCHEDULER_CONFIG: Final[dict[str, Any]] = {"_class_name": "DDIMScheduler", **SD1_SCHEDULER_CONFIG}
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from typer.testing import CliRunner
 from bench.quality.profiling import ProfileOptions, run_profile
 from bench.quality.sampler import Sampler
 from core.params import GenerationParams
-from core.settings import Settings, get_settings, load_settings
+from core.settings import Settings, load_settings
 from core.vocabulary import LookupMode, Role
 from reprise.cli import app as cli
 from workers.runtime import DiffusionRuntime
@@ -24,13 +23,7 @@ from workers.runtime.loading import builtin_path
 
 torch.set_num_threads(1)
 
-
-@pytest.fixture(autouse=True)
-def fresh_settings() -> Iterator[None]:
-    """The commands read settings through get_settings (cached per process): read the test's env afresh."""
-    get_settings.cache_clear()
-    yield
-    get_settings.cache_clear()
+pytestmark = pytest.mark.usefixtures("fresh_settings")  # tests.support.fixtures
 
 
 @pytest.fixture(scope="module")

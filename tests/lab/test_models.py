@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +11,7 @@ import torch
 from typer.testing import CliRunner
 
 from core.params import GenerationParams
-from core.settings import Settings, get_settings, load_settings
+from core.settings import Settings, load_settings
 from core.vocabulary import Role
 from lab.build import digests
 from lab.captions import caption
@@ -25,13 +24,7 @@ from workers.runtime import DiffusionRuntime
 torch.set_num_threads(1)
 MAX_WEIGHT_BYTES = 20 * 1024 * 1024  # issue 13: at most 20 MB committed
 
-
-@pytest.fixture(autouse=True)
-def fresh_settings() -> Iterator[None]:
-    """The commands read settings through get_settings (cached per process): read the test's env afresh."""
-    get_settings.cache_clear()
-    yield
-    get_settings.cache_clear()
+pytestmark = pytest.mark.usefixtures("fresh_settings")  # tests.support.fixtures
 
 
 @pytest.fixture(scope="module")

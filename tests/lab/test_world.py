@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +9,6 @@ import pytest
 from typer.testing import CliRunner
 
 from bench.demo import quality_line
-from core.settings import get_settings
 from lab.captions import caption, describe, parse
 from lab.trace import lab_trace
 from lab.world import (
@@ -26,13 +24,7 @@ from lab.world import (
 )
 from reprise.cli import app as cli
 
-
-@pytest.fixture(autouse=True)
-def fresh_settings() -> Iterator[None]:
-    """The commands read settings through get_settings (cached per process): read the test's env afresh."""
-    get_settings.cache_clear()
-    yield
-    get_settings.cache_clear()
+pytestmark = pytest.mark.usefixtures("fresh_settings")  # tests.support.fixtures
 
 
 def test_the_same_seed_draws_the_same_scenes_and_pixels() -> None:

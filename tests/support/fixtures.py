@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import update
 
 from api.main import create_app
-from core.settings import Settings
+from core.settings import Settings, get_settings
 from db.blobs.local import LocalBlobStore
 from db.engine import session_scope
 from db.models import Job
@@ -118,3 +118,12 @@ def set_job(api_settings: Settings) -> Callable[..., None]:
             session.execute(update(Job).where(Job.id == uuid.UUID(job_id)).values(**values))
 
     return apply
+
+
+@pytest.fixture
+def fresh_settings() -> Iterator[None]:
+    """For tests of commands that read settings through get_settings (cached per process): the test's
+    environment is read afresh, and the next test's too."""
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from core.schedulers import SD1_SCHEDULER_CONFIG
 from core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -45,18 +46,7 @@ TINY_CLIP_CHECKPOINT = "open_clip_model.safetensors"
 _MARKER = "tiny-models.json"
 _SEED = 20240601  # every component is seeded from this, so a rebuild gives the same weights
 
-# Stable Diffusion 1.x scheduler settings (its scheduler_config.json), with DDIM as in NIRVANA 6.
-SD_SCHEDULER_CONFIG: dict[str, Any] = {
-    "num_train_timesteps": 1000,
-    "beta_start": 0.00085,
-    "beta_end": 0.012,
-    "beta_schedule": "scaled_linear",
-    "clip_sample": False,
-    "set_alpha_to_one": False,
-    "steps_offset": 1,
-    "prediction_type": "epsilon",
-    "timestep_spacing": "leading",
-}
+SD_SCHEDULER_CONFIG: dict[str, Any] = dict(SD1_SCHEDULER_CONFIG)
 
 # UNet sizes: (block_out_channels, layers_per_block). At an 8x8 latent a CPU step is dominated by
 # per-layer overhead, so depth (not width) sets the cost; these two measured ~3x apart.
