@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -15,6 +16,8 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
+from db.cascade import cascade_counts
+from db.cascade import latest_decision as latest_cascade_decision
 from db.pools import latest_decision, workers_per_role
 
 LATEST: Final = "mostrecent"  # a gauge set at scrape time: the newest write of any API process wins
@@ -68,6 +71,55 @@ POOL_MONITOR_DECIDED = Gauge(
 )
 
 
+# DiffServe's allocator (3.3), from its latest decision in cascade_decisions (`refresh_cascade_gauges`).
+CASCADE_THRESHOLD = Gauge(
+    "reprise_cascade_threshold",
+    "The discriminator confidence a light image needs, as the allocator last set it.",
+    multiprocess_mode=LATEST,
+)
+CASCADE_TARGET = Gauge(
+    "reprise_cascade_target_workers",
+    "Workers per cascade model (light, heavy) the MILP's latest solution aims at.",
+    ["model"],
+    multiprocess_mode=LATEST,
+)
+CASCADE_SOLVE_MS = Gauge(
+    "reprise_cascade_milp_solve_milliseconds",
+    "How long the latest MILP took to solve.",
+    multiprocess_mode=LATEST,
+)
+CASCADE_FEASIBLE = Gauge(
+    "reprise_cascade_feasible",
+    "1 when the latest MILP met demand and SLO; 0 when it took the stated fallback.",
+    multiprocess_mode=LATEST,
+)
+CASCADE_ESCALATION = Gauge(
+    "reprise_cascade_escalation_ratio",
+    "Light stages of the last hour the discriminator escalated to the heavy model.",
+    multiprocess_mode=LATEST,
+)
+CASCADE_DECIDED = Gauge(
+    "reprise_cascade_last_decision_timestamp_seconds",
+    "When the cascade's allocator last decided (Unix time).",
+    multiprocess_mode=LATEST,
+)
+
+
+def refresh_cascade_gauges(session: Session) -> None:
+    """Set the cascade gauges from the allocator's latest decision and the last hour's light stages."""
+    counts = cascade_counts(session, datetime.now(UTC) - timedelta(hours=1))
+    CASCADE_ESCALATION.set(counts.escalated / counts.light if counts.light else float("nan"))
+    decision = latest_cascade_decision(session)
+    if decision is None:
+        return
+    CASCADE_THRESHOLD.set(decision.threshold)
+    CASCADE_TARGET.labels(model="light").set(decision.target_light)
+    CASCADE_TARGET.labels(model="heavy").set(decision.target_heavy)
+    CASCADE_SOLVE_MS.set(decision.solve_ms)
+    CASCADE_FEASIBLE.set(1.0 if decision.feasible else 0.0)
+    CASCADE_DECIDED.set(decision.decided_at.timestamp())
+
+
 def refresh_pool_gauges(session: Session) -> None:
     """Set the pool gauges from worker_roles and the latest pool decision."""
     counts = workers_per_role(session)
@@ -100,6 +152,7 @@ def exposition(session: Session) -> bytes:
     """The text exposition of the metrics, pool gauges refreshed from Postgres first."""
     try:
         refresh_pool_gauges(session)
+        refresh_cascade_gauges(session)
     except SQLAlchemyError:  # the HTTP metrics still matter when the database is down
         log.warning("metrics: pool gauges not refreshed, database unreachable", exc_info=True)
     return generate_latest(export_registry())

@@ -184,6 +184,47 @@ class PoolDecisionView(BaseModel):
     switches: list[dict[str, Any]] = Field(description="Moves sent: {worker, from, to, ok}.")
 
 
+class CascadeDecisionView(BaseModel):
+    """DiffServe's allocator's latest decision (3.3): the MILP's inputs, solution and what was applied."""
+
+    decided_at: datetime
+    period_start: datetime
+    period_seconds: int
+    threshold: float = Field(description="The confidence threshold chosen (the objective, maximised).")
+    feasible: bool = Field(description="False: demand or SLO could not be met; the stated fallback ran.")
+    objective: float | None
+    solve_ms: float = Field(description="Time HiGHS took (scipy.optimize.milp).")
+    target: dict[str, int] = Field(
+        description="Workers per cascade model (light, heavy) the solution aims at."
+    )
+    applied: dict[str, int] = Field(description="Workers per model after the moves the workers accepted.")
+    inputs: dict[str, Any] = Field(
+        description="Demand (EWMA), latencies, Little's-law waits, SLO, f(t), pool."
+    )
+    solution: dict[str, Any] = Field(
+        description="The plan: threshold, workers, batches, f(t), headroom, fallback."
+    )
+    switches: list[dict[str, Any]] = Field(description="Moves sent: {worker, from, to, ok}.")
+
+
+class CascadeView(BaseModel):
+    """DiffServe's cascade (REPRISE_ALLOCATOR=diffserve): its threshold now, the window's light stages,
+    the discriminator and the allocator's latest decision."""
+
+    allocator: str = Field(description="modm or diffserve: which controller owns the pools.")
+    threshold: float = Field(description="The threshold light workers apply now.")
+    threshold_source: str = Field(description="'configured' or the decision it comes from.")
+    light_stages: int = Field(description="Jobs the light model ran in the window.")
+    escalated: int = Field(description="Of them, those the discriminator sent on to the heavy model.")
+    escalation_rate: float | None
+    discriminator: dict[str, Any] | None = Field(
+        description="{version, accuracy, features} of the light model's."
+    )
+    decision: CascadeDecisionView | None = Field(
+        description="The allocator's latest decision; null before one."
+    )
+
+
 class MonitorView(BaseModel):
     """How the pool monitor is configured (REPRISE_MONITOR_*): a replay records it next to the pools."""
 
@@ -213,6 +254,9 @@ class Stats(BaseModel):
     )
     monitor: MonitorView | None = Field(None, description="The pool monitor's configuration.")
     decodes: DecodeStats | None = Field(None, description="VAE decodes at generation and on read.")
+    cascade: CascadeView | None = Field(
+        None, description="DiffServe's cascade and its allocator; global scope only."
+    )
     intervals: list[IntervalRow] = Field(
         description="The latest interval aggregates, newest first; global scope only."
     )

@@ -23,10 +23,18 @@ from bench.trace import (
     build_workload,
     load_prompts,
 )
-from core.vocabulary import MonitorMode
+from core.vocabulary import Allocator, MonitorMode
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def parse_allocator(text: str) -> Allocator:
+    """--allocator: modm or diffserve."""
+    try:
+        return Allocator(text.strip().lower())
+    except ValueError:
+        raise ValueError(f"--allocator {text!r}: choose {' or '.join(a.value for a in Allocator)}") from None
 
 
 def parse_size(text: str) -> int:
@@ -129,3 +137,32 @@ class WorkloadOptions:
 
     def workload(self, *, rate: float | None = None) -> Workload:
         return build_workload(load_prompts(self.trace), self.spec(rate=rate), limit=self.limit)
+
+
+@dataclass(frozen=True, slots=True)
+class SimulateOptions:
+    """What `reprise bench simulate` was asked for, parsed (bench.options)."""
+
+    workload: WorkloadOptions
+    profiles: tuple[str, ...]
+    costs: Path | None = None
+    cache_bytes: int | None = None
+    large_workers: int = 3
+    small_workers: int = 1
+    sweep: bool = False
+    sizes: tuple[int, ...] = ()
+    policies: tuple[str, ...] = ()
+    rates: tuple[float, ...] = ()
+    k_table: str | None = None
+    quality_profile: Path | None = None  # `reprise profile k --json`; None: the lab's shipped profiles
+    switch_s: float = 0.0
+    jobs: int = 1
+    json_path: Path | None = None
+    plots: Path | None = None
+    compare: Path | None = None
+    progress: bool = True
+    monitor: MonitorMode | None = None  # MoDM's global monitor in this mode; None: fixed allocation
+    monitor_period_s: float | None = None  # None: settings.monitor_period_s
+    allocator: Allocator = Allocator.DIFFSERVE  # cascade profiles: the MILP, or a fixed threshold (modm)
+    cascade_pair: str = "sd15"  # DiffServe 4.1's light-heavy pair whose latencies the cascade runs at
+    cascade_profile: Path | None = None  # `reprise cascade train --json`; None: the lab's shipped one

@@ -125,7 +125,8 @@ def trace_report(cache_bytes: int, limit: int | None) -> dict[str, Any]:
     from bench.costs import load_costs
     from bench.embeddings import configured_embedder, trace_embeddings
     from bench.profiles import build_profile
-    from bench.simulate import SimConfig, run_simulation
+    from bench.simconfig import SimConfig
+    from bench.simulate import run_simulation
     from bench.trace import ArrivalSpec, build_workload, load_prompts
 
     settings = get_settings()

@@ -8,6 +8,10 @@ nirvana     intermediate latents at K (NIRVANA 5.3), text-to-text lookup (5.1), 
 nirvana-womp  nirvana without its match predictor (the paper's NIRVANA-w/oMP baseline, 7)
 modm        final latents, text-to-image lookup (MoDM 5.2), refine hits on the small model,
             FIFO eviction and caching the results of hits too (5.4), no match predictor
+diffserve   DiffServe (its 3.1): no cache; every request runs light-first, the discriminator escalates the
+            rest to the heavy model (bench.simcascade); the threshold and the split from the MILP
+reprise     the configured cache with DiffServe's cascade for its misses: hits to the small (light) pool,
+            misses into the cascade (README, "DiffServe's cascade")
 configured  whatever the settings say (REPRISE_LOOKUP_MODE, _HIT_POLICY, _K_TABLE, ...): a mix.
             Its hits go where the stack sends them: the small pool (cache_hit) for a refine, or a
             resume when the small model shares the large one's family; the large pool otherwise
@@ -31,6 +35,8 @@ class ProfileName(StrEnum):
     NIRVANA_WOMP = "nirvana-womp"
     MODM = "modm"
     CONFIGURED = "configured"
+    DIFFSERVE = "diffserve"
+    REPRISE = "reprise"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +55,7 @@ class Profile:
     steps: int
     capture_steps: tuple[int, ...]
     hits_on_small: bool  # hits run on the small pool (and on large workers only when no miss waits)
+    cascade: bool = False  # misses go light-first through DiffServe's discriminator
 
     @property
     def cached_ks(self) -> tuple[int, ...] | None:
@@ -83,6 +90,7 @@ class Profile:
             "steps": self.steps,
             "capture_steps": list(self.capture_steps),
             "hits_on_small": self.hits_on_small,
+            "cascade": self.cascade,
         }
 
 
@@ -110,6 +118,12 @@ def build_profile(name: str, settings: Settings) -> Profile:
     )
     if kind is ProfileName.VANILLA:
         return replace(base, caches=False, cache_all=False, predictor=False, hits_on_small=False)
+    if kind is ProfileName.DIFFSERVE:
+        return replace(
+            base, caches=False, cache_all=False, predictor=False, hits_on_small=False, cascade=True
+        )
+    if kind is ProfileName.REPRISE:
+        return replace(base, cascade=True)
     if kind in (ProfileName.NIRVANA, ProfileName.NIRVANA_WOMP):
         return replace(
             base,

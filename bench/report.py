@@ -40,6 +40,8 @@ REPORT_FIELDS = (
     "arrivals",
     "decodes",
     "quality",
+    "escalation_rate",
+    "threshold_timeline",
 )
 SWEEP_FIELDS = (*REPORT_FIELDS, "cache_bytes", "policy")
 
@@ -148,6 +150,8 @@ class BenchReport:
     arrivals: Mapping[str, Any]
     decodes: Decodes | None = None
     quality: Quality | None = None
+    escalation_rate: float | None = None  # DiffServe's cascade: light stages escalated to the heavy model
+    threshold_timeline: tuple[Mapping[str, float], ...] | None = None  # [{t, threshold, light, heavy}]
 
     def as_json(self) -> dict[str, Any]:
         """The contract fields as JSON types (k_histogram keys become strings, in ascending k)."""
@@ -180,6 +184,10 @@ class BenchReport:
             "arrivals": dict(self.arrivals),
             "decodes": None if self.decodes is None else self.decodes.as_json(),
             "quality": None if self.quality is None else self.quality.as_json(),
+            "escalation_rate": _round(self.escalation_rate),
+            "threshold_timeline": None
+            if self.threshold_timeline is None
+            else [dict(p) for p in self.threshold_timeline],
         }
 
 

@@ -18,13 +18,15 @@ from bench.compare import compare_reports
 from bench.costs import StepCosts, load_costs
 from bench.embeddings import TraceEmbeddings, configured_embedder, trace_embeddings
 from bench.monitor import MonitorSpec, write_simulation_json
-from bench.options import WorkloadOptions, parse_list, parse_size
+from bench.options import SimulateOptions, WorkloadOptions, parse_list, parse_size
 from bench.outcomes import step_ms_by_model
 from bench.plots import TraceCurve, plot_against_cache, plot_against_rate, plot_over_trace
 from bench.profiles import Profile, build_profile, settings_mismatches
 from bench.progress import ProgressBar
 from bench.report import BenchReport, SweepPoint, markdown_table, write_json
-from bench.simulate import SimConfig, SimResult, run_simulation
+from bench.simcascade import PAIRS, cascade_spec
+from bench.simconfig import SimConfig, SimResult
+from bench.simulate import run_simulation
 from bench.stack import (
     ScheduledAllocation,
     StackRecord,
@@ -35,13 +37,17 @@ from bench.stack import (
 )
 from bench.trace import Workload
 from core.settings import Settings
-from core.vocabulary import EvictionPolicyName, MonitorMode
+from core.vocabulary import EvictionPolicyName
 
 DEFAULT_SWEEP_SIZES = "16MiB,64MiB,256MiB,1GiB,4GiB"
 """Budgets around the bytes the 5k trace would cache whole (~4 GiB of NIRVANA entries at the
 default 277 KB per latent state), so each profile goes from a tiny cache to an unbounded one
 (NIRVANA Table 3 sweeps 1 GB to 1000 GB over 2M prompts; MoDM Fig. 9, 1k to 100k images)."""
 ALL_POLICIES = tuple(policy.value for policy in EvictionPolicyName)
+CASCADE_PROFILES = (
+    "diffserve",
+    "reprise",
+)  # their runs (and vanilla's beside them) run at a DiffServe pair's costs
 
 
 def _note(text: str) -> None:
@@ -55,32 +61,6 @@ def _embeddings(settings: Settings, workload: Workload) -> TraceEmbeddings:
     return trace_embeddings(
         workload.prompts, [r.prompt_idx for r in workload.requests], embedder, cache_dir=cache_dir
     )
-
-
-@dataclass(frozen=True, slots=True)
-class SimulateOptions:
-    """What `reprise bench simulate` was asked for, parsed (bench.options)."""
-
-    workload: WorkloadOptions
-    profiles: tuple[str, ...]
-    costs: Path | None = None
-    cache_bytes: int | None = None
-    large_workers: int = 3
-    small_workers: int = 1
-    sweep: bool = False
-    sizes: tuple[int, ...] = ()
-    policies: tuple[str, ...] = ()
-    rates: tuple[float, ...] = ()
-    k_table: str | None = None
-    quality_profile: Path | None = None  # `reprise profile k --json`; None: the lab's shipped profiles
-    switch_s: float = 0.0
-    jobs: int = 1
-    json_path: Path | None = None
-    plots: Path | None = None
-    compare: Path | None = None
-    progress: bool = True
-    monitor: MonitorMode | None = None  # MoDM's global monitor in this mode; None: fixed allocation
-    monitor_period_s: float | None = None  # None: settings.monitor_period_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +141,12 @@ def simulate_main(settings: Settings, options: SimulateOptions) -> int:
     --compare: each profile's run must be what the replay ran (bench.stack), or nothing runs.
     """
     # 1. Check the options and load what every run shares.
-    costs = load_costs(options.costs)
+    cascaded = any(name in CASCADE_PROFILES for name in options.profiles)
+    costs = (
+        PAIRS[options.cascade_pair].costs()
+        if cascaded and options.costs is None
+        else load_costs(options.costs)
+    )
     _note(
         f"costs: large {costs.large_step_ms:.1f} ms/step, small {costs.small_step_ms:.1f} ms/step, "
         f"decode {costs.decode_ms:.1f} ms ({costs.source})"
@@ -249,6 +234,19 @@ def _config_factory(
     """The deployment every run simulates, for a profile and a cache budget. With a replay to compare
     with (`replayed`), the allocation follows the stack's instead of a monitor of the simulator's."""
 
+    cascade = (
+        cascade_spec(
+            allocator=options.allocator,
+            pair=options.cascade_pair,
+            profile=options.cascade_profile,
+            threshold=settings.cascade_threshold,
+            period_s=float(options.monitor_period_s or settings.monitor_period_s),
+            overprovision=settings.cascade_overprovision,
+        )
+        if any(name in CASCADE_PROFILES for name in options.profiles)
+        else None
+    )
+
     def config(profile: Profile, cache_bytes: int) -> SimConfig:
         return SimConfig(
             profile=profile,
@@ -267,6 +265,7 @@ def _config_factory(
             if options.monitor is not None and replayed is None
             else None,
             allocation_schedule=replayed.get(profile.name, ()) if replayed is not None else (),
+            cascade=cascade if profile.cascade else None,
         )
 
     return config

@@ -32,28 +32,21 @@ import heapq
 from collections import Counter, deque
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
-from pathlib import Path
 
-from bench.costs import StepCosts
 from bench.embeddings import TraceEmbeddings
-from bench.monitor import AllocationPoint, MonitorSpec, SimulatedMonitor
-from bench.outcomes import ReportContext, RequestOutcome, step_ms_by_model, summarize
+from bench.monitor import AllocationPoint, SimulatedMonitor
+from bench.outcomes import RequestOutcome, step_ms_by_model
 from bench.pools import MonitorSnapshot, PoolMonitor, Pools, PoolTargets
-from bench.profiles import Profile
 from bench.progress import ProgressBar
-from bench.quality.model import simulated_quality
 from bench.report import BenchReport
-from bench.simcache import CacheCounters, SimCache
+from bench.simcache import SimCache
+from bench.simcascade import cascade_quality, escalate, start_controller
+from bench.simconfig import SimConfig, SimResult
 from bench.simlookup import simulated_lookup
-from bench.stack import ScheduledAllocation
+from bench.simreport import judged_report
 from bench.trace import Request, Workload
 from core.settings import Settings
-from core.vocabulary import HitPolicy, Role
-
-DEFAULT_LARGE_WORKERS = 3
-DEFAULT_SMALL_WORKERS = 1
-"""MoDM 6 serves on a 4-GPU server (4x A40); 3 large + 1 small is a starting split its global
-monitor would move (Algorithm 1). Profiles without a small model put all 4 on the large model."""
+from core.vocabulary import Allocator, HitPolicy, Role
 
 
 class _Event(IntEnum):
@@ -68,44 +61,6 @@ class _Event(IntEnum):
     READY = 5
 
 
-@dataclass(frozen=True, slots=True)
-class SimConfig:
-    """One simulated deployment. `cache_bytes` is the budget of the single scope simulated;
-    `maintenance_period_s` the beat period (Settings.beat_period_s); `k_table` overrides the table."""
-
-    profile: Profile
-    costs: StepCosts
-    cache_bytes: int
-    large_workers: int = DEFAULT_LARGE_WORKERS
-    small_workers: int = DEFAULT_SMALL_WORKERS
-    maintenance_period_s: float = 30.0
-    switch_s: float = 0.0
-    k_table: str | None = None
-    large_serves_hits: bool = True  # Settings.large_serves_hits; forced on while no worker hosts small
-    monitor: MonitorSpec | None = None  # MoDM's global monitor (bench.monitor); None: a fixed allocation
-    allocation_schedule: tuple[ScheduledAllocation, ...] = ()  # a replayed stack's moves (bench.stack)
-    quality_profile: Path | None = None  # `reprise profile k --json`; None: the lab's shipped profiles
-
-    def targets(self, large: int | None = None, small: int | None = None) -> PoolTargets:
-        """Worker counts (at start: the configured ones): every GPU on the large model unless hits go
-        to the small one."""
-        large = self.large_workers if large is None else large
-        small = self.small_workers if small is None else small
-        if self.profile.caches and self.profile.hits_on_small:
-            return PoolTargets(large=large, small=small)
-        return PoolTargets(large=large + small, small=0)
-
-
-@dataclass(frozen=True, slots=True)
-class SimResult:
-    report: BenchReport
-    outcomes: tuple[RequestOutcome, ...]
-    prices: dict[str, float]
-    counters: CacheCounters | None
-    table: str | None
-    allocation_timeline: tuple[AllocationPoint, ...] | None = None  # with a pool monitor: each decision
-
-
 @dataclass(slots=True)
 class _Job:
     request: Request
@@ -116,6 +71,8 @@ class _Job:
     similarity: float | None = None  # a hit's similarity to that entry (its quality depends on it)
     role: Role = Role.LARGE
     evals: dict[str, int] = field(default_factory=dict)
+    stage: str | None = None  # DiffServe's cascade: "light", then "heavy" when escalated
+    draw: tuple[float, float | None, float | None] | None = None  # (score, light, heavy quality)
 
 
 class _Simulation:
@@ -158,6 +115,10 @@ class _Simulation:
         self.timeline = [AllocationPoint(0.0, self.pools.targets.large, self.pools.targets.small)]
         self.schedule = deque(config.allocation_schedule)
         self.requeued = False  # a hit went back to the miss queue during a dispatch pass
+        self.light_queue: deque[_Job] = deque()  # DiffServe's light stages (cascade_light)
+        self.controller = start_controller(config.cascade, workload, self.pools) if config.cascade else None
+        self.light_work_s = 0.0  # light-pool seconds asked this period (the cascade's allocator)
+        self.stages = Counter[str]()  # light stages run, and escalated
 
     # --- events ----------------------------------------------------------------------------
     def push(self, time_s: float, kind: _Event, ref: int) -> None:
@@ -178,8 +139,8 @@ class _Simulation:
                 self.push(request.arrival_s, _Event.ARRIVAL, seq)
         if self.cache is not None:
             self.push(0.0, _Event.MAINTAIN, 0)
-        if self.monitor is not None:
-            self.push(self.monitor.period_s, _Event.MONITOR, 0)
+        if self.monitor is not None or self.controller is not None:
+            self.push(self._period_s(), _Event.MONITOR, 0)
         while self.events and len(self.outcomes) < total:
             now, kind, _, ref = heapq.heappop(self.events)
             self._handle(now, _Event(kind), ref)
@@ -190,7 +151,8 @@ class _Simulation:
             self._arrive(now, ref)
         elif kind is _Event.READY:
             job = self.jobs[ref]
-            (self.small_queue if job.role is Role.SMALL else self.large_queue).append(job)
+            queue = self.small_queue if job.role is Role.SMALL else self.large_queue
+            (self.light_queue if job.stage == "light" else queue).append(job)
             self._dispatch(now)
         elif kind is _Event.DONE:
             self._finish(now, ref)
@@ -201,7 +163,7 @@ class _Simulation:
             self.cache.maintain_predictor()
             self.push(now + self.config.maintenance_period_s, _Event.MAINTAIN, 0)
         elif kind is _Event.MONITOR:
-            self._monitor(now)
+            self._allocate(now) if self.controller is not None else self._monitor(now)
 
     def _submit_next_closed(self, now: float) -> None:
         if self.next_closed < len(self.requests):
@@ -223,6 +185,12 @@ class _Simulation:
             admission_ms = self.embed_ms + lookup.wall_ms
         job = _Job(request, now, k, admission_ms, entry_row, similarity if k is not None else None)
         job.role = Role.SMALL if k is not None and self.profile.hits_on_small else Role.LARGE
+        if self.config.cascade is not None and k is None:  # a miss goes light-first (DiffServe 3.1)
+            job.role, job.stage = Role.SMALL, "light"
+            job.draw = self.config.cascade.profile.draw(request.prompt_idx)
+            self.light_work_s += self.config.cascade.light_stage_ms / 1e3
+        elif job.role is Role.SMALL:
+            self.light_work_s += (self.profile.steps - (k or 0)) * self.costs.small_step_ms / 1e3
         self.jobs[seq] = job
         self.window["arrivals"] += 1
         self.window["hits" if k is not None else "misses"] += 1
@@ -239,20 +207,30 @@ class _Simulation:
                 takes_hits = self.config.large_serves_hits or self.pools.hosting(Role.SMALL) == 0
                 queue = self.small_queue if takes_hits and not self.large_queue else self.large_queue
             else:
-                queue = self.small_queue
+                queue = self.small_queue if self.small_queue or not self.light_queue else self.light_queue
             job = self._next_job(queue)
             if job is None:
                 continue
-            steps = self.profile.steps - (job.k or 0)
-            on_small = worker.role is Role.SMALL
-            model = self.small_name if on_small else self.large_name
-            step_ms = self.costs.small_step_ms if on_small else self.costs.large_step_ms
-            job.evals = {model: steps}
             worker.job = job.request.seq
-            self.push(now + (steps * step_ms + self.costs.decode_ms) / 1000.0, _Event.DONE, worker.worker_id)
+            self.push(
+                now + self._service_s(job, on_small=worker.role is Role.SMALL), _Event.DONE, worker.worker_id
+            )
         if self.requeued:  # a worker passed over earlier in the loop may take the rerouted job
             self.requeued = False
             self._dispatch(now)
+
+    def _service_s(self, job: _Job, *, on_small: bool) -> float:
+        """The job's time on the worker, its evaluations recorded (a cascade's light stage: the pair's
+        light latency and the discriminator; an escalated job adds the heavy run to them)."""
+        cascade = self.config.cascade
+        if job.stage == "light" and cascade is not None:
+            job.evals = {self.small_name: cascade.pair.light_steps}
+            return cascade.light_stage_ms / 1000.0
+        steps = self.profile.steps - (job.k or 0)
+        model = self.small_name if on_small else self.large_name
+        step_ms = self.costs.small_step_ms if on_small else self.costs.large_step_ms
+        job.evals = {**job.evals, model: steps} if job.stage == "heavy" else {model: steps}
+        return (steps * step_ms + self.costs.decode_ms) / 1000.0
 
     def _next_job(self, queue: deque[_Job]) -> _Job | None:
         """The next job of `queue` a worker can run. A hit whose source was evicted since admission
@@ -273,6 +251,11 @@ class _Simulation:
         assert worker.job is not None
         job = self.jobs.pop(worker.job)
         worker.job = None
+        if self._escalated(job):
+            self.jobs[job.request.seq] = job
+            self._rebalance(now)
+            self._dispatch(now)
+            return
         hit = job.k is not None
         if self.cache is not None and job.k is not None and job.entry_row is not None:
             self.cache.record_use(job.entry_row, job.k, now)  # as reuse_job does, once the run is done
@@ -292,6 +275,8 @@ class _Simulation:
                 latency_ms=(now - job.arrival_s) * 1000.0,
                 admission_ms=job.admission_ms,
                 similarity=job.similarity if hit else None,
+                quality=cascade_quality(job.stage, job.draw)[0],
+                fresh_quality=cascade_quality(job.stage, job.draw)[1],
             )
         )
         if self.progress is not None and (
@@ -303,6 +288,50 @@ class _Simulation:
             self._submit_next_closed(now)
         self._rebalance(now)
         self._dispatch(now)
+
+    # --- DiffServe's cascade (bench.simcascade) --------------------------------------------
+    def _escalated(self, job: _Job) -> bool:
+        """At the end of a light stage: True when the discriminator sends the job on to the heavy
+        model (then queued on the large pool, its light evaluations kept)."""
+        if job.stage != "light" or self.controller is None or job.draw is None:
+            return False
+        if escalate(self.controller, job.draw[0], self.stages):
+            job.stage, job.role = "heavy", Role.LARGE
+            self.large_queue.append(job)
+            return True
+        return False
+
+    def _period_s(self) -> float:
+        if self.controller is not None:
+            return self.controller.spec.period_s
+        assert self.monitor is not None
+        return self.monitor.period_s
+
+    def _allocate(self, now: float) -> None:
+        """A period of DiffServe's controller: the MILP on the period's demand and queues."""
+        assert self.controller is not None
+        period = self.controller.spec.period_s
+        if self.controller.spec.allocator is Allocator.DIFFSERVE:
+            queued = (len(self.light_queue) + len(self.small_queue), len(self.large_queue))
+            plan = self.controller.decide(
+                now, self.window["misses"] / period, self.light_work_s / period, queued
+            )
+            self.pools.set_targets(PoolTargets(large=plan.heavy_workers, small=plan.light_workers))
+            self._rebalance(now)
+            self._dispatch(now)
+        self.window.clear()
+        self.window_k.clear()
+        self.light_work_s = 0.0
+        self.push(now + period, _Event.MONITOR, 0)
+
+    def cascade_summary(self, report: BenchReport) -> BenchReport:
+        assert self.controller is not None
+        light = self.stages["light"]
+        return replace(
+            report,
+            escalation_rate=self.stages["escalated"] / light if light else None,
+            threshold_timeline=tuple(self.controller.timeline),
+        )
 
     def _rebalance(self, now: float) -> None:
         for worker in self.pools.rebalance(now):
@@ -374,27 +403,28 @@ def run_simulation(
         embeddings=embeddings,
     )
     label, followed = f"simulate {profile.name}", monitor is not None or bool(config.allocation_schedule)
+    embed_ms = embeddings.embed_ms_per_prompt if embeddings is not None else 0.0
     progress = ProgressBar(len(workload.requests), label=label) if show_progress else None
     simulation = _Simulation(
         workload,
         config,
         cache=lookup.cache,
-        admit_s=(embeddings.embed_ms_per_prompt / 1000.0)
-        if (lookup.cache is not None and embeddings)
-        else 0.0,
-        embed_ms=embeddings.embed_ms_per_prompt if embeddings is not None else 0.0,
+        admit_s=embed_ms / 1000.0 if lookup.cache is not None else 0.0,
+        embed_ms=embed_ms,
         monitor=monitor,
         progress=progress,
     )
     outcomes = simulation.run()
     if progress is not None:
         progress.close()
-    if vanilla_throughput_rps is None:
-        vanilla_throughput_rps = _vanilla_throughput(workload, config, settings) if profile.caches else None
+    if vanilla_throughput_rps is None and (profile.caches or config.cascade is not None):
+        vanilla_throughput_rps = vanilla_throughput(workload, config, settings)
     prices = step_ms_by_model(config.costs, outcomes) if outcomes else {}
-    report = _judged_report(outcomes, workload, config, vanilla_throughput_rps, lookup.embedder)
-    if not profile.caches:
-        report = _with_vanilla(report)
+    report = judged_report(outcomes, workload, config, vanilla_throughput_rps, lookup.embedder)
+    if simulation.controller is not None:
+        report = simulation.cascade_summary(report)
+    if not profile.caches and config.cascade is None:
+        report = replace(report, vanilla_throughput_rps=report.throughput_rps)
     return SimResult(
         report=report,
         outcomes=tuple(outcomes),
@@ -405,45 +435,8 @@ def run_simulation(
     )
 
 
-def _judged_report(
-    done: list[RequestOutcome], load: Workload, cfg: SimConfig, vanilla: float | None, emb: dict[str, object]
-) -> BenchReport:  # fmt: skip
-    """The run's report, with each request's quality predicted from a profile on a lab trace."""
-    judged, source = simulated_quality(
-        done, prompts=[r.prompt for r in load.requests], hit_policy=cfg.profile.hit_policy,
-        small_name=cfg.costs.small_model or "small", override=cfg.quality_profile,
-    )  # fmt: skip
-    return summarize(judged, replace(_report_context(load, cfg, vanilla, emb), quality_source=source))
-
-
-def _report_context(
-    workload: Workload, config: SimConfig, vanilla_throughput_rps: float | None, embedder: dict[str, object]
-) -> ReportContext:
-    profile = config.profile
-    return ReportContext(
-        profile=profile.name,
-        costs=config.costs,
-        slo_base_ms=config.costs.full_generation_ms(profile.steps),
-        vanilla_throughput_rps=vanilla_throughput_rps,
-        embedder=embedder,
-        trace=workload.describe_trace(),
-        arrivals=workload.describe_arrivals(),
-        entry_bytes=float(config.costs.state_bytes * (1 + len(profile.cached_ks or ())))
-        if profile.caches
-        else None,
-        png_bytes=float(config.costs.png_bytes),
-    )
-
-
-def _vanilla_throughput(workload: Workload, config: SimConfig, settings: Settings) -> float | None:
-    vanilla = replace(
-        config,
-        profile=replace(config.profile, caches=False, hit_policy=HitPolicy.RESUME),
-        monitor=None,
-        allocation_schedule=(),
-    )
+def vanilla_throughput(workload: Workload, config: SimConfig, settings: Settings) -> float | None:
+    """The same workload with no cache and no cascade: every GPU on the large model."""
+    profile = replace(config.profile, caches=False, hit_policy=HitPolicy.RESUME, cascade=False)
+    vanilla = replace(config, profile=profile, monitor=None, allocation_schedule=(), cascade=None)
     return run_simulation(workload, vanilla, settings=settings, embeddings=None).report.throughput_rps
-
-
-def _with_vanilla(report: BenchReport) -> BenchReport:
-    return replace(report, vanilla_throughput_rps=report.throughput_rps)

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from core.cascade_settings import CascadeSettings
 from core.errors import SettingsError
 from core.schedulers import SchedulerName
 from core.vocabulary import (
@@ -37,7 +38,7 @@ def _split_ints(value: Any) -> Any:
     return value
 
 
-class Settings(BaseSettings):
+class Settings(CascadeSettings, BaseSettings):
     """Configuration of every Reprise process. Environment variables: REPRISE_<FIELD>."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", validate_default=True)
@@ -71,9 +72,7 @@ class Settings(BaseSettings):
 
     # --- models (Hugging Face ids or local paths, loaded with from_pretrained) ----------
     model_set: ModelSet = Field(ModelSet.LAB, description="Built models used for unset models: lab or tiny.")
-    large_model: str | None = Field(
-        None, description="Large pipeline: HF id, path or lab:large. Unset: built."
-    )
+    large_model: str | None = Field(None, description="Large pipeline: HF id, path, lab:large. Unset: built.")
     small_model: str | None = Field(None, description="Small pipeline for hits. Unset: <model_set>:small.")
     decode_model: str | None = Field(
         None, description="VAE for the decode pool. Unset: the large model's `vae` subfolder."

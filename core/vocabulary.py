@@ -26,6 +26,7 @@ TERMINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.
 class Route(StrEnum):
     HIT = "hit"
     MISS = "miss"
+    HEAVY = "heavy"  # escalated by the cascade's discriminator: the heavy model runs it (DiffServe 3.1)
 
 
 class AdmissionOutcome(StrEnum):
@@ -135,3 +136,18 @@ class EvictionPolicyName(StrEnum):
 class MonitorMode(StrEnum):
     QUALITY = "quality"  # MoDM 5.3.1: as many large workers as the miss and hit workloads allow
     THROUGHPUT = "throughput"  # MoDM 5.3.2: large for misses, small for hits, split by workload
+
+
+class Allocator(StrEnum):
+    """Who owns the pools' allocation (REPRISE_ALLOCATOR): one controller, never two."""
+
+    MODM = "modm"  # MoDM 5.3: the PID monitor; misses run on the large model
+    DIFFSERVE = "diffserve"  # DiffServe 3: misses go light-first through the discriminator; the MILP
+    # sets the threshold and the workers per model
+
+
+class DiscriminatorFeatures(StrEnum):
+    """What the cascade's discriminator reads of an image (workers.runtime.discriminator)."""
+
+    JUDGE = "judge"  # how clearly the quality lab's judge reads each attribute (the lab's models)
+    CLIP = "clip"  # open_clip image embeddings (real models)

@@ -50,6 +50,9 @@ class CreatedJob:
     created: bool  # False: an earlier job with the same Idempotency-Key
 
 
+MISS_ROUTES = ("miss", "heavy")  # a cascade's escalated miss is routed "heavy": still a miss of the cache
+
+
 def _by_idempotency_key(session: Session, tenant_id: uuid.UUID, key: str) -> Job | None:
     return session.scalars(
         select(Job)
@@ -255,11 +258,11 @@ def cache_outcomes(*, session: Session, since: datetime, tenant_id: uuid.UUID | 
     hits, misses, steps, skipped, hit_quality, miss_quality, judged = session.execute(
         select(
             func.count().filter(Job.route == "hit"),
-            func.count().filter(Job.route == "miss"),
+            func.count().filter(Job.route.in_(MISS_ROUTES)),
             func.coalesce(func.sum(Job.steps), 0),
             func.coalesce(func.sum(Job.k).filter(Job.route == "hit"), 0),
             func.avg(Job.quality).filter(Job.route == "hit"),
-            func.avg(Job.quality).filter(Job.route == "miss"),
+            func.avg(Job.quality).filter(Job.route.in_(MISS_ROUTES)),
             func.count(Job.quality),
         ).where(*admitted)
     ).one()

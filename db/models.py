@@ -80,7 +80,7 @@ class Job(Base):
         CheckConstraint(
             "status IN ('starting','processing','succeeded','failed','canceled')", name="ck_jobs_status"
         ),
-        CheckConstraint("route IS NULL OR route IN ('hit','miss')", name="ck_jobs_route"),
+        CheckConstraint("route IS NULL OR route IN ('hit','miss','heavy')", name="ck_jobs_route"),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True, default=uuid.uuid4)
@@ -120,6 +120,8 @@ class Job(Base):
     denoiser_evals: Mapped[dict[str, int]] = mapped_column(JSONB, default=dict)  # model -> evaluations
     vae_decodes: Mapped[int] = mapped_column(Integer, default=0)  # VAE decodes the generation ran
     quality: Mapped[float | None] = mapped_column(Float)  # the lab judge's score of the image (issue 13)
+    # DiffServe's light stage, for a job that went through the cascade (db.cascade.LightStage.as_json)
+    cascade: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     error: Mapped[str | None] = mapped_column(Text)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
@@ -277,3 +279,44 @@ class PredictorFit(Base):
     false_pos: Mapped[int] = mapped_column(Integer, default=0)
     false_neg: Mapped[int] = mapped_column(Integer, default=0)
     true_neg: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class Discriminator(Base):
+    """A trained cascade discriminator (DiffServe 3.2), versioned like the predictor's fits: light
+    workers load the newest for their light model and feature kind. report: accuracy, f(t), training."""
+
+    __tablename__ = "discriminators"
+
+    version: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    light_model: Mapped[str] = mapped_column(Text)
+    heavy_model: Mapped[str] = mapped_column(Text)
+    features: Mapped[str] = mapped_column(String(16))  # workers.runtime.discriminator.FeatureKind
+    accuracy: Mapped[float] = mapped_column(Float)  # real vs generated, on held-out images
+    report: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    model: Mapped[bytes] = mapped_column(LargeBinary)  # the discriminator's own JSON format
+    trained_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=_now())
+
+
+class CascadeDecision(Base):
+    """One decision of DiffServe's allocator (3.3): the MILP's inputs, its solution and what was applied.
+
+    inputs: demand (per second), f(t) and its source, per-model latencies, queueing, SLO, the pool.
+    solution: jobs.policies.allocation.AllocationPlan.as_json. switches: [{worker, from, to, ok}]."""
+
+    __tablename__ = "cascade_decisions"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    decided_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=_now(), index=True)
+    period_start: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    period_seconds: Mapped[int] = mapped_column(Integer)
+    inputs: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    solution: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    threshold: Mapped[float] = mapped_column(Float)
+    feasible: Mapped[bool] = mapped_column(Boolean)
+    objective: Mapped[float | None] = mapped_column(Float)
+    solve_ms: Mapped[float] = mapped_column(Float)
+    target_light: Mapped[int] = mapped_column(Integer)
+    target_heavy: Mapped[int] = mapped_column(Integer)
+    applied_light: Mapped[int] = mapped_column(Integer)
+    applied_heavy: Mapped[int] = mapped_column(Integer)
+    switches: Mapped[list[dict[str, Any]]] = mapped_column(JSONB, default=list)

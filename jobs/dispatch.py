@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from core.vocabulary import Route, WebhookEvent
+from core.vocabulary import Allocator, Route, WebhookEvent
 from jobs.queues import ROUTES, TaskName, hit_task
 
 if TYPE_CHECKING:
@@ -29,10 +29,15 @@ PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 
 
 
 def route_task(route: Route, settings: Settings) -> TaskName:
-    """The task that runs an admitted job on its route: a miss generates on the large pool; a hit runs
-    where a worker can serve it (jobs.queues.hit_task: cache_hit, or cache_hit_large when only the
-    large model's latent family can resume it)."""
-    return TaskName.GENERATE if route is Route.MISS else hit_task(settings)
+    """The task that runs an admitted job on its route: a miss generates on the large pool, or under
+    DiffServe's allocator goes light-first (cascade_light); an escalated one runs on the heavy model
+    (cascade_heavy); a hit runs where a worker can serve it (jobs.queues.hit_task: cache_hit, or
+    cache_hit_large when only the large model's latent family can resume it)."""
+    if route is Route.MISS:
+        return TaskName.GENERATE_LIGHT if settings.allocator is Allocator.DIFFSERVE else TaskName.GENERATE
+    if route is Route.HEAVY:
+        return TaskName.ESCALATE
+    return hit_task(settings)
 
 
 class Dispatcher(Protocol):

@@ -29,6 +29,8 @@ class Queue(StrEnum):
     CACHE_MISS = "cache_miss"  # full generations on the large model
     CACHE_HIT = "cache_hit"  # refine/resume for T-k steps (small pool, or large when idle)
     CACHE_HIT_LARGE = "cache_hit_large"  # resumes only the large model's family can run (large pool)
+    CASCADE_LIGHT = "cascade_light"  # DiffServe: a miss on the light model, then the discriminator
+    CASCADE_HEAVY = "cascade_heavy"  # DiffServe: the queries the discriminator escalated
     DECODE = "decode"  # VAE decode of stored latents on read
     WEBHOOKS = "webhooks"  # signed deliveries with retries
     MAINTENANCE = "maintenance"  # eviction, predictor retraining, rebalancing, reconciling
@@ -39,6 +41,8 @@ class TaskName(StrEnum):
     GENERATE = "reprise.generate"  # cache_miss
     REUSE = "reprise.reuse"  # cache_hit
     REUSE_LARGE = "reprise.reuse_large"  # cache_hit_large: the same body, for the large pool only
+    GENERATE_LIGHT = "reprise.generate_light"  # cascade_light
+    ESCALATE = "reprise.escalate"  # cascade_heavy
     DECODE_IMAGE = "reprise.decode_image"
     DELIVER_WEBHOOK = "reprise.deliver_webhook"
     EVICT = "reprise.evict"
@@ -54,6 +58,8 @@ ROUTES: Mapping[TaskName, Queue] = MappingProxyType(
         TaskName.GENERATE: Queue.CACHE_MISS,
         TaskName.REUSE: Queue.CACHE_HIT,
         TaskName.REUSE_LARGE: Queue.CACHE_HIT_LARGE,
+        TaskName.GENERATE_LIGHT: Queue.CASCADE_LIGHT,
+        TaskName.ESCALATE: Queue.CASCADE_HEAVY,
         TaskName.DECODE_IMAGE: Queue.DECODE,
         TaskName.DELIVER_WEBHOOK: Queue.WEBHOOKS,
         TaskName.EVICT: Queue.MAINTENANCE,
@@ -63,13 +69,13 @@ ROUTES: Mapping[TaskName, Queue] = MappingProxyType(
     }
 )
 
-# A large worker takes cache_miss, then the hits only it can serve, then cache_hit; a small worker
-# takes cache_hit only (workers.role_switch.consumed_queues drops a large worker's hits when
-# large_serves_hits is off).
+# A large worker takes cache_miss and the cascade's escalations, then the hits only it can serve, then
+# cache_hit; a small worker (the cascade's light model) takes cache_hit and the cascade's light stage
+# (workers.role_switch.consumed_queues drops a large worker's hits when large_serves_hits is off).
 QUEUES_BY_ROLE: dict[Role, tuple[Queue, ...]] = {
     Role.ADMIT: (Queue.ADMIT,),
-    Role.LARGE: (Queue.CACHE_MISS, Queue.CACHE_HIT_LARGE, Queue.CACHE_HIT),
-    Role.SMALL: (Queue.CACHE_HIT,),
+    Role.LARGE: (Queue.CACHE_MISS, Queue.CASCADE_HEAVY, Queue.CACHE_HIT_LARGE, Queue.CACHE_HIT),
+    Role.SMALL: (Queue.CACHE_HIT, Queue.CASCADE_LIGHT),
     Role.DECODE: (Queue.DECODE,),
     Role.IO: (Queue.WEBHOOKS, Queue.MAINTENANCE),
 }

@@ -42,6 +42,20 @@ class GenerationOutput(BaseModel):
     format: ImageFormatName
 
 
+class CascadeStage(BaseModel):
+    """The light model's run and the discriminator's verdict (DiffServe 3.1)."""
+
+    light_model: str = Field(description="The light model that ran first.")
+    discriminator_score: float | None = Field(
+        description="The discriminator's confidence that the light image is real (0..1); null when no "
+        "discriminator was trained for the light model (the job was then escalated)."
+    )
+    threshold: float = Field(description="The confidence the light image needed to be kept.")
+    escalated: bool = Field(description="Whether the heavy model ran the job after the light one.")
+    discriminator_version: int | None = Field(description="The discriminator's stored version.")
+    light_ms: float = Field(description="The light stage's generation time in ms.")
+
+
 class GenerationMetrics(BaseModel):
     route: Literal["hit", "miss"] | None = Field(
         description="Whether the cache served it; null until admitted."
@@ -61,6 +75,11 @@ class GenerationMetrics(BaseModel):
         None,
         description="The quality lab judge's score of the image for the prompt: the fraction of the "
         "prompt's attributes it shows (README, 'Quality lab'). Null unless the lab's models ran it.",
+    )
+    cascade: CascadeStage | None = Field(
+        default=None,
+        description="DiffServe's light stage, when the job went through the cascade (REPRISE_ALLOCATOR="
+        "diffserve): null otherwise.",
     )
     admission_ms: dict[str, float] = Field(
         default_factory=dict,
@@ -112,7 +131,7 @@ def generation_object(job: Job, *, base_url: str) -> Generation:
             image=f"{urls.image}?format={DEFAULT_IMAGE_FORMAT}", format=DEFAULT_IMAGE_FORMAT
         )
     route: Literal["hit", "miss"] | None = (
-        "hit" if job.route == "hit" else "miss" if job.route == "miss" else None
+        "hit" if job.route == "hit" else "miss" if job.route in ("miss", "heavy") else None
     )
     return Generation(
         id=job.id,
@@ -135,6 +154,7 @@ def generation_object(job: Job, *, base_url: str) -> Generation:
             denoiser_evaluations=dict(job.denoiser_evals or {}),
             vae_decodes=job.vae_decodes or 0,
             quality=job.quality,
+            cascade=_cascade_stage(job.cascade),
             admission_ms=dict(job.admission_ms or {}),
             queue_time_s=_seconds(job.created_at, job.started_at),
             run_time_s=_seconds(job.started_at, job.finished_at),
@@ -143,6 +163,19 @@ def generation_object(job: Job, *, base_url: str) -> Generation:
         started_at=job.started_at,
         completed_at=job.finished_at,
         urls=urls,
+    )
+
+
+def _cascade_stage(data: dict[str, Any] | None) -> CascadeStage | None:
+    if not data:
+        return None
+    return CascadeStage(
+        light_model=str(data.get("light_model")),
+        discriminator_score=data.get("score"),
+        threshold=float(data.get("threshold", 0.0)),
+        escalated=bool(data.get("escalated")),
+        discriminator_version=data.get("discriminator_version"),
+        light_ms=float(data.get("light_ms") or 0.0),
     )
 
 

@@ -158,6 +158,17 @@ class Judge:
             return np.zeros((0, FEATURES))
         return self._run(images)[0].double().numpy()
 
+    def confidences(self, images: Sequence[Image.Image | npt.NDArray[np.uint8]]) -> npt.NDArray[np.float64]:
+        """How clearly the judge reads each attribute: per head, its top probability and its entropy
+        (n, 2 x attributes). A true render is read with certainty; a muddled image is not."""
+        if not images:
+            return np.zeros((0, 2 * len(ATTRIBUTES)))
+        _, logits = self._run(images)
+        probs = [torch.softmax(logit.double(), dim=1) for logit in logits.values()]
+        top = torch.stack([p.max(dim=1).values for p in probs], dim=1)
+        entropy = torch.stack([-(p * torch.log(p.clamp_min(1e-12))).sum(dim=1) for p in probs], dim=1)
+        return torch.cat([top, entropy], dim=1).numpy()
+
     def quality(
         self, images: Sequence[Image.Image | npt.NDArray[np.uint8]], prompts: Sequence[str]
     ) -> list[float | None]:

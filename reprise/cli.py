@@ -10,6 +10,7 @@ from core.errors import SettingsError
 from core.settings import get_settings
 from jobs.configuration import check_configuration
 from reprise.commands.bench import bench_app
+from reprise.commands.cascade import cascade_app
 from reprise.commands.keys import keys_app
 from reprise.commands.lab import lab_app, profile_app
 from reprise.commands.models import models_app
@@ -58,6 +59,7 @@ app.add_typer(models_app, name="models")
 app.add_typer(lab_app, name="lab")
 app.add_typer(profile_app, name="profile")
 app.add_typer(pools_app, name="pools")
+app.add_typer(cascade_app, name="cascade")
 app.command("api")(api_command)
 app.command("worker")(worker_command)
 app.command("beat")(beat_command)

@@ -36,6 +36,7 @@ class WorkerContext:
         self._image_embedder: Any = None
         self._judge: Any = None
         self.predictors: dict[tuple[str, str, str], Any] = {}  # (scope, family, mode) -> (version, model)
+        self.cascade_cache: dict[str, tuple[float, Any]] = {}  # workers.cascade: name -> (read at, value)
 
     @property
     def owner(self) -> str:

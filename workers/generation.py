@@ -21,8 +21,10 @@ from core.params import GenerationParams, params_from_row
 from core.scopes import insert_scope, uses_shared_scope
 from core.vocabulary import DecodeMode, HitPolicy, JobStatus, LookupMode, Route, WebhookEvent
 from db import cache, stats
+from db import cascade as cascade_db
 from db import jobs as jobs_db
 from db.blobs import keys
+from db.cascade import LightStage
 from db.codec import decode_latent, encode_latent
 from db.engine import session_scope
 from db.images import ImageFormat, encode_image, record_image_key
@@ -43,7 +45,7 @@ CANCEL_POLL_S = 0.25  # how often a running job re-reads its cancel flag
 
 
 @dataclass(frozen=True)
-class _JobView:
+class JobView:
     id: uuid.UUID
     tenant_id: uuid.UUID
     params: GenerationParams
@@ -56,14 +58,17 @@ class _JobView:
 
 def generate_job(context: WorkerContext, job_id: uuid.UUID) -> None:
     """cache_miss: a full T-step generation with capture; store, cache, complete, notify."""
-    job = _claim(context, job_id)
+    job = claim_job(context, job_id)
     if job is None:
         return
     with LeaseKeeper(context.settings, job.id, owner=context.owner) as lease:
-        _generate(context, job, lease)
+        generate_run(context, job, lease)
 
 
-def _generate(context: WorkerContext, job: _JobView, lease: LeaseKeeper) -> None:
+def generate_run(
+    context: WorkerContext, job: JobView, lease: LeaseKeeper, *, cascade: LightStage | None = None
+) -> None:
+    """A full generation; `cascade`: the light stage of a job the discriminator escalated."""
     settings = context.settings
     # Intermediate latents only serve NIRVANA's resume, and only runs of the configured T.
     capture = (
@@ -73,7 +78,7 @@ def _generate(context: WorkerContext, job: _JobView, lease: LeaseKeeper) -> None
         and job.params.steps == settings.steps
         else []
     )
-    result = _run(
+    result = run_operation(
         context,
         job,
         lease,
@@ -81,7 +86,7 @@ def _generate(context: WorkerContext, job: _JobView, lease: LeaseKeeper) -> None
     )
     if result is None:
         return
-    _finish_run(context, job, lease, result, cache_it=job.cache_mode != "off")
+    finish_run(context, job, lease, result, cache_it=job.cache_mode != "off")
 
 
 def reuse_job(context: WorkerContext, job_id: uuid.UUID) -> None:
@@ -89,14 +94,14 @@ def reuse_job(context: WorkerContext, job_id: uuid.UUID) -> None:
 
     When the entry or its state was evicted since admission, the job runs as a miss instead.
     """
-    job = _claim(context, job_id)
+    job = claim_job(context, job_id)
     if job is None:
         return
     with LeaseKeeper(context.settings, job.id, owner=context.owner) as lease:
         _reuse(context, job, lease)
 
 
-def _reuse(context: WorkerContext, job: _JobView, lease: LeaseKeeper) -> None:
+def _reuse(context: WorkerContext, job: JobView, lease: LeaseKeeper) -> None:
     if job.source_entry_id is None or job.k is None:
         _reroute(context, job, "admitted as a hit without a source")
         return
@@ -122,18 +127,18 @@ def _reuse(context: WorkerContext, job: _JobView, lease: LeaseKeeper) -> None:
             return runtime.resume(job.params, source.array, k, family=source.family, should_stop=stop)
         return runtime.refine(job.params, source.array, source.family, k, should_stop=stop)
 
-    result = _run(context, job, lease, operation)
+    result = run_operation(context, job, lease, operation)
     if result is None:
         return
     used = (entry_id, k if settings.hit_policy is HitPolicy.RESUME else None)
     cache_it = settings.cache_all and job.cache_mode != "off"
-    _finish_run(context, job, lease, result, cache_it=cache_it, used=used)
+    finish_run(context, job, lease, result, cache_it=cache_it, used=used)
 
 
 # --- steps shared by both ---------------------------------------------------------------------
 
 
-def _claim(context: WorkerContext, job_id: uuid.UUID) -> _JobView | None:
+def claim_job(context: WorkerContext, job_id: uuid.UUID) -> JobView | None:
     settings = context.settings
     with session_scope(settings) as session:
         claim: Claim = claim_run(
@@ -151,7 +156,7 @@ def _claim(context: WorkerContext, job_id: uuid.UUID) -> _JobView | None:
         else:
             ended_now = False
             job: Job = claim.job
-            view = _JobView(
+            view = JobView(
                 id=job.id,
                 tenant_id=job.tenant_id,
                 params=params_from_row(job),
@@ -172,9 +177,9 @@ def _claim(context: WorkerContext, job_id: uuid.UUID) -> _JobView | None:
     return view
 
 
-def _run(
+def run_operation(
     context: WorkerContext,
-    job: _JobView,
+    job: JobView,
     lease: LeaseKeeper,
     operation: Callable[[Callable[[], bool]], GenerationResult],
 ) -> GenerationResult | None:
@@ -202,19 +207,21 @@ def _run(
     return None
 
 
-def _finish_run(
+def finish_run(
     context: WorkerContext,
-    job: _JobView,
+    job: JobView,
     lease: LeaseKeeper,
     result: GenerationResult,
     *,
     cache_it: bool,
     used: tuple[uuid.UUID, int | None] | None = None,
+    cascade: LightStage | None = None,
 ) -> None:
     """Store the run's latent (and entry), then complete the job. Every counted effect (the source
     entry's use, the interval statistics) commits with the completion, which only the lease holder's
     first completion makes: a redelivered or restarted run counts nothing twice. A run that lost its
-    lease writes nothing (LeaseLost)."""
+    lease writes nothing (LeaseLost). `cascade`: the job's light stage, kept by the discriminator (this
+    run is the light one) or escalated (this run is the heavy one: both models are the job's)."""
     lease.check()
     final_blob = encode_latent(result.final_latent, family=result.family, k=None)
     final_key = keys.job_prefix(job.id) + "final.latent"
@@ -231,12 +238,15 @@ def _finish_run(
     with session_scope(context.settings) as session:
         if image_key is not None:
             record_image_key(session, job.id, ImageFormat.PNG.value, image_key)
+        models, evals = _models_and_evaluations(result, cascade)
+        if cascade is not None and not cascade.escalated:
+            cascade_db.record_light_stage(session, job.id, owner=context.owner, stage=cascade)
         completed = complete(
             session,
             job.id,
             owner=context.owner,
-            models_used=[result.model],
-            denoiser_evals=result.denoiser_evals,
+            models_used=models,
+            denoiser_evals=evals,
             final_latent_key=final_key,
             vae_decodes=decodes,
             quality=quality,
@@ -254,18 +264,27 @@ def _finish_run(
             stats.record_decodes(session, generations=1, generation_decodes=decodes)
     if completed:
         notify(context, job.id, WebhookEvent.COMPLETED)
-    log.info(
-        "job %s done on %s: %d steps from %d in %.2fs",
-        job.id,
-        result.model,
-        result.steps_run,
-        result.start_step,
-        result.wall_s,
-    )
+    log.info("job %s done on %s: %d steps from %d in %.2fs", *_done(job, result))
+
+
+def _done(job: JobView, result: GenerationResult) -> tuple[object, ...]:
+    return job.id, result.model, result.steps_run, result.start_step, result.wall_s
+
+
+def _models_and_evaluations(
+    result: GenerationResult, cascade: LightStage | None
+) -> tuple[list[str], dict[str, int]]:
+    """The job's models and denoiser evaluations: this run's, and an escalated job's light stage too."""
+    if cascade is None or not cascade.escalated:
+        return [result.model], dict(result.denoiser_evals)
+    evals = dict(cascade.light_evals)
+    for model, count in result.denoiser_evals.items():
+        evals[model] = evals.get(model, 0) + count
+    return [cascade.light_model, result.model], evals
 
 
 def _judged(
-    context: WorkerContext, job: _JobView, result: GenerationResult, image: Image.Image | None, decodes: int
+    context: WorkerContext, job: JobView, result: GenerationResult, image: Image.Image | None, decodes: int
 ) -> tuple[float | None, Image.Image | None, int]:
     """The quality lab judge's score of the image where the lab's models run and the prompt describes a
     scene of the lab's world (decoding it if the run did not: one more VAE decode, counted), with the
@@ -281,7 +300,7 @@ def _judged(
 
 
 def _pixels(
-    context: WorkerContext, job: _JobView, result: GenerationResult, *, cache_it: bool
+    context: WorkerContext, job: JobView, result: GenerationResult, *, cache_it: bool
 ) -> tuple[Image.Image | None, int]:
     """The final image and the VAE decodes the generation ran, decoding only when something needs
     pixels now (LatentBox 4.1): an image-mode lookup embeds the image of the entry it caches, an eager
@@ -295,7 +314,7 @@ def _pixels(
 
 def _insert_entry(
     context: WorkerContext,
-    job: _JobView,
+    job: JobView,
     result: GenerationResult,
     final_blob: bytes,
     image: Image.Image | None,
@@ -351,7 +370,7 @@ def _embed_image(context: WorkerContext, image: Image.Image) -> npt.NDArray[np.f
     return np.asarray(context.image_embedder().embed_image([image])[0], dtype=np.float32)
 
 
-def _reroute(context: WorkerContext, job: _JobView, reason: str) -> None:
+def _reroute(context: WorkerContext, job: JobView, reason: str) -> None:
     """Run a hit as a miss: the job row, and the interval its admission was counted in, say miss."""
     log.warning("job %s: cached source unusable (%s); running it as a miss", job.id, reason)
     with session_scope(context.settings) as session:

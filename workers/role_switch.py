@@ -88,7 +88,7 @@ def consumed_queues(role: Role, settings: Settings) -> tuple[Queue, ...]:
     other role takes QUEUES_BY_ROLE's queues. A configuration whose hits all need the large pool while
     it serves none is refused at start (jobs.configuration)."""
     if role is Role.LARGE and not settings.large_serves_hits:
-        return (Queue.CACHE_MISS,)
+        return (Queue.CACHE_MISS, Queue.CASCADE_HEAVY)
     return QUEUES_BY_ROLE[role]
 
 

@@ -15,15 +15,17 @@ from celery import Task
 from celery.exceptions import Reject
 
 from core.errors import LeaseBusy, LeaseLost, NotThisPool
-from core.vocabulary import WebhookEvent
+from core.vocabulary import Allocator, WebhookEvent
 from jobs.celery_app import get_celery_app
 from jobs.passes.eviction import evict_all_scopes
 from jobs.passes.reconcile import reconcile
 from jobs.passes.retrain import retrain_predictors
 from jobs.pools.actuator import PoolActuator
+from jobs.pools.diffserve import allocate_cascade
 from jobs.pools.rebalance import rebalance_pools
 from jobs.queues import ROUTES, TaskName
 from workers.admission import admit
+from workers.cascade import escalated_job, light_job
 from workers.context import WorkerContext, get_context
 from workers.decoding import decode_job_image
 from workers.generation import generate_job, reuse_job
@@ -86,6 +88,18 @@ def _pool_context(task: TaskName) -> WorkerContext:
     return context
 
 
+@app.task(name=TaskName.GENERATE_LIGHT.value, bind=True, max_retries=None)
+def generate_light_task(self: Task[Any, Any], job_id: str) -> None:
+    """DiffServe's light stage: the light (small) model, then the discriminator (workers.cascade)."""
+    _run_leased(self, TaskName.GENERATE_LIGHT, light_job, job_id)
+
+
+@app.task(name=TaskName.ESCALATE.value, bind=True, max_retries=None)
+def escalate_task(self: Task[Any, Any], job_id: str) -> None:
+    """A query the discriminator escalated, on the heavy (large) model."""
+    _run_leased(self, TaskName.ESCALATE, escalated_job, job_id)
+
+
 @app.task(name=TaskName.DECODE_IMAGE.value)
 def decode_image_task(job_id: str, fmt: str) -> None:
     decode_job_image(get_context(), uuid.UUID(job_id), fmt)
@@ -122,4 +136,9 @@ def reconcile_task() -> None:
 
 @app.task(name=TaskName.REBALANCE_POOLS.value)
 def rebalance_pools_task() -> None:
-    rebalance_pools(get_context().settings, PoolActuator(app))
+    """The one controller of the pools REPRISE_ALLOCATOR names: MoDM's monitor or DiffServe's MILP."""
+    settings = get_context().settings
+    if settings.allocator is Allocator.DIFFSERVE:
+        allocate_cascade(settings, PoolActuator(app))
+    else:
+        rebalance_pools(settings, PoolActuator(app))

@@ -14,6 +14,8 @@ from api.deps import CallerDep, SessionDep, StateDep
 from api.problems import Problem
 from api.schemas import (
     CacheStats,
+    CascadeDecisionView,
+    CascadeView,
     ComputeStats,
     DecodeStats,
     IntervalRow,
@@ -23,10 +25,12 @@ from api.schemas import (
     Stats,
     problem_responses,
 )
+from db import cascade as cascade_db
 from db import jobs as jobs_db
 from db.models import PoolDecision
 from db.pools import latest_decision, workers_per_role
 from db.stats import decode_summary, recent_intervals
+from jobs.policies.cascade import feature_kind_for
 from jobs.queues import Queue, queue_depth
 
 router = APIRouter(prefix="/v1/stats", tags=["stats"])
@@ -91,6 +95,7 @@ def get_stats(
         pool_monitor=None,
         monitor=None,
         decodes=None,
+        cascade=None,
         intervals=[],
     )
     return _with_service_figures(stats, session, state, since) if chosen == "global" else stats
@@ -117,6 +122,7 @@ def _with_service_figures(stats: Stats, session: SessionDep, state: StateDep, si
                 read_decodes=decodes.read_decodes,
                 per_read=None if decodes.per_read is None else round(decodes.per_read, 4),
             ),
+            "cascade": _cascade_view(session, state, since),
             "intervals": [
                 IntervalRow(
                     period_start=row.period_start,
@@ -129,6 +135,44 @@ def _with_service_figures(stats: Stats, session: SessionDep, state: StateDep, si
                 for row in recent_intervals(session, RECENT_INTERVALS)
             ],
         }
+    )
+
+
+def _cascade_view(session: SessionDep, state: StateDep, since: datetime) -> CascadeView:
+    settings = state.settings
+    counts = cascade_db.cascade_counts(session, since)
+    threshold, source = cascade_db.current_threshold(session, default=settings.cascade_threshold)
+    light = settings.model_source("small")
+    stored = cascade_db.latest_discriminator(
+        session, light_model=light, features=feature_kind_for(light).value
+    )
+    decision = cascade_db.latest_decision(session)
+    return CascadeView(
+        allocator=settings.allocator.value,
+        threshold=threshold,
+        threshold_source=source,
+        light_stages=counts.light,
+        escalated=counts.escalated,
+        escalation_rate=_ratio(counts.escalated, counts.light),
+        discriminator=None
+        if stored is None
+        else {"version": stored.version, "accuracy": stored.accuracy, "features": stored.features},
+        decision=None
+        if decision is None
+        else CascadeDecisionView(
+            decided_at=decision.decided_at,
+            period_start=decision.period_start,
+            period_seconds=decision.period_seconds,
+            threshold=decision.threshold,
+            feasible=decision.feasible,
+            objective=decision.objective,
+            solve_ms=decision.solve_ms,
+            target={"light": decision.target_light, "heavy": decision.target_heavy},
+            applied={"light": decision.applied_light, "heavy": decision.applied_heavy},
+            inputs=dict(decision.inputs),
+            solution=dict(decision.solution),
+            switches=list(decision.switches),
+        ),
     )
 
 

@@ -92,6 +92,9 @@ def simulated_quality(
         return outcomes, None
     judged = []
     for outcome in outcomes:
+        if outcome.quality is not None:  # set by who simulated it (a cascade: bench.simcascade)
+            judged.append(outcome)
+            continue
         on_small = small_name in outcome.denoiser_evaluations
         model = models.get(on_small) or next(iter(models.values()))
         quality = model.fresh

@@ -24,7 +24,7 @@ from core.settings import Settings
 from core.vocabulary import Role
 from db import pools as db_pools
 from db.engine import session_scope
-from db.models import PoolDecision
+from db.models import CascadeDecision, PoolDecision
 from db.stats import DEFAULT_PERIOD_SECONDS, PeriodStats, stats_between
 from jobs.pools.actuator import PoolActuator
 from jobs.pools.loop import Measurement, MonitorConfig, PeriodDecision, run_period
@@ -51,7 +51,9 @@ class StepTimes:
     sources: dict[str, str]
 
 
-def step_times(stats: PeriodStats, settings: Settings, previous: PoolDecision | None) -> StepTimes:
+def step_times(
+    stats: PeriodStats, settings: Settings, previous: PoolDecision | CascadeDecision | None
+) -> StepTimes:
     """Each model's time per step: measured in the period (service time over steps run), else the
     previous decision's, else the configured profile, else the other model's (assumed equally fast)."""
     carried: dict[str, Any] = previous.inputs if previous is not None else {}

@@ -38,7 +38,28 @@ SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the Poisson arriva
 
 # Options of `simulate` alone: the simulated deployment, sweeps and the pool monitor.
 ProfilesOpt = Annotated[
-    str, typer.Option("--profile", help="vanilla, nirvana, modm, configured; a comma list.")
+    str,
+    typer.Option(
+        "--profile",
+        help="vanilla, nirvana, nirvana-womp, modm, configured, diffserve, reprise; a comma list.",
+    ),
+]
+AllocatorOpt = Annotated[
+    str,
+    typer.Option(
+        "--allocator",
+        help="Cascade profiles (diffserve, reprise): diffserve (the MILP sets threshold and split every "
+        "--monitor-period-s) or modm (REPRISE_CASCADE_THRESHOLD fixed, the split provisioned for the peak).",
+    ),
+]
+CascadePairOpt = Annotated[
+    str, typer.Option("--cascade-pair", help="DiffServe 4.1's latencies: sd15 (SD-Turbo/SD 1.5) or sdxl.")
+]
+CascadeProfileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--cascade-profile", help="`reprise cascade train --json` output (default: the lab's shipped)."
+    ),
 ]
 CacheBytesOpt = Annotated[
     str | None, typer.Option("--cache-bytes", help="Budget, e.g. 1GiB (default: settings).")
@@ -194,6 +215,9 @@ def simulate_command(
     switch_s: SwitchOpt = 0.0,
     monitor: MonitorOpt = "off",
     monitor_period_s: MonitorPeriodOpt = None,
+    allocator: AllocatorOpt = "diffserve",
+    cascade_pair: CascadePairOpt = "sd15",
+    cascade_profile: CascadeProfileOpt = None,
     json_path: JsonOpt = None,
     plots: PlotsOpt = None,
     compare: CompareOpt = None,
@@ -202,33 +226,30 @@ def simulate_command(
     progress: ProgressOpt = True,
 ) -> None:
     """Simulate a trace with profiled costs and the service's own policies (no GPU, no images)."""
-    from bench.options import guarded, parse_list, parse_monitor, parse_size, workload_options
-    from bench.runner import SimulateOptions, simulate_main
+    from bench import options as parse
+    from bench.runner import simulate_main
 
     def main() -> int:
-        options = SimulateOptions(
-            workload=workload_options(
+        options = parse.SimulateOptions(
+            workload=parse.workload_options(
                 trace, arrivals, process, order, rate, concurrency, time_scale, limit, seed
             ),
-            profiles=tuple(parse_list(profile)),
+            profiles=tuple(parse.parse_list(profile)),
             costs=costs,
-            cache_bytes=parse_size(cache_bytes) if cache_bytes else None,
+            cache_bytes=parse.parse_size(cache_bytes) if cache_bytes else None,
             large_workers=large_workers, small_workers=small_workers, sweep=sweep,
-            sizes=tuple(parse_size(size) for size in parse_list(sizes or "")),
-            policies=tuple(parse_list(policies or "")),
-            rates=tuple(float(r) for r in parse_list(rates or "")),
+            sizes=tuple(parse.parse_size(size) for size in parse.parse_list(sizes or "")),
+            policies=tuple(parse.parse_list(policies or "")),
+            rates=tuple(float(r) for r in parse.parse_list(rates or "")),
             k_table=k_table, quality_profile=quality_profile, switch_s=switch_s,
-            monitor=parse_monitor(monitor),
-            monitor_period_s=monitor_period_s,
-            jobs=jobs,
-            json_path=json_path,
-            plots=plots,
-            compare=compare,
+            monitor=parse.parse_monitor(monitor), monitor_period_s=monitor_period_s,
+            allocator=parse.parse_allocator(allocator), cascade_pair=cascade_pair,
+            cascade_profile=cascade_profile, jobs=jobs, json_path=json_path, plots=plots, compare=compare,
             progress=progress,
         )  # fmt: skip
         return simulate_main(get_settings(), options)
 
-    raise typer.Exit(guarded(main))
+    raise typer.Exit(parse.guarded(main))
 
 
 @bench_app.command("chaos")

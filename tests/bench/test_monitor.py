@@ -19,10 +19,11 @@ import pytest
 from bench.costs import StepCosts
 from bench.embeddings import TraceEmbeddings, configured_embedder, trace_embeddings
 from bench.monitor import LoadWindow, MonitorSpec, load_windows
-from bench.options import WorkloadOptions
+from bench.options import SimulateOptions, WorkloadOptions
 from bench.profiles import build_profile
-from bench.runner import SimulateOptions, simulate_main
-from bench.simulate import SimConfig, SimResult, run_simulation
+from bench.runner import simulate_main
+from bench.simconfig import SimConfig, SimResult
+from bench.simulate import run_simulation
 from bench.trace import (
     DEFAULT_PROMPTS,
     SHARED_DIR,

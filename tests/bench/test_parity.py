@@ -16,7 +16,8 @@ from bench.costs import StepCosts
 from bench.embeddings import TraceEmbeddings
 from bench.profiles import build_profile
 from bench.simcache import SimCache
-from bench.simulate import SimConfig, run_simulation
+from bench.simconfig import SimConfig
+from bench.simulate import run_simulation
 from bench.stack import ScheduledAllocation
 from bench.trace import ArrivalSpec, Prompts, Request, Workload
 from core.settings import Settings

@@ -43,6 +43,8 @@ CONTRACT = set(
         "trace",
         "arrivals",
         "decodes",
+        "escalation_rate",  # issue 14: DiffServe's cascade (null outside it)
+        "threshold_timeline",
     ]
 )
 

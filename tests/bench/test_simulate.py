@@ -12,12 +12,13 @@ from typer.testing import CliRunner
 
 from bench.costs import StepCosts
 from bench.embeddings import TraceEmbeddings
-from bench.options import WorkloadOptions
+from bench.options import SimulateOptions, WorkloadOptions
 from bench.pools import MonitorSnapshot, PoolTargets
 from bench.profiles import build_profile
 from bench.report import SWEEP_FIELDS
-from bench.runner import SimulateOptions, simulate_main
-from bench.simulate import SimConfig, SimResult, run_simulation
+from bench.runner import simulate_main
+from bench.simconfig import SimConfig, SimResult
+from bench.simulate import run_simulation
 from bench.trace import ArrivalKind, ArrivalSpec, Prompts, Workload, build_workload
 from core.settings import Settings
 from core.vocabulary import EvictionPolicyName

@@ -13,9 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.options import WorkloadOptions
+from bench.options import SimulateOptions, WorkloadOptions
 from bench.profiles import build_profile
-from bench.runner import SimulateOptions, simulate_main
+from bench.runner import simulate_main
 from bench.stack import ScheduledAllocation, StackRecord, StackWatch, differences
 from core.settings import Settings
 from core.vocabulary import MonitorMode

@@ -56,11 +56,12 @@ def test_a_child_forked_before_the_move_sees_the_new_role(cell: RoleCell) -> Non
 
 
 def test_queues_per_role_keep_misses_before_hits(tiny_settings: Settings) -> None:
-    large = (Queue.CACHE_MISS, Queue.CACHE_HIT_LARGE, Queue.CACHE_HIT)
+    large = (Queue.CACHE_MISS, Queue.CASCADE_HEAVY, Queue.CACHE_HIT_LARGE, Queue.CACHE_HIT)
     assert consumed_queues(Role.LARGE, tiny_settings) == large
     no_hits = tiny_settings.model_copy(update={"large_serves_hits": False})
-    assert consumed_queues(Role.LARGE, no_hits) == (Queue.CACHE_MISS,)
-    assert consumed_queues(Role.SMALL, tiny_settings) == (Queue.CACHE_HIT,)
+    assert consumed_queues(Role.LARGE, no_hits) == (Queue.CACHE_MISS, Queue.CASCADE_HEAVY)
+    # The small model is also the cascade's light one (DiffServe, issue 14): hits first, then light stages.
+    assert consumed_queues(Role.SMALL, tiny_settings) == (Queue.CACHE_HIT, Queue.CASCADE_LIGHT)
 
 
 @pytest.mark.parametrize(
@@ -156,10 +157,10 @@ def test_a_switch_is_answered_at_once_and_applied_on_the_event_loop(cell: RoleCe
     assert role_switch.shared_role() is Role.LARGE and consumer.names == ["cache_miss", "cache_hit"]
     [(callback, args)] = consumer.soon
     callback(*args)
-    assert report_role(state) == {"role": "small", "queues": ["cache_hit"]}
+    assert report_role(state) == {"role": "small", "queues": ["cache_hit", "cascade_light"]}
     # Back to large: cache_miss must come before cache_hit again.
     move_queues(consumer, Role.LARGE, args[2])
-    large = ["cache_miss", "cache_hit_large", "cache_hit"]
+    large = ["cache_miss", "cascade_heavy", "cache_hit_large", "cache_hit"]
     assert (role_switch.shared_role(), consumer.names) == (Role.LARGE, large)
 
 

@@ -1,0 +1,48 @@
+"""The cascade's discriminator (DiffServe 3.2): real against generated, its confidence, its storage."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core.vocabulary import DiscriminatorFeatures
+from workers.runtime.discriminator import Discriminator, accuracy, fit_discriminator, image_features
+
+
+def _features(seed: int, shift: float, n: int = 200) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, 8)) + shift
+
+
+def test_it_learns_real_from_generated_and_grades_in_between() -> None:
+    real, generated = _features(0, 1.0), _features(1, -1.0)
+    disc = fit_discriminator(real, generated, kind=DiscriminatorFeatures.JUDGE)
+    assert accuracy(disc, _features(2, 1.0), _features(3, -1.0)) > 0.9
+    halfway = disc.confidence(np.zeros((1, 8)))[0]
+    assert disc.confidence(_features(4, 1.0)).mean() > halfway > disc.confidence(_features(5, -1.0)).mean()
+    assert 0.0 < halfway < 1.0
+
+
+def test_it_cannot_learn_what_is_not_there() -> None:
+    disc = fit_discriminator(_features(0, 0.0), _features(1, 0.0), kind=DiscriminatorFeatures.JUDGE)
+    assert 0.35 < accuracy(disc, _features(2, 0.0), _features(3, 0.0)) < 0.65
+
+
+def test_it_round_trips_through_bytes() -> None:
+    disc = fit_discriminator(_features(0, 1.0), _features(1, -1.0), kind=DiscriminatorFeatures.CLIP)
+    again = Discriminator.from_bytes(disc.to_bytes())
+    probe = _features(9, 0.3, n=5)
+    assert again.kind is DiscriminatorFeatures.CLIP
+    np.testing.assert_allclose(again.confidence(probe), disc.confidence(probe))
+
+
+def test_bad_inputs_are_refused_with_the_fix() -> None:
+    disc = fit_discriminator(_features(0, 1.0), _features(1, -1.0), kind=DiscriminatorFeatures.JUDGE)
+    with pytest.raises(ValueError, match="expected 8-d judge features"):
+        disc.confidence(np.zeros((1, 4)))
+    with pytest.raises(ValueError, match="train it again"):
+        Discriminator.from_bytes(b'{"format": 0}')
+    with pytest.raises(ValueError, match="both real and generated"):
+        fit_discriminator(np.zeros((0, 8)), _features(1, 0.0), kind=DiscriminatorFeatures.JUDGE)
+    with pytest.raises(ValueError, match="lab's judge"):
+        image_features(DiscriminatorFeatures.JUDGE, [np.zeros((64, 64, 3), np.uint8)])
