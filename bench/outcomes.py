@@ -70,6 +70,7 @@ class ReportContext:
     entry_bytes: float | None
     png_bytes: float | None
     quality_source: str | None = None  # how outcomes' quality was obtained; None: not judged
+    slo_s: float | None = None  # the run's own SLO (a DiffServe pair's), reported beside x2 and x4
 
 
 def step_ms_by_model(costs: StepCosts, outcomes: Sequence[RequestOutcome]) -> dict[str, float]:
@@ -162,7 +163,12 @@ def summarize(outcomes: Sequence[RequestOutcome], context: ReportContext) -> Ben
         latency_ms=Latency(
             p50=percentile(latencies, 50), p95=percentile(latencies, 95), p99=percentile(latencies, 99)
         ),
-        slo_violations=SloViolations(x2=over(2.0), x4=over(4.0)),
+        slo_violations=SloViolations(
+            x2=over(2.0),
+            x4=over(4.0),
+            slo_s=context.slo_s,
+            at_slo=over(context.slo_s * 1000.0 / context.slo_base_ms) if context.slo_s is not None else None,
+        ),
         admission_ms=AdmissionLatency(
             p50=percentile(admissions, 50),
             p99=percentile(admissions, 99),

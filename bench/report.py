@@ -55,10 +55,19 @@ class Latency:
 
 @dataclass(frozen=True, slots=True)
 class SloViolations:
-    """Fractions of requests slower than 2x and 4x the large model's full-generation latency (MoDM 6)."""
+    """Fractions of requests slower than 2x and 4x the large model's full-generation latency (MoDM 6),
+    and, where a run has one, slower than its own SLO (`slo_s`: a DiffServe pair's, 4.1)."""
 
     x2: float | None
     x4: float | None
+    slo_s: float | None = None
+    at_slo: float | None = None
+
+    def as_json(self) -> dict[str, float | None]:
+        body = {"x2": _round(self.x2), "x4": _round(self.x4)}
+        if self.slo_s is not None:
+            body.update(slo_s=self.slo_s, at_slo=_round(self.at_slo))
+        return body
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +177,7 @@ class BenchReport:
                 "p95": _round(self.latency_ms.p95, 1),
                 "p99": _round(self.latency_ms.p99, 1),
             },
-            "slo_violations": {"x2": _round(self.slo_violations.x2), "x4": _round(self.slo_violations.x4)},
+            "slo_violations": self.slo_violations.as_json(),
             "admission_ms": {
                 "p50": _round(self.admission_ms.p50, 3),
                 "p99": _round(self.admission_ms.p99, 3),
@@ -226,9 +235,9 @@ def markdown_table(rows: Sequence[BenchReport | SweepPoint]) -> str:
     """A markdown table, one line per run: the headline numbers of each."""
     header = (
         "| profile | policy | cache | requests | hit rate | compute saved | k histogram | thr. rps "
-        "| vanilla rps | p50 ms | p95 ms | p99 ms | SLO x2 | SLO x4 |"
+        "| vanilla rps | p50 ms | p95 ms | p99 ms | SLO x2 | SLO x4 | SLO | escalated | quality | drop |"
     )
-    lines = [header, "|" + "---|" * 14]
+    lines = [header, "|" + "---|" * 18]
     for row in rows:
         report = row.report if isinstance(row, SweepPoint) else row
         policy = row.policy if isinstance(row, SweepPoint) else "-"
@@ -239,9 +248,22 @@ def markdown_table(rows: Sequence[BenchReport | SweepPoint]) -> str:
             f"| {_fmt(report.throughput_rps, '.3f')} | {_fmt(report.vanilla_throughput_rps, '.3f')} "
             f"| {_fmt(report.latency_ms.p50, '.0f')} | {_fmt(report.latency_ms.p95, '.0f')} "
             f"| {_fmt(report.latency_ms.p99, '.0f')} | {_fmt(report.slo_violations.x2, '.3f')} "
-            f"| {_fmt(report.slo_violations.x4, '.3f')} |"
+            f"| {_fmt(report.slo_violations.x4, '.3f')} | {_fmt(report.slo_violations.at_slo, '.3f')} "
+            f"| {_fmt(report.escalation_rate, '.3f')} | {_fmt(_mean_quality(report), '.3f')} "
+            f"| {_fmt(report.quality.drop_mean if report.quality else None, '.3f')} |"
         )
     return "\n".join(lines)
+
+
+def _mean_quality(report: BenchReport) -> float | None:
+    """The judged mean over hits and misses, weighted by their counts (None where nothing was judged)."""
+    quality = report.quality
+    if quality is None or report.hit_rate is None:
+        return None
+    parts = [(report.hit_rate, quality.hit_mean), (1.0 - report.hit_rate, quality.miss_mean)]
+    known = [(weight, mean) for weight, mean in parts if mean is not None and weight > 0]
+    total = sum(weight for weight, _ in known)
+    return sum(weight * mean for weight, mean in known) / total if total else None
 
 
 def _bytes_text(size: int) -> str:

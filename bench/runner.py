@@ -266,6 +266,7 @@ def _config_factory(
             else None,
             allocation_schedule=replayed.get(profile.name, ()) if replayed is not None else (),
             cascade=cascade if profile.cascade else None,
+            slo_s=cascade.pair.slo_s if cascade is not None else None,  # every profile beside a cascade
         )
 
     return config

@@ -34,6 +34,7 @@ from jobs.policies.allocation import (
     ModelProfile,
     ewma,
     solve_allocation,
+    with_backlog,
 )
 from jobs.policies.cascade import EscalationCurve, accepts
 
@@ -173,14 +174,17 @@ class CascadeController:
         spec = self.spec
         light_s, heavy_s = spec.light_stage_ms / 1e3, spec.pair.heavy_ms / 1e3
         light_rps = light_work_s / light_s
+        demand = Demand(
+            cascade_rps=misses_rps,
+            light_rps=light_rps,
+            light_wait_s=queued[0] / light_rps if light_rps > 0 else 0.0,
+            heavy_wait_s=queued[1] / misses_rps if misses_rps > 0 else 0.0,
+        )
         return AllocationProblem(
             light=ModelProfile(spec.pair.light, {1: light_s}),
             heavy=ModelProfile(spec.pair.heavy, {1: heavy_s}),
-            demand=Demand(
-                cascade_rps=misses_rps,
-                light_rps=light_rps,
-                light_wait_s=queued[0] / light_rps if light_rps > 0 else 0.0,
-                heavy_wait_s=queued[1] / misses_rps if misses_rps > 0 else 0.0,
+            demand=with_backlog(
+                demand, light_queued=queued[0], heavy_queued=queued[1], drain_s=spec.period_s
             ),
             curve=curve or spec.profile.curve,
             workers=self.workers,

@@ -39,6 +39,7 @@ class SimConfig:
     allocation_schedule: tuple[ScheduledAllocation, ...] = ()  # a replayed stack's moves (bench.stack)
     quality_profile: Path | None = None  # `reprise profile k --json`; None: the lab's shipped profiles
     cascade: CascadeSpec | None = None  # DiffServe's cascade for misses (bench.simcascade)
+    slo_s: float | None = None  # an SLO to report violations of beside x2 and x4 (a DiffServe pair's)
 
     def targets(self, large: int | None = None, small: int | None = None) -> PoolTargets:
         """Worker counts (at start: the configured ones): every GPU on the large model unless hits go

@@ -49,4 +49,5 @@ def report_context(
         if profile.caches
         else None,
         png_bytes=float(config.costs.png_bytes),
+        slo_s=config.slo_s,
     )

@@ -8,6 +8,7 @@ ended. The functions take a session and leave committing to the caller.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -30,6 +31,7 @@ class ClaimOutcome(StrEnum):
     CANCELED = "canceled"  # cancel was requested before it started: now canceled
     EXHAUSTED = "exhausted"  # too many attempts: now failed with the reason
     MISSING = "missing"  # no such job (deleted with its tenant)
+    MOVED = "moved"  # its route changed since this task was sent (a cascade escalated it): not this task's
 
 
 @dataclass(frozen=True)
@@ -40,16 +42,28 @@ class Claim:
     first_start: bool = False  # CLAIMED, and no run of the job started before (generation.started)
 
 
-def claim_run(session: Session, job_id: uuid.UUID, *, owner: str, lease_s: float, max_attempts: int) -> Claim:
+def claim_run(
+    session: Session,
+    job_id: uuid.UUID,
+    *,
+    owner: str,
+    lease_s: float,
+    max_attempts: int,
+    refuse_routes: Collection[str] = (),
+) -> Claim:
     """Take the job for one run attempt under a lease of lease_s seconds.
 
-    Counts the attempt on the row; past max_attempts the job fails with a reason instead.
+    Counts the attempt on the row; past max_attempts the job fails with a reason instead. A job whose
+    route is in `refuse_routes` is not this task's any more (MOVED): a light stage redelivered after
+    the cascade escalated the job must not run again.
     """
     job = session.get(Job, job_id, with_for_update=True)
     if job is None:
         return Claim(ClaimOutcome.MISSING)
     if job.status in TERMINAL_STATUSES:
         return Claim(ClaimOutcome.DONE, job)
+    if job.route in refuse_routes:
+        return Claim(ClaimOutcome.MOVED, job)
     now = utcnow()
     if job.cancel_requested:
         _end(job, JobStatus.CANCELED, now, error=None)

@@ -34,8 +34,9 @@ DISCRIMINATOR_TTL_S = 30.0  # how often it checks for a newer discriminator
 
 
 def light_job(context: WorkerContext, job_id: uuid.UUID) -> None:
-    """cascade_light: the light model's generation, then the discriminator's verdict."""
-    job = claim_job(context, job_id)
+    """cascade_light: the light model's generation, then the discriminator's verdict. A redelivery after
+    the escalation finds the job routed heavy and runs nothing (db.job_runs.ClaimOutcome.MOVED)."""
+    job = claim_job(context, job_id, refuse_routes=(Route.HEAVY.value,))
     if job is None:
         return
     with LeaseKeeper(context.settings, job.id, owner=context.owner) as lease:

@@ -86,7 +86,7 @@ def generate_run(
     )
     if result is None:
         return
-    finish_run(context, job, lease, result, cache_it=job.cache_mode != "off")
+    finish_run(context, job, lease, result, cache_it=job.cache_mode != "off", cascade=cascade)
 
 
 def reuse_job(context: WorkerContext, job_id: uuid.UUID) -> None:
@@ -138,7 +138,10 @@ def _reuse(context: WorkerContext, job: JobView, lease: LeaseKeeper) -> None:
 # --- steps shared by both ---------------------------------------------------------------------
 
 
-def claim_job(context: WorkerContext, job_id: uuid.UUID) -> JobView | None:
+def claim_job(
+    context: WorkerContext, job_id: uuid.UUID, *, refuse_routes: tuple[str, ...] = ()
+) -> JobView | None:
+    """The job, claimed for this run; None when there is nothing to run (ended, moved, missing)."""
     settings = context.settings
     with session_scope(settings) as session:
         claim: Claim = claim_run(
@@ -147,6 +150,7 @@ def claim_job(context: WorkerContext, job_id: uuid.UUID) -> JobView | None:
             owner=context.owner,
             lease_s=settings.lease_s,
             max_attempts=settings.max_attempts,
+            refuse_routes=refuse_routes,
         )
         if claim.outcome is ClaimOutcome.LEASED:
             raise LeaseBusy(claim.retry_in_s)

@@ -248,6 +248,7 @@ def cascade_report(
             for a, b, c in zip(s, ql, qh, strict=True)
         ),
         "routing_auc": _auc(-s, improves) if 0 < improves.sum() < n else None,
+        "heavy_improves": round(float(improves.mean()), 4),  # the share of light images the heavy model beats
         "seconds_per_image": {"light": light_s, "heavy": heavy_s, "discriminator": discriminator_s},
     }
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -336,6 +336,22 @@ def _fallback(problem: AllocationProblem, started: float) -> AllocationPlan:
             f"{s} workers serve; lowest threshold {curve.thresholds[0]:g}, workers split by work"
         ),
         capacity=capacity,
+    )
+
+
+def with_backlog(demand: Demand, *, light_queued: int, heavy_queued: int, drain_s: float) -> Demand:
+    """The demand with the queues now waiting to be served within `drain_s` too (our addition: the
+    paper's demand is the arrival rate alone, so once a queue has built up a plan that merely keeps up
+    never drains it, and every later query waits behind it). A light stage waiting may escalate like
+    any other (it counts as a cascade query); an escalated one waiting is heavy work."""
+    if drain_s <= 0:
+        raise ValueError("the drain time must be positive")
+    light_extra, heavy_extra = light_queued / drain_s, heavy_queued / drain_s
+    return replace(
+        demand,
+        cascade_rps=demand.cascade_rps + light_extra,
+        light_rps=demand.light + light_extra,
+        heavy_extra_rps=demand.heavy_extra_rps + heavy_extra,
     )
 
 

@@ -76,7 +76,8 @@ def _print(report: dict[str, object]) -> None:
     assert isinstance(light, dict) and isinstance(heavy, dict)
     typer.echo(
         f"discriminator ({report['features']} features) accuracy {report['accuracy']:.4f} on "
-        f"{report['held_out']} held-out prompts; routing AUC {report['routing_auc']}"
+        f"{report['held_out']} held-out prompts; routing AUC {report['routing_auc']}; the heavy model "
+        f"beats {report['heavy_improves']:.0%} of the light images"
         + (f"; stored as version {report['version']}" if "version" in report else "")
     )
     typer.echo(f"{'':22} {'quality':>8} {'escalated':>9} {'images/s':>9}")
@@ -85,7 +86,7 @@ def _print(report: dict[str, object]) -> None:
     rows = report["cascade"]
     assert isinstance(rows, list)
     for row in rows:
-        label = f"cascade t={row['threshold']:.2f}"
+        label = f"cascade t={row['threshold']:.4g}"
         typer.echo(
             f"{label:22} {row['quality']:8.4f} {row['escalation_rate']:9.2f} {row['throughput_per_s']:9.3f}"
             f"   (random routing {row['random_quality']:.4f})"
