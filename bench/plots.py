@@ -5,6 +5,8 @@ plot_against_cache     hit rate and compute saved against the cache budget, one 
                        profile and policy (the shape of NIRVANA Table 3 and MoDM Fig. 9)
 plot_against_rate      throughput against the offered request rate, with vanilla
                        (the shape of MoDM Fig. 10)
+plot_slo_against_rate  SLO violations and quality drop against the offered rate, one line per
+                       profile (the shape of DiffServe Figs. 4 and 5)
 """
 
 from __future__ import annotations
@@ -109,4 +111,27 @@ def plot_against_rate(points: Sequence[SweepPoint], path: Path, *, title: str = 
     axis.grid(alpha=0.3)
     axis.legend(fontsize=8)
     axis.set_title(title or "Throughput under increasing request rate")
+    return _save(fig, path)
+
+
+def plot_slo_against_rate(points: Sequence[SweepPoint], path: Path, *, title: str = "") -> Path:
+    """Violations of the run's own SLO (x2 where it has none) and the quality drop, against the rate."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for label, items in _series(points, "rate").items():
+        xs = [rate for rate, _ in items]
+        slo = [p.report.slo_violations for _, p in items]
+        left.plot(
+            xs, [(v.at_slo if v.slo_s is not None else v.x2) or 0.0 for v in slo], marker="o", label=label
+        )
+        drops = [p.report.quality.drop_mean if p.report.quality is not None else None for _, p in items]
+        if any(d is not None for d in drops):
+            right.plot(xs, [d or 0.0 for d in drops], marker="o", label=label)
+    slo_s = next((p.report.slo_violations.slo_s for p in points if p.report.slo_violations.slo_s), None)
+    left.set_ylabel(f"SLO violations ({slo_s:g} s)" if slo_s else "SLO violations (2x)")
+    right.set_ylabel("mean quality drop (lab judge)")
+    for axis in (left, right):
+        axis.set_xlabel("request rate (requests/s)")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    fig.suptitle(title or "SLO violations and quality under increasing request rate")
     return _save(fig, path)

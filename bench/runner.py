@@ -14,17 +14,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench import plots
 from bench.compare import compare_reports
 from bench.costs import StepCosts, load_costs
 from bench.embeddings import TraceEmbeddings, configured_embedder, trace_embeddings
 from bench.monitor import MonitorSpec, write_simulation_json
 from bench.options import SimulateOptions, WorkloadOptions, parse_list, parse_size
 from bench.outcomes import step_ms_by_model
-from bench.plots import TraceCurve, plot_against_cache, plot_against_rate, plot_over_trace
+from bench.plots import TraceCurve
 from bench.profiles import Profile, build_profile, settings_mismatches
 from bench.progress import ProgressBar
 from bench.report import BenchReport, SweepPoint, markdown_table, write_json
-from bench.simcascade import PAIRS, cascade_spec
+from bench.simcascade import PAIRS, cascade_for
 from bench.simconfig import SimConfig, SimResult
 from bench.simulate import run_simulation
 from bench.stack import (
@@ -141,7 +142,7 @@ def simulate_main(settings: Settings, options: SimulateOptions) -> int:
     --compare: each profile's run must be what the replay ran (bench.stack), or nothing runs.
     """
     # 1. Check the options and load what every run shares.
-    cascaded = any(name in CASCADE_PROFILES for name in options.profiles)
+    cascaded = cascade_for(settings, options) is not None  # every profile at the pair's costs
     costs = (
         PAIRS[options.cascade_pair].costs()
         if cascaded and options.costs is None
@@ -234,18 +235,7 @@ def _config_factory(
     """The deployment every run simulates, for a profile and a cache budget. With a replay to compare
     with (`replayed`), the allocation follows the stack's instead of a monitor of the simulator's."""
 
-    cascade = (
-        cascade_spec(
-            allocator=options.allocator,
-            pair=options.cascade_pair,
-            profile=options.cascade_profile,
-            threshold=settings.cascade_threshold,
-            period_s=float(options.monitor_period_s or settings.monitor_period_s),
-            overprovision=settings.cascade_overprovision,
-        )
-        if any(name in CASCADE_PROFILES for name in options.profiles)
-        else None
-    )
+    cascade = cascade_for(settings, options)
 
     def config(profile: Profile, cache_bytes: int) -> SimConfig:
         return SimConfig(
@@ -322,17 +312,20 @@ def _output(
             SweepPoint(r.report, size, label) for r, (_, size, label) in zip(results, planned, strict=True)
         ]
         if options.plots is not None:
-            figure = (
-                plot_against_rate(points, options.plots / "throughput-vs-rate.png")
+            figures = (
+                [
+                    plots.plot_against_rate(points, options.plots / "throughput-vs-rate.png"),
+                    plots.plot_slo_against_rate(points, options.plots / "slo-vs-rate.png"),
+                ]
                 if options.rates
-                else plot_against_cache(points, options.plots / "against-cache-size.png")
+                else [plots.plot_against_cache(points, options.plots / "against-cache-size.png")]
             )
-            _note(f"wrote {figure}")
+            _note(f"wrote {', '.join(str(figure) for figure in figures)}")
         return points
     reports = [r.report for r in results]
     if options.plots is not None:
         curves = [TraceCurve(r.report.profile, r.outcomes, r.prices, costs.large_step_ms) for r in results]
-        _note(f"wrote {plot_over_trace(curves, options.plots / 'over-trace.png')}")
+        _note(f"wrote {plots.plot_over_trace(curves, options.plots / 'over-trace.png')}")
     return reports[0] if len(reports) == 1 else reports
 
 
@@ -446,5 +439,5 @@ def replay_main(settings: Settings, options: ReplayCliOptions) -> int:
         outcomes = [outcome_from_record(r) for r in records]
         prices = step_ms_by_model(costs, outcomes)
         curve = TraceCurve(profile.name, outcomes, prices, costs.large_step_ms)
-        _note(f"wrote {plot_over_trace([curve], options.plots / 'replay-over-trace.png')}")
+        _note(f"wrote {plots.plot_over_trace([curve], options.plots / 'replay-over-trace.png')}")
     return 0 if all(r.job is not None and r.job.get("status") == "succeeded" for r in records) else 1

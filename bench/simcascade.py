@@ -24,8 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.costs import StepCosts
+from bench.options import SimulateOptions
 from bench.pools import Pools, PoolTargets
 from bench.trace import Workload
+from core.settings import Settings
 from core.vocabulary import Allocator
 from jobs.policies.allocation import (
     AllocationPlan,
@@ -158,7 +160,7 @@ class CascadeController:
     workers: int
     threshold: float
     estimate: dict[str, float | None] = field(default_factory=lambda: {"misses": None, "light": None})
-    timeline: list[dict[str, float]] = field(default_factory=list)
+    timeline: list[dict[str, float | bool]] = field(default_factory=list)
     plans: list[AllocationPlan] = field(default_factory=list)
 
     def problem(
@@ -212,6 +214,9 @@ class CascadeController:
                 "threshold": plan.threshold,
                 "light": plan.light_workers,
                 "heavy": plan.heavy_workers,
+                "escalated": round(plan.escalated, 4),  # f(threshold)
+                "feasible": plan.feasible,
+                "solve_ms": round(plan.solve_ms, 3),
             }
         )
 
@@ -288,4 +293,21 @@ def cascade_spec(
         threshold=threshold,
         period_s=period_s,
         overprovision=overprovision,
+    )
+
+
+CASCADE_PROFILES = ("diffserve", "reprise")
+
+
+def cascade_for(settings: Settings, options: SimulateOptions) -> CascadeSpec | None:
+    """The cascade a `bench simulate` run simulates, when one of its profiles has one; None otherwise."""
+    if not any(name in CASCADE_PROFILES for name in options.profiles):
+        return None
+    return cascade_spec(
+        allocator=options.allocator,
+        pair=options.cascade_pair,
+        profile=options.cascade_profile,
+        threshold=settings.cascade_threshold,
+        period_s=float(options.monitor_period_s or settings.monitor_period_s),
+        overprovision=settings.cascade_overprovision,
     )

@@ -107,11 +107,34 @@ def test_get_returns_what_the_workers_wrote(
         "denoiser_evaluations": {"tiny-small": 30},
         "vae_decodes": 0,
         "quality": None,
+        "cascade": None,
         "admission_ms": {},
         "queue_time_s": 2.0,
         "run_time_s": 3.0,
     }
     assert job["completed_at"] is not None
+
+
+def test_an_escalated_job_shows_both_stages_and_is_a_miss(
+    client: TestClient, tenant: TenantCredentials, set_job: Callable[..., None]
+) -> None:
+    """DiffServe's cascade (issue 14): the light stage and the discriminator's verdict in the metrics."""
+    job_id = str(submit(client, tenant)["id"])
+    stage = {
+        "light_model": "lab-large", "light_evals": {"lab-large": 4}, "light_ms": 12.5, "score": 0.004,
+        "threshold": 0.0106, "escalated": True, "discriminator_version": 3, "reason": None,
+    }  # fmt: skip
+    set_job(job_id, status="succeeded", route="heavy", cascade=stage, models_used=["lab-large", "lab-large"])
+    metrics = client.get(f"/v1/generations/{job_id}", headers=tenant.auth_headers).json()["metrics"]
+    assert metrics["route"] == "miss"  # escalated by the cascade: still a miss of the cache
+    assert metrics["cascade"] == {
+        "light_model": "lab-large",
+        "discriminator_score": 0.004,
+        "threshold": 0.0106,
+        "escalated": True,
+        "discriminator_version": 3,
+        "light_ms": 12.5,
+    }
 
 
 def test_public_base_url_prefixes_the_urls(

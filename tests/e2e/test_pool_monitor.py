@@ -263,7 +263,7 @@ def test_mostly_hit_traffic_moves_a_worker_to_the_small_pool_without_losing_a_ta
     assert any(job.models_used == ["tiny-small"] for job in late_hits)
 
     # The worker consumes the small pool's queue, and worker_roles says so.
-    assert _hosting(stack, moved) == [{moved: {"role": "small", "queues": ["cache_hit"]}}]
+    assert _hosting(stack, moved) == [{moved: {"role": "small", "queues": ["cache_hit", "cascade_light"]}}]
     rows = _recorded_roles(settings)
     assert rows[moved] == "small" and rows[GPU_WORKERS[1] + "@" + moved.split("@")[1]] == "large"
     with session_scope(settings) as session:
@@ -279,7 +279,7 @@ def test_a_pinned_worker_stays_where_the_operator_put_it(pool_stack: Stack) -> N
     # Pinning moves the worker back at once, and a large worker drains cache_miss before the hit queues.
     outcome = pin_worker(settings, actuator, worker=first, role=Role.LARGE)
     assert (outcome.alive, outcome.moved) == (True, True)
-    hosting = {"role": "large", "queues": ["cache_miss", "cache_hit_large", "cache_hit"]}
+    hosting = {"role": "large", "queues": ["cache_miss", "cascade_heavy", "cache_hit_large", "cache_hit"]}
     assert _hosting(stack, first) == [{first: hosting}]
 
     # The hit-heavy period again: the monitor still wants one large worker, and moves the unpinned one.

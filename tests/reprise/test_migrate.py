@@ -28,6 +28,8 @@ EXPECTED_TABLES = {
     "worker_roles",
     "pool_decisions",
     "predictor_fits",
+    "discriminators",  # issue 14: DiffServe's cascade
+    "cascade_decisions",
 }
 
 

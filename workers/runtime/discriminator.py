@@ -6,8 +6,8 @@ The paper trains an EfficientNet to tell real images (MS-COCO, the ground truth)
 logistic regression over image features a network already computes, which is what fits a CPU:
 - for the lab's models, how clearly the quality lab's judge reads each attribute (lab.judge
   `confidences`: top probability and entropy per head), whose world gives the ground truth: the true
-  render of each caption's scene. On the lab these beat the judge's 128-d embedding as the features
-  (README, "DiffServe's cascade": routing AUC 0.60 against 0.52 for a 4-step light model);
+  render of each caption's scene. On the lab these routed better than the judge's 128-d embedding
+  (an exploratory comparison, in issue 14's note);
 - CLIP image features (open_clip, the image embedder) for real models, with real images supplied.
 Its weights are a small JSON document, versioned in Postgres (db.discriminators) like the predictor.
 """
