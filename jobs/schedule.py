@@ -25,6 +25,7 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
         "reconcile": _every(TaskName.RECONCILE, period),
     }
     if settings.monitor_enabled:
-        # MoDM 5.3: the global monitor re-plans the pools once per monitoring period.
+        # The one controller of the pools (REPRISE_ALLOCATOR) re-plans once per monitoring period: MoDM
+        # 5.3's global monitor, or DiffServe 3.3's MILP, which also sets the cascade's threshold.
         schedule["rebalance-pools"] = _every(TaskName.REBALANCE_POOLS, float(settings.monitor_period_s))
     return schedule

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import platform
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Final
@@ -26,12 +30,47 @@ SEED: Final = 20261125
 HELDOUT_IMAGES: Final = 2000
 
 
+PINNED_KERNELS: Final = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+"""The vector instruction set torch's CPU kernels (ATen) and oneDNN's convolutions may use while
+training: AVX2, which every x86-64 server CPU of the last decade has. Left alone they take the widest
+the CPU offers, and rounding differs between them: on an AMD EPYC with AVX-512 the same seed trained
+other weights from the first component on (digest 3e80f8fc... against the committed 03fedb91...);
+pinned, it trains the committed ones (README, "Training"). Both are read once per process, when the
+first kernel runs: `reprise models train` runs none before it pins them."""
+
+
+@contextmanager
+def pinned_cpu_kernels() -> Iterator[dict[str, str]]:
+    """PINNED_KERNELS in the environment on x86-64 (an operator's own setting wins), yielding the
+    settings in force; the environment is restored after, so that processes started later (a test's
+    stack) run the CPU's own kernels again."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        yield {}
+        return
+    before = {name: os.environ.get(name) for name in PINNED_KERNELS}
+    for name, value in PINNED_KERNELS.items():
+        os.environ.setdefault(name, value)
+    try:
+        yield {name: os.environ[name] for name in PINNED_KERNELS}
+    finally:
+        for name, previous in before.items():
+            if previous is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = previous
+
+
 def recipe_for(smoke: bool) -> Recipe:
     return SMOKE if smoke else DEFAULT
 
 
 def train_lab(weights: Path, *, smoke: bool, seed: int = SEED, log: Log = print) -> dict[str, Any]:
     """Train everything into `weights` (replaced) and write its manifest; returns the manifest."""
+    with pinned_cpu_kernels() as kernels:
+        return _train(weights, smoke=smoke, seed=seed, log=log, kernels=kernels)
+
+
+def _train(weights: Path, *, smoke: bool, seed: int, log: Log, kernels: dict[str, str]) -> dict[str, Any]:
     recipe = recipe_for(smoke)
     threads = torch.get_num_threads()
     torch.set_num_threads(THREADS)
@@ -52,6 +91,7 @@ def train_lab(weights: Path, *, smoke: bool, seed: int = SEED, log: Log = print)
             "seed": seed,
             "torch": torch.__version__,
             "threads": THREADS,
+            "cpu_kernels": kernels,
             "recipe": asdict(recipe),
             "judge_heldout_accuracy": accuracy,
             "seconds": {name: round(value, 1) for name, value in seconds.items()},

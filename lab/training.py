@@ -13,8 +13,9 @@ Recipe (`DEFAULT`; `SMOKE` is the same at a size that trains in seconds, for tes
    vae-b: the second family).
 
 Determinism: every component is seeded from the run's seed, data come from numpy generators,
-torch runs with deterministic algorithms on `THREADS` threads: the same seed on the same torch
-release reproduces the same weights.
+torch runs with deterministic algorithms on `THREADS` threads, and lab.build pins the CPU kernels'
+instruction set (PINNED_KERNELS): the same seed on the same torch release reproduces the same weights
+on any x86-64 CPU with AVX2.
 """
 
 from __future__ import annotations

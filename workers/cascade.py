@@ -17,7 +17,9 @@ import time
 import uuid
 from dataclasses import replace
 
-from core.vocabulary import Role, Route
+from PIL import Image
+
+from core.vocabulary import DiscriminatorFeatures, Route
 from db import cascade as cascade_db
 from db import stats
 from db.engine import session_scope
@@ -86,7 +88,7 @@ def _light(context: WorkerContext, job: JobView, lease: LeaseKeeper) -> None:
         if moved:  # the light stage's work is counted once, with the escalation
             stats.record_service(
                 session,
-                role=Role.SMALL.value,
+                role=context.role.value,
                 service_ms=result.wall_s * 1e3,
                 steps=result.steps_run,
                 denoiser_evals=result.denoiser_evals,
@@ -100,18 +102,19 @@ def _light(context: WorkerContext, job: JobView, lease: LeaseKeeper) -> None:
         log.warning("job %s: could not queue its escalation now; the reconciler will", job.id, exc_info=True)
 
 
-def _score(context: WorkerContext, image: object) -> tuple[float | None, int | None, str | None]:
+def _score(context: WorkerContext, image: Image.Image) -> tuple[float | None, int | None, str | None]:
     """The discriminator's confidence in the light image, its version, and why there is none."""
     loaded = _discriminator(context)
     if loaded is None:
         light = context.settings.model_source("small")
         return None, None, f"no discriminator trained for {light}: run `reprise cascade train`; escalated"
     version, discriminator = loaded
+    on_judge = discriminator.kind is DiscriminatorFeatures.JUDGE
     features = image_features(
         discriminator.kind,
         [image],
-        judge=context.judge() if discriminator.kind.value == "judge" else None,
-        embedder=context.image_embedder() if discriminator.kind.value == "clip" else None,
+        judge=context.judge() if on_judge else None,
+        embedder=None if on_judge else context.image_embedder(),
     )
     return float(discriminator.confidence(features)[0]), version, None
 

@@ -39,8 +39,8 @@ from jobs.policies.allocation import (
 )
 from jobs.policies.cascade import MIN_MEASURED_SCORES, THRESHOLD_GRID, EscalationCurve, feature_kind_for
 from jobs.pools.actuator import PoolActuator
-from jobs.pools.loop import Switch, counts
-from jobs.pools.policy import POOL_ROLES, RoleLimits, choose_moves, large_bounds
+from jobs.pools.loop import MonitorConfig, Switch, counts
+from jobs.pools.policy import POOL_ROLES, choose_moves, large_bounds
 from jobs.pools.rebalance import StepTimes, last_window, step_times
 from jobs.queues import Queue, queue_depth, settings_hits_need_large
 
@@ -210,12 +210,7 @@ def heavy_bounds(settings: Settings, pool: dict[str, Role], pinned: dict[str, Ro
         len(pool),
         pinned_large=pinned_in_pool.count(Role.LARGE),
         pinned_small=pinned_in_pool.count(Role.SMALL),
-        limits=RoleLimits(
-            min_large=settings.monitor_min_large,
-            max_large=settings.monitor_max_large,
-            min_small=settings.monitor_min_small,
-            max_small=settings.monitor_max_small,
-        ),
+        limits=MonitorConfig.from_settings(settings).limits,
     )
     return bounds.lo, bounds.hi
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import platform
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +15,7 @@ from typer.testing import CliRunner
 from core.params import GenerationParams
 from core.settings import Settings, load_settings
 from core.vocabulary import Role
-from lab.build import digests
+from lab.build import digests, pinned_cpu_kernels
 from lab.captions import caption
 from lab.judge import Judge
 from lab.models import WEIGHTS_DIR, ensure_lab_models, is_lab_model, lab_family
@@ -119,3 +121,20 @@ def test_smoke_training_writes_the_contract_and_reproduces_its_weights(tmp_path:
     params = GenerationParams(prompt="a red box", steps=4, width=64, height=64)
     result = DiffusionRuntime(smoke, Role.LARGE).generate(params)
     assert result.final_latent.shape == (8, 8, 8)
+
+
+def test_training_pins_the_cpu_kernels_and_gives_the_environment_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same seed trains the same weights on any x86-64 CPU only with the kernels' instruction set
+    pinned (lab.build.PINNED_KERNELS); an operator's own setting wins, and nothing leaks after."""
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE")
+    with pinned_cpu_kernels() as kernels:
+        assert kernels == {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}
+        assert os.environ["ATEN_CPU_CAPABILITY"] == "avx2"
+    assert "ATEN_CPU_CAPABILITY" not in os.environ and os.environ["ONEDNN_MAX_CPU_ISA"] == "AVX512_CORE"
+    monkeypatch.setattr(platform, "machine", lambda: "aarch64")
+    with pinned_cpu_kernels() as kernels:
+        assert kernels == {} and "ATEN_CPU_CAPABILITY" not in os.environ
