@@ -14,8 +14,8 @@ Recipe (`DEFAULT`; `SMOKE` is the same at a size that trains in seconds, for tes
 
 Determinism: every component is seeded from the run's seed, data come from numpy generators,
 torch runs with deterministic algorithms on `THREADS` threads, and lab.build pins the CPU kernels'
-instruction set (PINNED_KERNELS): the same seed on the same torch release reproduces the same weights
-on any x86-64 CPU with AVX2.
+instruction set (PINNED_KERNELS): the same seed on the same torch release reproduces the same weights,
+on an AVX-512 EPYC as on the AVX2 CPU that trained the committed ones (README, "Training").
 """
 
 from __future__ import annotations
