@@ -87,6 +87,8 @@ def decide_cascade(
     if not pool:
         log.warning("cascade allocator: no large or small worker answered; nothing to allocate")
         return None
+    if len(pool) < 2:  # one worker cannot host both models: light stages or escalations would wait forever
+        log.error("cascade allocator: the cascade needs two GPU workers at least (a light and a heavy one)")
     stats = stats_between(session, since=since, until=until)
     inputs = measure(settings, session, stats, previous, pool=pool, pinned=pinned, since=since)
     if inputs is None:
