@@ -21,11 +21,10 @@ from PIL import Image
 
 from core.vocabulary import DiscriminatorFeatures, Route
 from db import cascade as cascade_db
-from db import stats
 from db.engine import session_scope
 from jobs.policies.cascade import accepts, feature_kind_for
 from workers.context import WorkerContext
-from workers.generation import JobView, claim_job, finish_run, generate_run, run_operation
+from workers.generation import JobView, claim_job, finish_run, generate_run, record_service, run_operation
 from workers.lease import LeaseKeeper
 from workers.runtime.discriminator import Discriminator, image_features
 
@@ -86,13 +85,7 @@ def _light(context: WorkerContext, job: JobView, lease: LeaseKeeper) -> None:
     with session_scope(context.settings) as session:
         moved = cascade_db.escalate(session, job.id, owner=context.owner, stage=stage)
         if moved:  # the light stage's work is counted once, with the escalation
-            stats.record_service(
-                session,
-                role=context.role.value,
-                service_ms=result.wall_s * 1e3,
-                steps=result.steps_run,
-                denoiser_evals=result.denoiser_evals,
-            )
+            record_service(session, context, result)
     if not moved:
         return
     log.info("job %s escalated: score %s below threshold %.2f", job.id, score, threshold)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 from PIL import Image
+from sqlalchemy.orm import Session
 
 from core.errors import GenerationCanceled, InvalidInput, LeaseBusy, SourceVanished
 from core.params import GenerationParams, params_from_row
@@ -258,17 +259,22 @@ def finish_run(
         if completed and used is not None:
             cache.record_use(session, entry_id=used[0], k=used[1])
         if completed:
-            stats.record_service(
-                session,
-                role=context.role.value,
-                service_ms=result.wall_s * 1e3,
-                steps=result.steps_run,
-                denoiser_evals=result.denoiser_evals,
-            )
+            record_service(session, context, result)
             stats.record_decodes(session, generations=1, generation_decodes=decodes)
     if completed:
         notify(context, job.id, WebhookEvent.COMPLETED)
     log.info("job %s done on %s: %d steps from %d in %.2fs", *_done(job, result))
+
+
+def record_service(session: Session, context: WorkerContext, result: GenerationResult) -> None:
+    """The run's service time and steps in the interval statistics (the pool controllers read them)."""
+    stats.record_service(
+        session,
+        role=context.role.value,
+        service_ms=result.wall_s * 1e3,
+        steps=result.steps_run,
+        denoiser_evals=result.denoiser_evals,
+    )
 
 
 def _done(job: JobView, result: GenerationResult) -> tuple[object, ...]:

@@ -36,6 +36,7 @@ from jobs.policies.allocation import (
     ModelProfile,
     ewma,
     solve_allocation,
+    with_backlog,
 )
 from jobs.policies.cascade import MIN_MEASURED_SCORES, THRESHOLD_GRID, EscalationCurve, feature_kind_for
 from jobs.pools.actuator import PoolActuator
@@ -96,14 +97,7 @@ def decide_cascade(
         return None
     plan = solve_allocation(inputs.problem)
     before = counts(pool)
-    switches = []
-    for name, role in choose_moves(pool, pinned, plan.heavy_workers).items():
-        ok = actuator.switch(name, role)
-        if ok:
-            db_pools.record_role(session, worker_name=name, role=role)
-        switches.append(Switch(worker=name, source=pool[name], destination=role, ok=ok))
-        if ok:
-            pool[name] = role
+    switches = _move(session, actuator, pool, pinned, plan.heavy_workers)
     after = counts(pool)
     decision = CascadeDecision(
         period_start=since,
@@ -124,6 +118,21 @@ def decide_cascade(
     session.flush()
     _log(plan, after)
     return decision
+
+
+def _move(
+    session: Session, actuator: PoolActuator, pool: dict[str, Role], pinned: dict[str, Role], heavy: int
+) -> list[Switch]:
+    """Ask the fewest unpinned workers to move so that `heavy` host the large model; `pool` and
+    worker_roles follow the moves they accepted."""
+    switches = []
+    for name, role in choose_moves(pool, pinned, heavy).items():
+        ok = actuator.switch(name, role)
+        switches.append(Switch(worker=name, source=pool[name], destination=role, ok=ok))
+        if ok:
+            db_pools.record_role(session, worker_name=name, role=role)
+            pool[name] = role
+    return switches
 
 
 def measure(
@@ -184,7 +193,8 @@ def period_demand(
 ) -> tuple[Demand, dict[str, float]]:
     """The period's demand, an EWMA over periods (DiffServe 3.3): misses enter the cascade; hits on the
     small model are light work in full light generations (T - k of T steps each), or heavy work when
-    only the large model can resume them; the queues' waits by Little's law."""
+    only the large model can resume them; the queues' waits by Little's law, and what waits is to be
+    drained within one period (jobs.policies.allocation.with_backlog)."""
     steps, hit_rate = settings.steps, stats.cache.hit_rate or 0.0
     carried = previous.inputs.get("demand_estimate") if previous is not None else None
     misses = ewma(carried.get("cascade_rps") if carried else None, stats.request_rate * (1.0 - hit_rate))
@@ -194,15 +204,23 @@ def period_demand(
     hits = ewma(carried.get("hit_rps") if carried else None, hit_work)
     on_large = settings_hits_need_large(settings)
     light = misses + (0.0 if on_large else hits)
-    waits = _waits(settings, light_rps=light, heavy_rps=misses)
+    queued = _queued(settings)
     demand = Demand(
         cascade_rps=misses,
         light_rps=light,
-        light_wait_s=waits[0],
-        heavy_wait_s=waits[1],
+        light_wait_s=queued[0] / light if light > 0 else 0.0,  # Little's law, W = L / lambda (3.3)
+        heavy_wait_s=queued[1] / misses if misses > 0 else 0.0,
         heavy_extra_rps=hits if on_large else 0.0,
     )
-    return demand, {"cascade_rps": misses, "hit_rps": hits}
+    demand = with_backlog(
+        demand, light_queued=queued[0], heavy_queued=queued[1], drain_s=float(settings.monitor_period_s)
+    )
+    return demand, {
+        "cascade_rps": misses,
+        "hit_rps": hits,
+        "light_queued": queued[0],
+        "heavy_queued": queued[1],
+    }
 
 
 def heavy_bounds(settings: Settings, pool: dict[str, Role], pinned: dict[str, Role]) -> tuple[int, int]:
@@ -238,15 +256,13 @@ def escalation_curve(settings: Settings, session: Session, since: datetime) -> E
     )
 
 
-def _waits(settings: Settings, *, light_rps: float, heavy_rps: float) -> tuple[float, float]:
-    """Little's law, W = L / lambda, per queue (DiffServe 3.3); 0 when the broker cannot be asked."""
+def _queued(settings: Settings) -> tuple[int, int]:
+    """Light stages and escalations waiting on the broker; 0 where it cannot be asked."""
     client = redis.Redis.from_url(settings.broker_url, socket_timeout=2.0)
     try:
-        light_len = queue_depth(client, Queue.CASCADE_LIGHT) or 0
-        heavy_len = queue_depth(client, Queue.CASCADE_HEAVY) or 0
+        return (queue_depth(client, Queue.CASCADE_LIGHT) or 0, queue_depth(client, Queue.CASCADE_HEAVY) or 0)
     finally:
         client.close()
-    return (light_len / light_rps if light_rps > 0 else 0.0, heavy_len / heavy_rps if heavy_rps > 0 else 0.0)
 
 
 def _log(plan: AllocationPlan, after: tuple[int, int]) -> None:
