@@ -57,8 +57,8 @@ def escalated_job(context: WorkerContext, job_id: uuid.UUID) -> None:
 
 def _light(context: WorkerContext, job: JobView, lease: LeaseKeeper) -> None:
     runtime = context.runtime()
-    light_steps = context.settings.cascade_light_steps
-    params = replace(job.params, steps=light_steps) if light_steps is not None else job.params
+    light_steps = context.settings.cascade_light_steps  # never more steps than the request asked for
+    params = replace(job.params, steps=min(light_steps, job.params.steps)) if light_steps else job.params
     result = run_operation(
         context, job, lease, lambda stop: runtime.generate(params, should_stop=stop, decode=True)
     )

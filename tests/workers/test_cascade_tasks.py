@@ -72,3 +72,14 @@ def test_without_a_discriminator_the_light_stage_escalates_and_says_why(
     assert sum(done.denoiser_evals.values()) == 3 + 10  # both stages' evaluations
     events = [sent.args[1] for sent in dispatcher.of(TaskName.DELIVER_WEBHOOK)]
     assert events == [WebhookEvent.STARTED.value, WebhookEvent.COMPLETED.value]  # once each, over both
+
+
+def test_the_light_stage_never_runs_more_steps_than_the_request_asked(
+    task_settings: Settings, cascade_context: Callable[[Role], WorkerContext]
+) -> None:
+    job_id = make_job(
+        task_settings, make_tenant(task_settings), "a fox", steps=2, route="miss", cache_mode="off"
+    )
+    light_job(cascade_context(Role.SMALL), job_id)
+    stage = _job(task_settings, job_id).cascade
+    assert stage is not None and sum(stage["light_evals"].values()) == 2  # not REPRISE_CASCADE_LIGHT_STEPS=3
