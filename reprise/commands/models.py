@@ -27,7 +27,7 @@ def train_command(
     seed: int | None = typer.Option(None, "--seed", help="Training seed (default: the committed weights')."),
     json_out: Path | None = typer.Option(None, "--json", help="Write {models, seconds, ...} to this file."),
 ) -> None:
-    """Train the quality lab's judge, autoencoders and UNets on this CPU (about 16 minutes on 2 cores;
+    """Train the quality lab's judge, autoencoders and UNets on this CPU (about 14 minutes on 2 cores;
     --smoke: seconds), then assemble their pipelines. Same seed, same torch, kernels pinned to AVX2
     (lab.build.PINNED_KERNELS): the same weights."""
     from lab.build import SEED, assemble_into, model_dirs, train_lab
