@@ -25,7 +25,7 @@ from bench.plots import TraceCurve
 from bench.profiles import Profile, build_profile, settings_mismatches
 from bench.progress import ProgressBar
 from bench.report import BenchReport, SweepPoint, markdown_table, write_json
-from bench.simcascade import PAIRS, cascade_for
+from bench.simcascade import CascadeSpec, cascade_for
 from bench.simconfig import SimConfig, SimResult
 from bench.simulate import run_simulation
 from bench.stack import (
@@ -142,11 +142,9 @@ def simulate_main(settings: Settings, options: SimulateOptions) -> int:
     --compare: each profile's run must be what the replay ran (bench.stack), or nothing runs.
     """
     # 1. Check the options and load what every run shares.
-    cascaded = cascade_for(settings, options) is not None  # every profile at the pair's costs
+    cascade = cascade_for(settings, options)  # with it, every profile runs at its pair's costs
     costs = (
-        PAIRS[options.cascade_pair].costs()
-        if cascaded and options.costs is None
-        else load_costs(options.costs)
+        cascade.pair.costs() if cascade is not None and options.costs is None else load_costs(options.costs)
     )
     _note(
         f"costs: large {costs.large_step_ms:.1f} ms/step, small {costs.small_step_ms:.1f} ms/step, "
@@ -162,7 +160,12 @@ def simulate_main(settings: Settings, options: SimulateOptions) -> int:
 
     # 2. Plan the runs, 3. run them, then report.
     planned = _plan(
-        settings, options, _config_factory(settings, options, costs, replayed), profiles, policies, workload
+        settings,
+        options,
+        _config_factory(settings, options, costs, cascade, replayed),
+        profiles,
+        policies,
+        workload,
     )
     results = _execute(
         [run for run, _, _ in planned],
@@ -230,12 +233,12 @@ def _config_factory(
     settings: Settings,
     options: SimulateOptions,
     costs: StepCosts,
+    cascade: CascadeSpec | None = None,
     replayed: dict[str, tuple[ScheduledAllocation, ...]] | None = None,
 ) -> _ConfigFor:
-    """The deployment every run simulates, for a profile and a cache budget. With a replay to compare
-    with (`replayed`), the allocation follows the stack's instead of a monitor of the simulator's."""
-
-    cascade = cascade_for(settings, options)
+    """The deployment every run simulates, for a profile and a cache budget: `cascade` goes to the
+    profiles that have one. With a replay to compare with (`replayed`), the allocation follows the
+    stack's instead of a monitor of the simulator's."""
 
     def config(profile: Profile, cache_bytes: int) -> SimConfig:
         return SimConfig(

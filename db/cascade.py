@@ -159,6 +159,17 @@ def latest_discriminator_version(session: Session, *, light_model: str, features
     )
 
 
+def discriminator_summary(session: Session, *, light_model: str, features: str) -> dict[str, Any] | None:
+    """{version, accuracy, features} of the newest discriminator, without its model and report."""
+    row = session.execute(
+        select(Discriminator.version, Discriminator.accuracy)
+        .where(Discriminator.light_model == light_model, Discriminator.features == features)
+        .order_by(Discriminator.version.desc())
+        .limit(1)
+    ).first()
+    return None if row is None else {"version": int(row[0]), "accuracy": float(row[1]), "features": features}
+
+
 def latest_discriminator(session: Session, *, light_model: str, features: str) -> StoredDiscriminator | None:
     row = session.scalars(
         select(Discriminator)

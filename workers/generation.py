@@ -263,7 +263,14 @@ def finish_run(
             stats.record_decodes(session, generations=1, generation_decodes=decodes)
     if completed:
         notify(context, job.id, WebhookEvent.COMPLETED)
-    log.info("job %s done on %s: %d steps from %d in %.2fs", *_done(job, result))
+    log.info(
+        "job %s done on %s: %d steps from %d in %.2fs",
+        job.id,
+        result.model,
+        result.steps_run,
+        result.start_step,
+        result.wall_s,
+    )
 
 
 def record_service(session: Session, context: WorkerContext, result: GenerationResult) -> None:
@@ -275,10 +282,6 @@ def record_service(session: Session, context: WorkerContext, result: GenerationR
         steps=result.steps_run,
         denoiser_evals=result.denoiser_evals,
     )
-
-
-def _done(job: JobView, result: GenerationResult) -> tuple[object, ...]:
-    return job.id, result.model, result.steps_run, result.start_step, result.wall_s
 
 
 def _models_and_evaluations(

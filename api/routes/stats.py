@@ -143,7 +143,7 @@ def _cascade_view(session: SessionDep, state: StateDep, since: datetime) -> Casc
     counts = cascade_db.cascade_counts(session, since)
     threshold, source = cascade_db.current_threshold(session, default=settings.cascade_threshold)
     light = settings.model_source("small")
-    stored = cascade_db.latest_discriminator(
+    discriminator = cascade_db.discriminator_summary(
         session, light_model=light, features=feature_kind_for(light).value
     )
     decision = cascade_db.latest_decision(session)
@@ -154,9 +154,7 @@ def _cascade_view(session: SessionDep, state: StateDep, since: datetime) -> Casc
         light_stages=counts.light,
         escalated=counts.escalated,
         escalation_rate=_ratio(counts.escalated, counts.light),
-        discriminator=None
-        if stored is None
-        else {"version": stored.version, "accuracy": stored.accuracy, "features": stored.features},
+        discriminator=discriminator,
         decision=None
         if decision is None
         else CascadeDecisionView(

@@ -41,8 +41,8 @@ from jobs.policies.allocation import (
 from jobs.policies.cascade import MIN_MEASURED_SCORES, THRESHOLD_GRID, EscalationCurve, feature_kind_for
 from jobs.pools.actuator import PoolActuator
 from jobs.pools.loop import MonitorConfig, Switch, counts
-from jobs.pools.policy import POOL_ROLES, choose_moves, large_bounds
-from jobs.pools.rebalance import StepTimes, last_window, step_times
+from jobs.pools.policy import choose_moves, large_bounds
+from jobs.pools.rebalance import StepTimes, last_window, step_times, survey_pool
 from jobs.queues import Queue, queue_depth, settings_hits_need_large
 
 log = logging.getLogger(__name__)
@@ -79,12 +79,7 @@ def decide_cascade(
     previous = cascade_db.latest_decision(session)
     if window is None and previous is not None and previous.period_start == since:
         return None
-    live = actuator.roles()
-    for name, role in live.items():
-        db_pools.record_role(session, worker_name=name, role=role)
-    db_pools.forget_all_but(session, alive=live)
-    pinned = db_pools.pinned_workers(session)
-    pool = {name: role for name, role in live.items() if role in POOL_ROLES}
+    pool, pinned = survey_pool(session, actuator)
     if not pool:
         log.warning("cascade allocator: no large or small worker answered; nothing to allocate")
         return None

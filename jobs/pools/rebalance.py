@@ -102,6 +102,19 @@ def period_load(
     )
 
 
+def survey_pool(session: Session, actuator: PoolActuator) -> tuple[dict[str, Role], dict[str, Role]]:
+    """The large and small workers alive, by name, with what each hosts, and the operator's pins.
+
+    Asks the broker who is alive, brings worker_roles up to date with the answers and drops the workers
+    that stopped without a word. Both pool controllers (MoDM's monitor, DiffServe's MILP) start here."""
+    live = actuator.roles()
+    for name, role in live.items():
+        db_pools.record_role(session, worker_name=name, role=role)
+    db_pools.forget_all_but(session, alive=live)
+    pool = {name: role for name, role in live.items() if role in POOL_ROLES}
+    return pool, db_pools.pinned_workers(session)
+
+
 def last_window(session: Session, period_s: int) -> tuple[datetime, datetime]:
     """The last `period_s` seconds of complete statistics intervals, by the database's clock."""
     now = db_pools.database_now(session)
@@ -170,12 +183,7 @@ class ServicePools:
         if self.window is None and previous is not None and previous.period_start == since:
             return None
         stats = stats_between(session, since=since, until=until)
-        live = self.actuator.roles()
-        for name, role in live.items():
-            db_pools.record_role(session, worker_name=name, role=role)
-        db_pools.forget_all_but(session, alive=live)
-        pinned = db_pools.pinned_workers(session)
-        pool = {name: role for name, role in live.items() if role in POOL_ROLES}
+        pool, pinned = survey_pool(session, self.actuator)
         if not pool:
             log.warning("pool monitor: no large or small worker answered; nothing to rebalance")
             return None

@@ -103,16 +103,15 @@ def status_command(last: int = typer.Option(5, "--last", min=1, help="Decisions 
     settings = get_settings()
     light = settings.model_source("small")
     with session_scope(settings) as session:
-        stored = cascade_db.latest_discriminator(
-            session, light_model=light, features=feature_kind_for(light).value
-        )
+        kind = feature_kind_for(light).value
+        stored = cascade_db.discriminator_summary(session, light_model=light, features=kind)
         decisions = cascade_db.recent_decisions(session, last)
         threshold, source = cascade_db.current_threshold(session, default=settings.cascade_threshold)
     typer.echo(f"allocator: {settings.allocator.value}; threshold now {threshold:.2f} ({source})")
     if stored is None:
         typer.echo(f"no discriminator for {light}: run `reprise cascade train`")
     else:
-        typer.echo(f"discriminator v{stored.version} for {light}: accuracy {stored.accuracy:.4f}")
+        typer.echo(f"discriminator v{stored['version']} for {light}: accuracy {stored['accuracy']:.4f}")
     for d in decisions:
         typer.echo(
             f"{d.decided_at.isoformat(timespec='seconds')} threshold {d.threshold:.2f} "
