@@ -1,5 +1,5 @@
 """Dependencies of the routes, as Annotated aliases. What a route needs from outside comes from the
-AppState that create_app builds, so tests hand in their own settings, broker and decoder."""
+AppState that create_app builds, so tests hand in their own settings, broker and image reader."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ from fastapi.security import HTTPAuthorizationCredentials
 from sqlalchemy.orm import Session
 
 from api.auth import Caller, CallerCache, bearer_scheme, caller_for_credentials
+from api.reads import ImageReader
 from core.params import Limits
 from core.settings import Settings
 from db.blobs.base import BlobStore
 from db.engine import engine_for
 from db.models import Tenant
-from jobs.decoding import ImageDecoder
 from jobs.dispatch import CeleryDispatcher, Dispatcher
 from jobs.queues import Queue, queue_depth
 from jobs.webhooks import Resolver, system_resolver
@@ -35,7 +35,7 @@ class AppState:
     settings: Settings
     dispatcher_: Dispatcher | None = None
     blob_store_: BlobStore | None = None
-    decoder: ImageDecoder | None = None  # wired by the serving command to the decode pool
+    reader: ImageReader | None = None  # wired by the serving command to the decode nodes (api.reads)
     resolver: Resolver = system_resolver
     redis_: redis.Redis | None = field(default=None, repr=False)
     callers: CallerCache = field(default_factory=CallerCache, repr=False)

@@ -10,11 +10,11 @@ from fastapi.routing import APIRoute
 from api.deps import AppState
 from api.middleware import BodyLimitMiddleware, MetricsMiddleware
 from api.problems import install_problem_handlers
-from api.routes import generations, health, stats
+from api.reads import ImageReader, NodeReader
+from api.routes import generations, health, images, stats
 from api.schemas import problem_media_types
 from core.settings import Settings, get_settings
 from db.blobs.base import BlobStore
-from jobs.decoding import ImageDecoder
 from jobs.dispatch import Dispatcher
 from jobs.webhooks import Resolver, system_resolver
 
@@ -30,17 +30,17 @@ def create_app(
     *,
     dispatcher: Dispatcher | None = None,
     blob_store: BlobStore | None = None,
-    decoder: ImageDecoder | None = None,
+    reader: ImageReader | None = None,
     resolver: Resolver = system_resolver,
 ) -> FastAPI:
     """The API app. Parts left out are built from settings on first use (Celery app, blob store);
-    `decoder` has no default: without one, images that exist only as latents answer 503."""
+    `reader` has no default: without one, images that exist only as latents answer 503."""
     settings = settings or get_settings()
     app = FastAPI(title="Reprise", version="0.1.0", description=DESCRIPTION)
     app.state.reprise = AppState(
-        settings=settings, dispatcher_=dispatcher, blob_store_=blob_store, decoder=decoder, resolver=resolver
+        settings=settings, dispatcher_=dispatcher, blob_store_=blob_store, reader=reader, resolver=resolver
     )
-    routers = (generations.router, stats.router, health.router)
+    routers = (generations.router, images.router, stats.router, health.router)
     for router in routers:
         app.include_router(router)
     install_problem_handlers(app, [r for router in routers for r in router.routes if isinstance(r, APIRoute)])
@@ -62,12 +62,10 @@ def _document_problems(app: FastAPI) -> None:
 
 
 def create_serving_app() -> FastAPI:
-    """The app `reprise api` serves: settings from the environment, images decoded by the decode pool."""
-    from jobs.decoding import DecodePoolDecoder
-
+    """The app `reprise api` serves: settings from the environment, images read through the decode nodes."""
     app = create_app()
     state = app.state.reprise
-    state.decoder = DecodePoolDecoder(state.settings, state.blob_store, state.redis, state.dispatcher)
+    state.reader = NodeReader(state.settings, state.dispatcher)
     return app
 
 

@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.cascade_settings import CascadeSettings
 from core.errors import SettingsError
+from core.read_settings import ReadSettings
 from core.schedulers import SchedulerName
 from core.vocabulary import (
     BUILTIN_FAMILIES,
@@ -38,7 +39,7 @@ def _split_ints(value: Any) -> Any:
     return value
 
 
-class Settings(CascadeSettings, BaseSettings):
+class Settings(CascadeSettings, ReadSettings, BaseSettings):
     """Configuration of every Reprise process. Environment variables: REPRISE_<FIELD>."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", validate_default=True)
@@ -189,7 +190,9 @@ class Settings(CascadeSettings, BaseSettings):
     stuck_after_s: int = Field(
         120, ge=5, description="The reconciler re-enqueues a queued job untouched for this long."
     )
-    decode_wait_s: float = Field(30.0, gt=0, description="How long an image read waits on the decode pool.")
+    decode_wait_s: float = Field(
+        10.0, gt=0, description="How long an image read waits; then 202, Retry-After."
+    )
     beat_period_s: float = Field(30.0, gt=0, description="Period of eviction, retraining and reconciling.")
 
     # --- pool monitor (MoDM 5.3, Algorithm 1) ------------------------------------------------

@@ -151,3 +151,24 @@ class DiscriminatorFeatures(StrEnum):
 
     JUDGE = "judge"  # how clearly the quality lab's judge reads each attribute (the lab's models)
     CLIP = "clip"  # open_clip image embeddings (real models)
+
+
+class ReadStore(StrEnum):
+    """What the durable store keeps of a job's output for reads (LatentBox 4.1)."""
+
+    LATENTS = "latents"  # the compressed latent; images are decoded on read and only cached
+    IMAGES = "images"  # an image store: a read's first decode is also stored durably (ImgStore, 6.1)
+
+
+class Tiering(StrEnum):
+    """How a decode node splits its cache between images and latents (LatentBox 4.3)."""
+
+    ADAPTIVE = "adaptive"  # online marginal-hit tuning, starting at REPRISE_READ_ALPHA
+    FIXED = "fixed"  # REPRISE_READ_ALPHA, never moved
+
+
+class ImageDelivery(StrEnum):
+    """How GET .../image hands over an image the durable store holds."""
+
+    BYTES = "bytes"  # the bytes, through the API
+    REDIRECT = "redirect"  # a 307 to a presigned URL of the blob store (S3); bytes where it has none

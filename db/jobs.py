@@ -131,10 +131,11 @@ def create_job(*, session: Session, tenant: Tenant, new: NewJob) -> CreatedJob:
 
 
 def get_job(*, session: Session, tenant_id: uuid.UUID, job_id: uuid.UUID) -> Job | None:
-    """The tenant's job, fresh from the database, or None (also when another tenant owns it)."""
+    """The tenant's job, fresh from the database, or None (also when another tenant owns it, or it
+    was deleted)."""
     return session.scalars(
         select(Job)
-        .where(Job.id == job_id, Job.tenant_id == tenant_id)
+        .where(Job.id == job_id, Job.tenant_id == tenant_id, Job.deleted_at.is_(None))
         .execution_options(populate_existing=True)
     ).one_or_none()
 
@@ -181,7 +182,7 @@ def list_jobs(
     after: Cursor | None = None,
 ) -> JobPage:
     """The tenant's jobs, newest first, `limit` at a time; pass the page's next_cursor for the next."""
-    query = select(Job).where(Job.tenant_id == tenant_id)
+    query = select(Job).where(Job.tenant_id == tenant_id, Job.deleted_at.is_(None))
     if status is not None:
         query = query.where(Job.status == status.value)
     if after is not None:

@@ -135,6 +135,8 @@ class Job(Base):
     admitted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # DELETE: a tombstone
+    outputs_purged_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # blobs removed
 
 
 class CacheEntry(Base):
@@ -320,3 +322,25 @@ class CascadeDecision(Base):
     applied_light: Mapped[int] = mapped_column(Integer)
     applied_heavy: Mapped[int] = mapped_column(Integer)
     switches: Mapped[list[dict[str, Any]]] = mapped_column(JSONB, default=list)
+
+
+class ReadTierDecision(Base):
+    """One tuning window of a decode node's dual-format cache (LatentBox 4.3): Eq. 2's inputs, D and
+    the split it chose (jobs.policies.tier_tuning.Decision)."""
+
+    __tablename__ = "read_tier_decisions"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    decided_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=_now())
+    node: Mapped[str] = mapped_column(Text)
+    reads: Mapped[int] = mapped_column(Integer)
+    alpha_before: Mapped[float] = mapped_column(Float)
+    alpha: Mapped[float] = mapped_column(Float)
+    promote_after: Mapped[int] = mapped_column(Integer)
+    mr_img: Mapped[float] = mapped_column(Float)
+    mr_lat: Mapped[float] = mapped_column(Float)
+    delta_img: Mapped[float] = mapped_column(Float)
+    delta_lat: Mapped[float] = mapped_column(Float)
+    t_decode_ms: Mapped[float] = mapped_column(Float)
+    t_fetch_ms: Mapped[float] = mapped_column(Float)
+    gradient: Mapped[float] = mapped_column(Float)

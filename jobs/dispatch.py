@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from core.vocabulary import Allocator, Route, WebhookEvent
-from jobs.queues import ROUTES, TaskName, hit_task
+from jobs.queues import ROUTES, TaskName, decode_queue, hit_task
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -51,8 +51,17 @@ class Dispatcher(Protocol):
     ) -> None:
         """Queue an admitted job on a pool that can run its route (hit or miss) under `settings`."""
 
-    def decode_image(self, job_id: uuid.UUID, fmt: str) -> None:
-        """Queue the decode of a job's final latent into an image in `fmt`."""
+    def read_image(self, node: str, request: Mapping[str, Any]) -> None:
+        """Queue one image read on a decode node (jobs.read_routing.ReadRequest.as_json)."""
+
+    def write_back(self, owner: str, request: Mapping[str, Any], payload_key: str) -> None:
+        """Queue a spilled decode's result (parked in Redis under payload_key) for its owner's cache."""
+
+    def forget_images(self, node: str, job_id: uuid.UUID) -> None:
+        """Queue the removal of a job's images from a decode node's cache."""
+
+    def configure_reads(self, node: str, setup: Mapping[str, Any]) -> None:
+        """Queue a new tiering set-up on a decode node; its cache starts empty."""
 
     def deliver_webhook(
         self, job_id: uuid.UUID, event: WebhookEvent, *, attempt: int = 1, countdown: float | None = None
@@ -72,8 +81,17 @@ class DispatcherBase(ABC):
     ) -> None:
         self._send(route_task(route, settings), [str(job_id)], countdown=countdown)
 
-    def decode_image(self, job_id: uuid.UUID, fmt: str) -> None:
-        self._send(TaskName.DECODE_IMAGE, [str(job_id), fmt])
+    def read_image(self, node: str, request: Mapping[str, Any]) -> None:
+        self._send(TaskName.READ_IMAGE, [dict(request)], queue=decode_queue(node))
+
+    def write_back(self, owner: str, request: Mapping[str, Any], payload_key: str) -> None:
+        self._send(TaskName.WRITE_BACK, [dict(request), payload_key], queue=decode_queue(owner))
+
+    def forget_images(self, node: str, job_id: uuid.UUID) -> None:
+        self._send(TaskName.FORGET_IMAGES, [str(job_id)], queue=decode_queue(node))
+
+    def configure_reads(self, node: str, setup: Mapping[str, Any]) -> None:
+        self._send(TaskName.CONFIGURE_READS, [dict(setup)], queue=decode_queue(node))
 
     def deliver_webhook(
         self, job_id: uuid.UUID, event: WebhookEvent, *, attempt: int = 1, countdown: float | None = None
@@ -82,7 +100,10 @@ class DispatcherBase(ABC):
         self._send(TaskName.DELIVER_WEBHOOK, [str(job_id), event.value, attempt], countdown=countdown)
 
     @abstractmethod
-    def _send(self, task: TaskName, args: Sequence[Any], countdown: float | None = None) -> None: ...
+    def _send(
+        self, task: TaskName, args: Sequence[Any], countdown: float | None = None, queue: str | None = None
+    ) -> None:
+        """Publish `task` with `args` on `queue` (default: the route table's queue for the task)."""
 
 
 class CeleryDispatcher(DispatcherBase):
@@ -98,12 +119,14 @@ class CeleryDispatcher(DispatcherBase):
 
         return cls(make_celery_app(settings))
 
-    def _send(self, task: TaskName, args: Sequence[Any], countdown: float | None = None) -> None:
-        """Publish `task` on the queue the route table gives it, retrying the publish briefly."""
+    def _send(
+        self, task: TaskName, args: Sequence[Any], countdown: float | None = None, queue: str | None = None
+    ) -> None:
+        """Publish `task` on `queue` or the one the route table gives it, retrying the publish briefly."""
         self.celery.send_task(
             task.value,
             args=list(args),
-            queue=ROUTES[task].value,
+            queue=queue or ROUTES[task].value,
             countdown=countdown or None,  # 0 means now: no eta on the message
             retry=True,
             retry_policy=PUBLISH_RETRY_POLICY,

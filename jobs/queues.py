@@ -31,7 +31,7 @@ class Queue(StrEnum):
     CACHE_HIT_LARGE = "cache_hit_large"  # resumes only the large model's family can run (large pool)
     CASCADE_LIGHT = "cascade_light"  # DiffServe: a miss on the light model, then the discriminator
     CASCADE_HEAVY = "cascade_heavy"  # DiffServe: the queries the discriminator escalated
-    DECODE = "decode"  # VAE decode of stored latents on read
+    DECODE = "decode"  # reads of stored latents: each decode node consumes its own decode.<node>
     WEBHOOKS = "webhooks"  # signed deliveries with retries
     MAINTENANCE = "maintenance"  # eviction, predictor retraining, rebalancing, reconciling
 
@@ -43,12 +43,16 @@ class TaskName(StrEnum):
     REUSE_LARGE = "reprise.reuse_large"  # cache_hit_large: the same body, for the large pool only
     GENERATE_LIGHT = "reprise.generate_light"  # cascade_light
     ESCALATE = "reprise.escalate"  # cascade_heavy
-    DECODE_IMAGE = "reprise.decode_image"
+    READ_IMAGE = "reprise.read_image"  # on the owner's (or a spillover node's) decode.<node> queue
+    WRITE_BACK = "reprise.write_back"  # a spilled decode's result, to its owner's cache
+    FORGET_IMAGES = "reprise.forget_images"  # a deleted or expired job's images, out of a node's cache
+    CONFIGURE_READS = "reprise.configure_reads"  # a node's tiering set-up (the read benchmark)
     DELIVER_WEBHOOK = "reprise.deliver_webhook"
     EVICT = "reprise.evict"
     RETRAIN_PREDICTORS = "reprise.retrain_predictors"
     REBALANCE_POOLS = "reprise.rebalance_pools"
     RECONCILE = "reprise.reconcile"
+    PURGE_OUTPUTS = "reprise.purge_outputs"  # deleted jobs' and expired outputs (the retention pass)
 
 
 # The route table: each task paired with the queue it goes on.
@@ -60,12 +64,16 @@ ROUTES: Mapping[TaskName, Queue] = MappingProxyType(
         TaskName.REUSE_LARGE: Queue.CACHE_HIT_LARGE,
         TaskName.GENERATE_LIGHT: Queue.CASCADE_LIGHT,
         TaskName.ESCALATE: Queue.CASCADE_HEAVY,
-        TaskName.DECODE_IMAGE: Queue.DECODE,
+        TaskName.READ_IMAGE: Queue.DECODE,
+        TaskName.WRITE_BACK: Queue.DECODE,
+        TaskName.FORGET_IMAGES: Queue.DECODE,
+        TaskName.CONFIGURE_READS: Queue.DECODE,
         TaskName.DELIVER_WEBHOOK: Queue.WEBHOOKS,
         TaskName.EVICT: Queue.MAINTENANCE,
         TaskName.RETRAIN_PREDICTORS: Queue.MAINTENANCE,
         TaskName.REBALANCE_POOLS: Queue.MAINTENANCE,
         TaskName.RECONCILE: Queue.MAINTENANCE,
+        TaskName.PURGE_OUTPUTS: Queue.MAINTENANCE,
     }
 )
 
@@ -99,6 +107,12 @@ def hit_task(settings: Settings) -> TaskName:
     """The task (and so the queue) a hit runs as: on cache_hit_large when only large workers can
     serve it, on cache_hit otherwise."""
     return TaskName.REUSE_LARGE if settings_hits_need_large(settings) else TaskName.REUSE
+
+
+def decode_queue(node: str) -> str:
+    """The queue of one decode node: its ROUTES entry (Queue.DECODE) is the family, the node's name the
+    member (LatentBox 4.4 routes each read to its owner node)."""
+    return f"{Queue.DECODE.value}.{node}"
 
 
 def queue_depth(client: redis.Redis, queue: Queue) -> int | None:

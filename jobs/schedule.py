@@ -23,6 +23,7 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
         "evict": _every(TaskName.EVICT, period),
         "retrain-predictors": _every(TaskName.RETRAIN_PREDICTORS, period),
         "reconcile": _every(TaskName.RECONCILE, period),
+        "purge-outputs": _every(TaskName.PURGE_OUTPUTS, period),  # deletes, and REPRISE_RETENTION_DAYS
     }
     if settings.monitor_enabled:
         # The one controller of the pools (REPRISE_ALLOCATOR) re-plans once per monitoring period: MoDM

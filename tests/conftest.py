@@ -15,7 +15,7 @@ from db.engine import engine_for
 from reprise import migrate
 from reprise.services import manager
 
-pytest_plugins = ["tests.support.fixtures"]  # the API and tenant fixtures, shared by api/ and workers/
+pytest_plugins = ["tests.support.fixtures", "tests.support.s3"]  # API, tenant and S3 fixtures
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -6,14 +6,16 @@ import logging
 import os
 import socket
 
-from celery.signals import worker_process_init
+from celery.signals import worker_process_init, worker_process_shutdown
 from celery.utils.nodenames import default_nodename, host_format
 
 from core.settings import get_settings
 from core.vocabulary import GPU_ROLES, Role
 from jobs.celery_app import get_celery_app
+from jobs.queues import decode_queue
 from workers import role_switch
 from workers.context import ROLE_ENV
+from workers.decoding import NODE_ENV
 from workers.registry import keep_record, starting_role
 from workers.role_switch import consumed_queues
 
@@ -42,6 +44,9 @@ def run_worker(role: Role, *, name: str | None = None, concurrency: int = 1) -> 
     keep_record(settings, worker_name=hostname, role=role)
     # A large worker's cache_miss comes first: the "priority" order drains misses before hits.
     queues = ",".join(queue.value for queue in consumed_queues(role, settings))
+    if role is Role.DECODE:  # a decode node consumes its own queue only (LatentBox 4.4's routing)
+        os.environ[NODE_ENV] = hostname
+        queues = decode_queue(hostname)
     argv = [
         "worker",
         f"--queues={queues}",
@@ -72,4 +77,18 @@ def _load_models_in_child(**_: object) -> None:
         context.runtime()
     if role in (Role.ADMIT, Role.LARGE, Role.SMALL):
         context.text_embedder()
+    if role is Role.DECODE:
+        from workers.decoding import start_heartbeat
+
+        start_heartbeat(context)
     log.info("worker process ready for role %s", role.value)
+
+
+@worker_process_shutdown.connect
+def _leave_the_ring(**_: object) -> None:
+    """A decode node stopping leaves the hash ring at once rather than after three missed heartbeats."""
+    if os.environ.get(ROLE_ENV) == Role.DECODE.value:
+        from workers.context import get_context
+        from workers.decoding import stop_heartbeat
+
+        stop_heartbeat(get_context())

@@ -37,6 +37,8 @@ class WorkerContext:
         self._judge: Any = None
         self.predictors: dict[tuple[str, str, str], Any] = {}  # (scope, family, mode) -> (version, model)
         self.cascade_cache: dict[str, tuple[float, Any]] = {}  # workers.cascade: name -> (read at, value)
+        self.decode_node: Any = None  # workers.decoding: the decode role's node (its cache), on first use
+        self.redis: Any = None  # workers.decoding: a client of the broker's Redis, on first use
 
     @property
     def owner(self) -> str:

@@ -1,36 +1,194 @@
-"""The decode pool's task body: a stored final latent to an image, kept for later reads (LatentBox 4)."""
+"""The decode role's task bodies: one process is one decode node (LatentBox 4), with its cache in memory.
+
+The node's name is its Celery worker's (REPRISE_DECODE_NODE, set by workers.bootstrap); it consumes
+decode.<node>. A read's answer goes to Redis and wakes its waiters (jobs.read_routing.publish_reply);
+a spilled read's latent and image are parked in Redis for the owner, which takes them in `write_back`.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import threading
 import uuid
+from collections.abc import Mapping
+from typing import Any
 
+import redis
+
+from core.errors import BlobNotFound, LatentError
 from db import stats
 from db.blobs import keys
 from db.codec import decode_latent
 from db.engine import session_scope
-from db.images import encode_image, job_image, parse_image_format, record_image_key
+from db.images import encode_image, parse_image_format, record_image_key
+from db.reads import record_tier_decision
+from jobs.policies.tier_tuning import Decision
+from jobs.read_routing import ReadReply, ReadRequest, heartbeat, leave, publish_reply
 from workers.context import WorkerContext
+from workers.decode_node import DecodeNode, NodeSetup, WriteBack
 
 log = logging.getLogger(__name__)
 
+NODE_ENV = "REPRISE_DECODE_NODE"
+WRITE_BACK_TTL_S = 600  # a parked write-back waits this long for its owner
 
-def decode_job_image(context: WorkerContext, job_id: uuid.UUID, fmt: str) -> str | None:
-    """Decode the job's final latent, store the image as `fmt`, record its key, count the decode
-    (interval_stats.read_decodes). Idempotent: an image already stored is neither decoded nor counted."""
-    image_format = parse_image_format(fmt)
-    with session_scope(context.settings) as session:
-        found = job_image(session, job_id, image_format.value)
-    if found is None or found.latent_key is None:
-        return None
-    if found.image_key is not None:
-        return found.image_key
-    latent = decode_latent(context.blobs.get(found.latent_key))
-    decoded = context.runtime().decode(latent.array, family=latent.family)
-    key = keys.image_key(job_id, image_format.value)
-    context.blobs.put(key, encode_image(decoded.image, image_format))
-    with session_scope(context.settings) as session:
-        record_image_key(session, job_id, image_format.value, key)
-        stats.record_decodes(session, read_decodes=1)
-    log.info("decoded job %s to %s in %.0f ms", job_id, image_format.value, decoded.wall_s * 1e3)
-    return key
+def node_name() -> str:
+    return os.environ.get(NODE_ENV) or f"decode-{os.getpid()}"
+
+
+def broker(context: WorkerContext) -> redis.Redis:
+    if context.redis is None:
+        context.redis = redis.Redis.from_url(context.settings.broker_url)
+    client: redis.Redis = context.redis
+    return client
+
+
+def decision_row(decision: Decision) -> dict[str, float]:
+    measured = decision.gradient
+    return {
+        "reads": decision.reads,
+        "alpha_before": decision.alpha_before,
+        "alpha": decision.alpha,
+        "promote_after": decision.promote_after,
+        "mr_img": measured.mr_img,
+        "mr_lat": measured.mr_lat,
+        "delta_img": measured.delta_img,
+        "delta_lat": measured.delta_lat,
+        "t_decode_ms": measured.t_decode_s * 1e3,
+        "t_fetch_ms": measured.t_fetch_s * 1e3,
+        "gradient": measured.d,
+    }
+
+
+def decode_node(context: WorkerContext) -> DecodeNode:
+    """This process's node, built on first use with the settings' set-up."""
+    if context.decode_node is None:
+        context.decode_node = build_node(context, node_name())
+    node: DecodeNode = context.decode_node
+    return node
+
+
+def build_node(context: WorkerContext, name: str) -> DecodeNode:
+    settings = context.settings
+
+    def decode(latent_bytes: bytes, fmt: str) -> bytes:
+        latent = decode_latent(latent_bytes)
+        decoded = context.runtime().decode(latent.array, family=latent.family)
+        with session_scope(settings) as session:
+            stats.record_decodes(session, read_decodes=1)
+        return encode_image(decoded.image, parse_image_format(fmt))
+
+    def keep_image(request: ReadRequest, image: bytes) -> None:
+        key = keys.image_key(request.job_id, request.fmt)
+        context.blobs.put(key, image)
+        with session_scope(settings) as session:
+            record_image_key(session, uuid.UUID(request.job_id), request.fmt, key)
+
+    def on_decision(node: str, decision: Decision) -> None:
+        with session_scope(settings) as session:
+            record_tier_decision(session, node, decision_row(decision))
+        log.info(
+            "decode node %s: alpha %.3f -> %.3f (D=%.3g)",
+            node,
+            decision.alpha_before,
+            decision.alpha,
+            decision.gradient.d,
+        )
+
+    return DecodeNode(
+        name,
+        NodeSetup.from_settings(settings),
+        blobs=context.blobs,
+        decode=decode,
+        keep_image=keep_image,
+        on_decision=on_decision,
+    )
+
+
+def read_image(context: WorkerContext, payload: Mapping[str, Any]) -> ReadReply:
+    """Serve one read and publish the answer; a spilled one also sends the owner its write-back."""
+    request = ReadRequest.from_json(payload)
+    node = decode_node(context)
+    back: WriteBack | None = None
+    try:
+        reply, back = node.serve(request)
+    except BlobNotFound as gone:
+        reply = ReadReply("gone", node=node.name, message=str(gone))
+    except (LatentError, OSError, ValueError) as error:
+        log.exception("decode node %s could not serve %s", node.name, request.image)
+        reply = ReadReply("error", node=node.name, message=f"{type(error).__name__}: {error}")
+    publish_reply(broker(context), request, reply)
+    if back is not None:
+        send_write_back(context, request, back)
+    return reply
+
+
+def send_write_back(context: WorkerContext, request: ReadRequest, back: WriteBack) -> None:
+    """Park the latent and image in Redis and queue their key on the owner (LatentBox 4.4, step 4)."""
+    key = f"reprise:read:writeback:{request.token}"
+    client = broker(context)
+    pipe = client.pipeline()
+    pipe.hset(
+        key,
+        mapping={
+            "image": back.image,
+            "latent": back.latent or b"",
+            "has_latent": int(back.latent is not None),
+        },
+    )
+    pipe.expire(key, WRITE_BACK_TTL_S)
+    pipe.execute()
+    context.dispatcher.write_back(request.owner, request.as_json(), key)
+
+
+def write_back(context: WorkerContext, payload: Mapping[str, Any], payload_key: str) -> bool:
+    """Take a spilled read's result into this (the owner's) cache; False when it expired unclaimed."""
+    client = broker(context)
+    raw: dict[bytes, bytes] = client.hgetall(payload_key)  # type: ignore[assignment]
+    client.delete(payload_key)
+    if not raw:
+        return False
+    back = WriteBack(latent=raw[b"latent"] if raw.get(b"has_latent") == b"1" else None, image=raw[b"image"])
+    decode_node(context).write_back(ReadRequest.from_json(payload), back)
+    return True
+
+
+def forget_images(context: WorkerContext, job_id: str) -> int:
+    return decode_node(context).forget(job_id)
+
+
+def configure_reads(context: WorkerContext, changes: Mapping[str, Any]) -> dict[str, Any]:
+    """A new set-up for this node (the read benchmark's four); the cache starts empty."""
+    node = decode_node(context)
+    node.configure(node.setup.updated(changes))
+    beat(context)
+    return node.setup.as_json()
+
+
+def beat(context: WorkerContext) -> None:
+    node = decode_node(context)
+    heartbeat(broker(context), node.name, node.snapshot(), ttl_s=context.settings.read_heartbeat_s)
+
+
+def start_heartbeat(context: WorkerContext) -> threading.Thread:
+    """Keep this node in the ring: a heartbeat with its figures every REPRISE_READ_HEARTBEAT_S."""
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.wait(context.settings.read_heartbeat_s):
+            try:
+                beat(context)
+            except redis.RedisError:
+                log.warning("decode node %s: heartbeat failed", node_name(), exc_info=True)
+
+    beat(context)
+    thread = threading.Thread(target=run, name="decode-heartbeat", daemon=True)
+    thread.start()
+    return thread
+
+
+def stop_heartbeat(context: WorkerContext) -> None:
+    with contextlib.suppress(redis.RedisError):
+        leave(broker(context), node_name())

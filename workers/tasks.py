@@ -19,15 +19,16 @@ from core.vocabulary import Allocator, WebhookEvent
 from jobs.celery_app import get_celery_app
 from jobs.passes.eviction import evict_all_scopes
 from jobs.passes.reconcile import reconcile
+from jobs.passes.retention import purge_due_outputs
 from jobs.passes.retrain import retrain_predictors
 from jobs.pools.actuator import PoolActuator
 from jobs.pools.diffserve import allocate_cascade
 from jobs.pools.rebalance import rebalance_pools
 from jobs.queues import ROUTES, TaskName
+from workers import decoding
 from workers.admission import admit
 from workers.cascade import escalated_job, light_job
 from workers.context import WorkerContext, get_context
-from workers.decoding import decode_job_image
 from workers.generation import generate_job, reuse_job
 from workers.role_switch import enter_pool
 from workers.webhook_delivery import run_delivery
@@ -100,9 +101,25 @@ def escalate_task(self: Task[Any, Any], job_id: str) -> None:
     _run_leased(self, TaskName.ESCALATE, escalated_job, job_id)
 
 
-@app.task(name=TaskName.DECODE_IMAGE.value)
-def decode_image_task(job_id: str, fmt: str) -> None:
-    decode_job_image(get_context(), uuid.UUID(job_id), fmt)
+@app.task(name=TaskName.READ_IMAGE.value)
+def read_image_task(request: dict[str, Any]) -> None:
+    """One image read on this decode node (LatentBox 4): tiers, else decode; the answer goes to Redis."""
+    decoding.read_image(get_context(), request)
+
+
+@app.task(name=TaskName.WRITE_BACK.value)
+def write_back_task(request: dict[str, Any], payload_key: str) -> None:
+    decoding.write_back(get_context(), request, payload_key)
+
+
+@app.task(name=TaskName.FORGET_IMAGES.value)
+def forget_images_task(job_id: str) -> None:
+    decoding.forget_images(get_context(), job_id)
+
+
+@app.task(name=TaskName.CONFIGURE_READS.value)
+def configure_reads_task(changes: dict[str, Any]) -> dict[str, Any]:
+    return decoding.configure_reads(get_context(), changes)
 
 
 @app.task(name=TaskName.DELIVER_WEBHOOK.value)
@@ -132,6 +149,12 @@ def retrain_predictors_task() -> None:
 def reconcile_task() -> None:
     context = get_context()
     reconcile(context.settings, context.dispatcher)
+
+
+@app.task(name=TaskName.PURGE_OUTPUTS.value)
+def purge_outputs_task() -> None:
+    context = get_context()
+    purge_due_outputs(context.settings, context.blobs, context.dispatcher)
 
 
 @app.task(name=TaskName.REBALANCE_POOLS.value)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import secrets
 import uuid
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response
 from starlette.datastructures import URL
@@ -14,12 +14,13 @@ from api.deps import AppState, BaseUrlDep, SessionDep, StateDep, TenantDep
 from api.metrics import ENQUEUE_FAILURES, IDEMPOTENT_REPLAYS, JOBS_CREATED, JOBS_REJECTED
 from api.problems import Problem
 from api.schemas import Generation, GenerationCreate, GenerationList, problem_responses
-from core.errors import BlobNotFound, DecodeTimeout, InflightLimitExceeded, InvalidInput
+from core.errors import InflightLimitExceeded, InvalidInput
 from core.params import GenerationParams, check_params
-from core.vocabulary import JobStatus, WebhookEvent
+from core.vocabulary import TERMINAL_STATUSES, JobStatus, WebhookEvent
 from db import jobs as jobs_db
-from db import stats
+from db import outputs
 from db.models import Job, Tenant
+from jobs.read_routing import forget_everywhere
 from jobs.representation import generation_object
 from jobs.webhooks import check_webhook_url, wants_event
 
@@ -27,16 +28,12 @@ log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/v1/generations", tags=["generations"])
 
-ImageFormatParam = Literal["png", "webp", "jpeg"]
-MEDIA_TYPES: dict[str, str] = {"png": "image/png", "webp": "image/webp", "jpeg": "image/jpeg"}
-IMMUTABLE = "private, max-age=31536000, immutable"  # a job's image never changes once it exists
-
 
 def _not_found(job_id: str) -> Problem:
     return Problem(404, f"no generation {job_id}", slug="not-found")
 
 
-def _load(session: SessionDep, tenant: Tenant, job_id: str) -> Job:
+def load_job(session: SessionDep, tenant: Tenant, job_id: str) -> Job:
     try:
         parsed = uuid.UUID(job_id)
     except ValueError:
@@ -203,7 +200,7 @@ def list_generations(
 @router.get("/{job_id}", responses=problem_responses(401, 404))
 def get_generation(job_id: str, tenant: TenantDep, session: SessionDep, base: BaseUrlDep) -> Generation:
     """Read a job: status, input, output (once succeeded), error and metrics."""
-    return generation_object(_load(session, tenant, job_id), base_url=base)
+    return generation_object(load_job(session, tenant, job_id), base_url=base)
 
 
 @router.post("/{job_id}/cancel", responses=problem_responses(401, 404))
@@ -211,7 +208,7 @@ def cancel_generation(
     job_id: str, tenant: TenantDep, session: SessionDep, state: StateDep, base: BaseUrlDep
 ) -> Generation:
     """Cancel a job: a queued one at once, a running one at its next step; a finished one stays as is."""
-    job = _load(session, tenant, job_id)
+    job = load_job(session, tenant, job_id)
     result = jobs_db.request_cancel(session=session, tenant_id=tenant.id, job_id=job.id)
     if result is None:  # deleted between the two statements
         raise _not_found(job_id)
@@ -230,60 +227,27 @@ def cancel_generation(
     return generation_object(canceled, base_url=base)
 
 
-@router.get(
-    "/{job_id}/image",
-    response_class=Response,
-    responses={
-        200: {"content": {media: {} for media in MEDIA_TYPES.values()}, "description": "The image."},
-        **problem_responses(401, 404, 409, 410, 503),
-    },
-)
-def get_generation_image(
-    job_id: str,
-    tenant: TenantDep,
-    session: SessionDep,
-    state: StateDep,
-    format: Annotated[ImageFormatParam, Query(description="Image format.")] = "png",
-) -> Response:
-    """Download a succeeded job's image, decoded from its stored latent when not stored in this format."""
-    job = _load(session, tenant, job_id)
-    if job.status != JobStatus.SUCCEEDED:
-        raise Problem(
-            409,
-            f"generation {job.id} is {job.status}; its image exists once it has succeeded",
-            slug="not-ready",
-        )
-    key = (job.image_keys or {}).get(format)
-    if key is not None:
-        try:
-            return _image(session, state.blob_store.get(key), format)
-        except BlobNotFound:
-            log.info("image %s of job %s is gone; decoding from the latent", key, job.id)
-    if job.final_latent_key is None:
-        raise _gone(job.id)
-    if state.decoder is None:
-        raise Problem(503, "image decoding is not configured on this server", slug="decode-unavailable")
+@router.delete("/{job_id}", status_code=204, responses=problem_responses(401, 404))
+def delete_generation(job_id: str, tenant: TenantDep, session: SessionDep, state: StateDep) -> Response:
+    """Delete a job and everything stored because of it: its latent and images, the cache entries made
+    from it, and its images in the decode nodes' caches. A running job is canceled first and its outputs
+    go once it stops. Idempotent: deleting a deleted job answers 204 again; reading it answers 404."""
     try:
-        return _image(session, state.decoder.decode(job.id, format), format)
-    except DecodeTimeout:
-        raise Problem(
-            503,
-            "the decode pool is busy; retry shortly",
-            slug="decode-timeout",
-            headers={"Retry-After": str(state.settings.retry_after_s)},
-        ) from None
-    except BlobNotFound:
-        raise _gone(job.id) from None
-
-
-def _image(session: SessionDep, data: bytes, fmt: str) -> Response:
-    """The image response, counted as one read (interval_stats.image_reads: /v1/stats' decodes per read)."""
-    stats.record_decodes(session, image_reads=1)
+        parsed = uuid.UUID(job_id)
+    except ValueError:
+        raise _not_found(job_id) from None
+    jobs_db.request_cancel(session=session, tenant_id=tenant.id, job_id=parsed)
+    job = outputs.mark_deleted(session, tenant_id=tenant.id, job_id=parsed)
+    if job is None:
+        raise _not_found(job_id)
     session.commit()
-    return Response(content=data, media_type=MEDIA_TYPES[fmt], headers={"Cache-Control": IMMUTABLE})
-
-
-def _gone(job_id: uuid.UUID) -> Problem:
-    return Problem(
-        410, f"the image of generation {job_id} and its latent are no longer stored", slug="image-gone"
-    )
+    if job.status in TERMINAL_STATUSES and job.outputs_purged_at is None:
+        outputs.purge_outputs(session, state.blob_store, job.id)
+        session.commit()
+        try:
+            forget_everywhere(
+                state.redis, state.dispatcher, job.id, heartbeat_s=state.settings.read_heartbeat_s
+            )
+        except Exception:  # the bytes a node still holds are unreachable: reads check the job first
+            log.warning("could not tell the decode nodes to forget job %s", job.id, exc_info=True)
+    return Response(status_code=204)

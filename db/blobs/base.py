@@ -81,5 +81,11 @@ class BlobStore(ABC):
         """
         return len(self.get(key))
 
+    def presigned_url(self, key: str, *, expires_s: int) -> str | None:
+        """A URL a client can GET the blob from directly for `expires_s` seconds; None when this store
+        has no such URLs (local disk: the API serves the bytes itself)."""
+        check_key(key)
+        return None
+
     def check(self) -> None:  # noqa: B027 - an optional hook, not part of the abstract contract
         """Startup probe: raise BlobStoreMisconfigured if the store cannot be used. Default: no-op."""

@@ -102,6 +102,12 @@ class S3BlobStore(BlobStore):
         with response["Body"] as body:
             return body.read()
 
+    def presigned_url(self, key: str, *, expires_s: int) -> str | None:
+        """A presigned GetObject URL (signed locally: no request is made)."""
+        return self._client.generate_presigned_url(
+            "get_object", Params={"Bucket": self.bucket, "Key": self._key(key)}, ExpiresIn=expires_s
+        )
+
     def _head_size(self, key: str) -> int | None:
         # HeadObject has no body, so a missing bucket also answers a bare 404 here:
         # exists() reads it as a missing key; `check` tells the two apart at startup.

@@ -46,19 +46,17 @@ def api_command(
 
 
 def serving_app() -> FastAPI:
-    """The API wired to this deployment's decode pool."""
-    import redis
-
+    """The API wired to this deployment's decode nodes."""
     from api.main import create_app
+    from api.reads import NodeReader
     from db.blobs.factory import blob_store_from_settings
-    from jobs.decoding import DecodePoolDecoder
     from jobs.dispatch import CeleryDispatcher
 
     settings = get_settings()
     blobs = blob_store_from_settings(settings)
     dispatcher = CeleryDispatcher.for_settings(settings)
-    decoder = DecodePoolDecoder(settings, blobs, redis.Redis.from_url(settings.broker_url), dispatcher)
-    return create_app(settings, dispatcher=dispatcher, blob_store=blobs, decoder=decoder)
+    reader = NodeReader(settings, dispatcher)
+    return create_app(settings, dispatcher=dispatcher, blob_store=blobs, reader=reader)
 
 
 def worker_command(

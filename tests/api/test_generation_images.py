@@ -1,4 +1,6 @@
-"""GET /v1/generations/{id}/image: stored images, decoding from the latent, and the error cases."""
+"""GET /v1/generations/{id}/image: the HTTP contract around the read path (api.reads.ImageReader):
+stored images, node answers and their headers, ETag and 304, 202 while decoding, and the error cases.
+The decode nodes themselves run in tests/e2e/test_read_path.py."""
 
 from __future__ import annotations
 
@@ -8,25 +10,30 @@ from collections.abc import Callable
 import pytest
 from fastapi.testclient import TestClient
 
-from core.errors import BlobNotFound, DecodeTimeout
+from api.reads import NoDecodeNode, ReadOutcome, ReadTarget
 from db.blobs.local import LocalBlobStore
 from db.tenants import TenantCredentials
+from jobs.read_routing import ReadReply
 
 pytestmark = pytest.mark.integration
 
 
-class ScriptedDecoder:
-    """Stands in for the decode pool behind the ImageDecoder contract; records its calls."""
+class ScriptedReader:
+    """Stands in for the decode nodes behind the ImageReader contract; records what it was asked."""
 
-    def __init__(self, answer: bytes | Exception) -> None:
+    def __init__(self, answer: ReadOutcome | Exception | None) -> None:
         self.answer = answer
-        self.calls: list[tuple[uuid.UUID, str]] = []
+        self.targets: list[ReadTarget] = []
 
-    def decode(self, job_id: uuid.UUID, fmt: str) -> bytes:
-        self.calls.append((job_id, fmt))
+    async def read(self, target: ReadTarget, *, wait_s: float) -> ReadOutcome | None:
+        self.targets.append(target)
         if isinstance(self.answer, Exception):
             raise self.answer
         return self.answer
+
+
+def ok(data: bytes, tier: str = "latent", *, coalesced: bool = False) -> ReadOutcome:
+    return ReadOutcome(ReadReply("ok", tier=tier, node="decode-a", data=data), coalesced=coalesced)
 
 
 def new_job(client: TestClient, who: TenantCredentials) -> str:
@@ -36,72 +43,94 @@ def new_job(client: TestClient, who: TenantCredentials) -> str:
     return job_id
 
 
-def test_a_stored_image_is_served_from_the_blob_store(
-    client: TestClient, tenant: TenantCredentials, set_job: Callable[..., None], blob_store: LocalBlobStore
+def test_a_node_answer_is_served_with_its_headers(
+    make_client: Callable[..., TestClient], tenant: TenantCredentials, set_job: Callable[..., None]
 ) -> None:
+    reader = ScriptedReader(ok(b"\xff\xd8jpeg", coalesced=True))
+    client = make_client(reader=reader)
     job_id = new_job(client, tenant)
-    blob_store.put(f"jobs/{job_id}/image.webp", b"RIFF-webp-bytes")
-    set_job(job_id, status="succeeded", image_keys={"webp": f"jobs/{job_id}/image.webp"})
-    response = client.get(f"/v1/generations/{job_id}/image?format=webp", headers=tenant.auth_headers)
-    assert response.status_code == 200
-    assert response.content == b"RIFF-webp-bytes"
-    assert response.headers["content-type"] == "image/webp"
+    set_job(job_id, status="succeeded", final_latent_key=f"jobs/{job_id}/final.latent")
+    response = client.get(f"/v1/generations/{job_id}/image?format=jpeg", headers=tenant.auth_headers)
+    assert response.status_code == 200 and response.content == b"\xff\xd8jpeg"
+    assert response.headers["content-type"] == "image/jpeg"
+    assert response.headers["content-length"] == "6"
+    assert response.headers["etag"] == f'W/"{job_id}.jpeg"'
     assert "immutable" in response.headers["cache-control"]
+    assert (response.headers["x-reprise-read"], response.headers["x-reprise-coalesced"]) == ("latent", "true")
+    assert reader.targets == [ReadTarget(uuid.UUID(job_id), "jpeg", f"jobs/{job_id}/final.latent", None)]
+    again = client.get(
+        f"/v1/generations/{job_id}/image?format=jpeg",
+        headers={**tenant.auth_headers, "If-None-Match": response.headers["etag"]},
+    )
+    assert again.status_code == 304 and again.content == b"" and len(reader.targets) == 1
 
 
-@pytest.mark.parametrize("image_keys", [{}, {"png": "jobs/evicted/image.png"}])
-def test_otherwise_the_latent_is_decoded_in_the_asked_format(
+def test_a_stored_image_goes_through_the_nodes_and_without_them_comes_from_the_store(
     make_client: Callable[..., TestClient],
     tenant: TenantCredentials,
     set_job: Callable[..., None],
-    image_keys: dict[str, str],
+    blob_store: LocalBlobStore,
 ) -> None:
-    decoder = ScriptedDecoder(b"\xff\xd8jpeg")
-    client = make_client(decoder=decoder)
+    blob_store.put("jobs/x/image.webp", b"RIFF-webp-bytes")
+    reader = ScriptedReader(NoDecodeNode("none alive"))
+    client = make_client(reader=reader)
     job_id = new_job(client, tenant)
-    set_job(job_id, status="succeeded", final_latent_key="entries/e/final.latent", image_keys=image_keys)
-    for fmt in ("jpeg", "png"):
-        response = client.get(f"/v1/generations/{job_id}/image?format={fmt}", headers=tenant.auth_headers)
-        assert response.status_code == 200 and response.content == b"\xff\xd8jpeg"
-        assert response.headers["content-type"] == f"image/{fmt}"
-    assert decoder.calls == [(uuid.UUID(job_id), "jpeg"), (uuid.UUID(job_id), "png")]
+    set_job(job_id, status="succeeded", image_keys={"webp": "jobs/x/image.webp"})
+    # delivery=redirect on a store without presigned URLs (local disk): the bytes
+    response = client.get(
+        f"/v1/generations/{job_id}/image?format=webp&delivery=redirect", headers=tenant.auth_headers
+    )
+    assert response.status_code == 200 and response.content == b"RIFF-webp-bytes"
+    assert response.headers["x-reprise-read"] == "stored"
+    assert reader.targets[0].image_key == "jobs/x/image.webp"  # the nodes were asked first (their cache)
+
+
+def test_a_slow_decode_answers_202_with_retry_after(
+    make_client: Callable[..., TestClient], tenant: TenantCredentials, set_job: Callable[..., None]
+) -> None:
+    client = make_client(reader=ScriptedReader(None))
+    job_id = new_job(client, tenant)
+    set_job(job_id, status="succeeded", final_latent_key="jobs/e/final.latent")
+    response = client.get(f"/v1/generations/{job_id}/image", headers=tenant.auth_headers)
+    assert response.status_code == 202 and response.headers["retry-after"] == "5"
+    assert response.headers["location"].endswith(f"/v1/generations/{job_id}/image")
 
 
 @pytest.mark.parametrize(
-    ("decoder", "problem", "retry_after"),
+    ("reader", "problem"),
     [
-        (ScriptedDecoder(DecodeTimeout("no answer in 30 s")), "decode-timeout", "5"),
-        (None, "decode-unavailable", None),  # this server was built without a decoder
+        (ScriptedReader(NoDecodeNode("none alive")), "decode-unavailable"),
+        (None, "decode-unavailable"),  # this server was built without a reader
+        (ScriptedReader(ReadOutcome(ReadReply("error", message="cuda"), coalesced=False)), "decode-failed"),
     ],
 )
 def test_no_decode_is_a_503(
     make_client: Callable[..., TestClient],
     tenant: TenantCredentials,
     set_job: Callable[..., None],
-    decoder: ScriptedDecoder | None,
+    reader: ScriptedReader | None,
     problem: str,
-    retry_after: str | None,
 ) -> None:
-    client = make_client(decoder=decoder)
+    client = make_client(reader=reader)
     job_id = new_job(client, tenant)
-    set_job(job_id, status="succeeded", final_latent_key="entries/e/final.latent")
+    set_job(job_id, status="succeeded", final_latent_key="jobs/e/final.latent")
     response = client.get(f"/v1/generations/{job_id}/image", headers=tenant.auth_headers)
-    assert response.status_code == 503 and response.headers.get("retry-after") == retry_after
+    assert response.status_code == 503 and response.headers.get("retry-after") == "5"
     assert response.json()["type"] == f"urn:reprise:problem:{problem}"
 
 
 @pytest.mark.parametrize(
-    ("decoder", "latent"),
-    [(ScriptedDecoder(BlobNotFound("entries/e/final.latent")), "entries/e/final.latent"), (None, None)],
+    ("reader", "latent"),
+    [(ScriptedReader(ReadOutcome(ReadReply("gone"), coalesced=False)), "jobs/e/final.latent"), (None, None)],
 )
 def test_an_image_whose_latent_is_gone_is_410(
     make_client: Callable[..., TestClient],
     tenant: TenantCredentials,
     set_job: Callable[..., None],
-    decoder: ScriptedDecoder | None,
+    reader: ScriptedReader | None,
     latent: str | None,
 ) -> None:
-    client = make_client(decoder=decoder)
+    client = make_client(reader=reader)
     job_id = new_job(client, tenant)
     set_job(job_id, status="succeeded", final_latent_key=latent)
     response = client.get(f"/v1/generations/{job_id}/image", headers=tenant.auth_headers)

@@ -23,13 +23,15 @@ def test_each_kind_of_work_becomes_its_task_with_its_arguments() -> None:
     dispatcher.admit(JOB)
     dispatcher.run_route(JOB, Route.MISS, SAME)
     dispatcher.run_route(JOB, Route.HIT, SAME, countdown=2.5)
-    dispatcher.decode_image(JOB, "webp")
+    dispatcher.read_image("decode-a", {"job_id": str(JOB), "fmt": "webp"})
+    dispatcher.forget_images("decode-b", JOB)
     dispatcher.deliver_webhook(JOB, WebhookEvent.COMPLETED, attempt=3, countdown=10.0)
     assert dispatcher.sent == [
         Sent(TaskName.ADMIT, (str(JOB),), None),
         Sent(TaskName.GENERATE, (str(JOB),), None),
         Sent(TaskName.REUSE, (str(JOB),), 2.5),
-        Sent(TaskName.DECODE_IMAGE, (str(JOB), "webp"), None),
+        Sent(TaskName.READ_IMAGE, ({"job_id": str(JOB), "fmt": "webp"},), None, "decode.decode-a"),
+        Sent(TaskName.FORGET_IMAGES, (str(JOB),), None, "decode.decode-b"),
         Sent(TaskName.DELIVER_WEBHOOK, (str(JOB), WebhookEvent.COMPLETED.value, 3), 10.0),
     ]
     assert dispatcher.of(TaskName.REUSE) == [Sent(TaskName.REUSE, (str(JOB),), 2.5)]

@@ -16,6 +16,7 @@ class Sent(NamedTuple):
     task: TaskName
     args: tuple[Any, ...]
     countdown: float | None
+    queue: str | None = None  # set when the task went to one node's queue (decode.<node>)
 
 
 class RecordingDispatcher(DispatcherBase):
@@ -25,8 +26,10 @@ class RecordingDispatcher(DispatcherBase):
     def __init__(self) -> None:
         self.sent: list[Sent] = []
 
-    def _send(self, task: TaskName, args: Sequence[Any], countdown: float | None = None) -> None:
-        self.sent.append(Sent(task, tuple(args), countdown))
+    def _send(
+        self, task: TaskName, args: Sequence[Any], countdown: float | None = None, queue: str | None = None
+    ) -> None:
+        self.sent.append(Sent(task, tuple(args), countdown, queue))
 
     def of(self, task: TaskName) -> list[Sent]:
         """The recorded sends of one task."""

@@ -18,13 +18,13 @@ from fastapi.testclient import TestClient
 from sqlalchemy import update
 
 from api.main import create_app
+from api.reads import ImageReader
 from core.settings import Settings, get_settings
 from db.blobs.local import LocalBlobStore
 from db.engine import session_scope
 from db.models import Job
 from db.tenants import TenantCredentials, issue_key
 from jobs.celery_app import make_celery_app
-from jobs.decoding import ImageDecoder
 from jobs.dispatch import CeleryDispatcher
 from jobs.queues import Queue
 
@@ -63,10 +63,10 @@ def make_client(
     """Build a client for an app with these settings overridden (the broker is always real)."""
     clients: list[TestClient] = []
 
-    def build(*, decoder: ImageDecoder | None = None, **overrides: Any) -> TestClient:
+    def build(*, reader: ImageReader | None = None, **overrides: Any) -> TestClient:
         settings = api_settings.model_copy(update=overrides)
         dispatcher = CeleryDispatcher(make_celery_app(settings))
-        app = create_app(settings, dispatcher=dispatcher, blob_store=blob_store, decoder=decoder)
+        app = create_app(settings, dispatcher=dispatcher, blob_store=blob_store, reader=reader)
         client = TestClient(app, raise_server_exceptions=False)
         clients.append(client)
         return client

@@ -59,13 +59,14 @@ def small(tiny_settings: Settings) -> DiffusionRuntime:
 
 
 @pytest.fixture
-def task_settings(db_settings: Settings, tiny_data_dir: Path, tmp_path: Path) -> Settings:
+def task_settings(db_settings: Settings, tiny_data_dir: Path, tmp_path: Path, redis_url: str) -> Settings:
     """The test database, the tiny models (the task bodies' mechanics; the lab's models run end to end in
     tests/e2e), blobs in a directory of this test's own."""
     return db_settings.model_copy(
         update={
             "data_dir": tiny_data_dir,
             "blob_dir": tmp_path / "blobs",
+            "redis_url": redis_url,  # this run's own database: a decode node publishes its answers there
             "device": "cpu",
             "model_set": ModelSet.TINY,
             "large_family": "tiny-sd",

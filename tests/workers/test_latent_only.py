@@ -19,10 +19,11 @@ from core.vocabulary import LookupMode, Role
 from db import stats
 from db.engine import session_scope
 from db.models import CacheEntry, Job
+from jobs.read_routing import ReadRequest
 from tests.support.dispatch import RecordingDispatcher
 from tests.workers.conftest import make_job, make_tenant
 from workers.context import WorkerContext
-from workers.decoding import decode_job_image
+from workers.decoding import read_image
 from workers.generation import generate_job, reuse_job
 from workers.runtime import runtime as runtime_module
 from workers.runtime.latents import to_image
@@ -62,6 +63,17 @@ def _entry(settings: Settings, job_id: uuid.UUID) -> CacheEntry:
 def _decodes(settings: Settings) -> stats.DecodeSummary:
     with session_scope(settings) as session:
         return stats.decode_summary(session, since=datetime.now(UTC) - timedelta(hours=1))
+
+
+def _read(settings: Settings, context: WorkerContext, job_id: uuid.UUID, fmt: str) -> str:
+    """One read on the decode node `context` hosts; the tier that answered it."""
+    job = _job(settings, job_id)
+    request = ReadRequest(
+        str(job_id), fmt, job.final_latent_key, job.image_keys.get(fmt), uuid.uuid4().hex, "n1", "n1"
+    )
+    reply = read_image(context, request.as_json())
+    assert reply.status == "ok", reply.message
+    return reply.tier
 
 
 def _run_miss(
@@ -127,8 +139,8 @@ def test_an_eager_request_has_its_png_stored_at_completion_and_the_first_read_de
     image = Image.open(io.BytesIO(context.blobs.get(key)))
     assert (image.format, image.size) == ("PNG", (64, 64))
     before = _decodes(task_settings)
-    decoder = WorkerContext(task_settings, Role.DECODE, dispatcher=dispatcher)
-    assert decode_job_image(decoder, job_id, "png") == key  # already there: no decode
+    node = WorkerContext(task_settings, Role.DECODE, dispatcher=dispatcher)
+    assert _read(task_settings, node, job_id, "png") == "miss"  # the stored PNG is fetched: no decode
     assert (len(vae_calls), _decodes(task_settings).read_decodes) == (1, before.read_decodes)
 
 
@@ -147,9 +159,10 @@ def test_a_read_decode_is_counted_once_per_decode(
 ) -> None:
     job_id, _ = _run_miss(task_settings, dispatcher)
     before = _decodes(task_settings)
-    decoder = WorkerContext(task_settings, Role.DECODE, dispatcher=dispatcher)
-    decode_job_image(decoder, job_id, "png")
-    decode_job_image(decoder, job_id, "png")  # stored now: not decoded again
-    decode_job_image(decoder, job_id, "webp")
+    settings = task_settings.model_copy(update={"read_alpha": 1.0})  # images only: a read is cached
+    node = WorkerContext(settings, Role.DECODE, dispatcher=dispatcher)
+    assert _read(settings, node, job_id, "png") == "miss"
+    assert _read(settings, node, job_id, "png") == "image"  # cached now: not decoded again
+    assert _read(settings, node, job_id, "webp") == "miss"
     assert len(vae_calls) == 2
     assert _decodes(task_settings).read_decodes - before.read_decodes == 2

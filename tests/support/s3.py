@@ -1,7 +1,4 @@
-"""A real S3 API for the blob store tests: moto's standalone server in a subprocess.
-
-Self-contained (no project imports) so it can move to tests/conftest.py for the API tests.
-"""
+"""A real S3 API for the blob store and image delivery tests: moto's standalone server in a subprocess."""
 
 from __future__ import annotations
 

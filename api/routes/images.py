@@ -1,0 +1,179 @@
+"""GET /v1/generations/{id}/image: a job's image, through LatentBox's read path (api.reads).
+
+An image the durable store holds (an eager job's PNG, an image store's) can be answered with a 307 to
+a presigned URL; everything else is read through the image's owner decode node, which answers from
+its tiers or decodes the stored latent. The handler is async: a read waiting on a decode holds no
+thread, and after REPRISE_DECODE_WAIT_S it answers 202 with Retry-After (the decode goes on; the
+retry joins it or finds the image cached).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Header, Query, Request, Response
+from starlette.concurrency import run_in_threadpool
+
+from api.deps import AppState, SessionDep, StateDep, TenantDep
+from api.problems import Problem
+from api.reads import NoDecodeNode, ReadOutcome, ReadTarget
+from api.routes.generations import load_job
+from api.schemas import problem_responses
+from core.errors import BlobNotFound
+from core.vocabulary import ImageDelivery, JobStatus
+from db import stats
+from db.models import Job, Tenant
+
+log = logging.getLogger(__name__)
+
+router = APIRouter(prefix="/v1/generations", tags=["generations"])
+
+ImageFormatParam = Literal["png", "webp", "jpeg"]
+MEDIA_TYPES: dict[str, str] = {"png": "image/png", "webp": "image/webp", "jpeg": "image/jpeg"}
+IMMUTABLE = "private, max-age=31536000, immutable"  # a job's image never changes once it exists
+
+
+def _etag(job: Job, fmt: str) -> str:
+    # Weak: decoding the same latent on other hardware can move pixels by a level (LatentBox 6.6).
+    return f'W/"{job.id}.{fmt}"'
+
+
+def _matches(if_none_match: str | None, etag: str) -> bool:
+    if if_none_match is None:
+        return False
+    tags = {tag.strip().removeprefix("W/") for tag in if_none_match.split(",")}
+    return "*" in tags or etag.removeprefix("W/") in tags
+
+
+@router.get(
+    "/{job_id}/image",
+    response_class=Response,
+    responses={
+        200: {"content": {media: {} for media in MEDIA_TYPES.values()}, "description": "The image."},
+        202: {"description": "Still decoding: retry after Retry-After seconds (Location: this URL)."},
+        304: {"description": "If-None-Match matched: the image you hold is current."},
+        307: {"description": "delivery=redirect: a presigned URL of the stored image (S3)."},
+        **problem_responses(401, 404, 409, 410, 503),
+    },
+)
+async def get_generation_image(
+    request: Request,
+    job_id: str,
+    tenant: TenantDep,
+    session: SessionDep,
+    state: StateDep,
+    format: Annotated[ImageFormatParam, Query(description="Image format.")] = "png",
+    delivery: Annotated[
+        ImageDelivery | None,
+        Query(
+            description="bytes, or redirect (a presigned URL, for images the store holds). Default: "
+            "REPRISE_IMAGE_DELIVERY."
+        ),
+    ] = None,
+    if_none_match: Annotated[str | None, Header(alias="If-None-Match")] = None,
+) -> Response:
+    """Download a succeeded job's image, decoded from its stored latent when no cache holds it."""
+    job = await run_in_threadpool(_load_released, session, tenant, job_id)
+    if job.status != JobStatus.SUCCEEDED:
+        raise Problem(
+            409,
+            f"generation {job.id} is {job.status}; its image exists once it has succeeded",
+            slug="not-ready",
+        )
+    etag = _etag(job, format)
+    if _matches(if_none_match, etag):
+        return Response(status_code=304, headers={"ETag": etag, "Cache-Control": IMMUTABLE})
+    stored = (job.image_keys or {}).get(format)
+    if stored is not None and (delivery or state.settings.image_delivery) == ImageDelivery.REDIRECT:
+        url = state.blob_store.presigned_url(stored, expires_s=state.settings.presign_ttl_s)
+        if url is not None:
+            await run_in_threadpool(_count_read, session)
+            return Response(status_code=307, headers={"Location": url, "Cache-Control": "no-store"})
+    if job.final_latent_key is None and stored is None:
+        raise _gone(job)
+    target = ReadTarget(job.id, format, job.final_latent_key, stored)
+    outcome = await _read(state, target)
+    if outcome is None:
+        if stored is not None:  # no decode node to ask: the stored image itself
+            return await _stored(session, state, job, stored, format, etag)
+        raise Problem(
+            503,
+            "no decode node is alive; retry shortly",
+            slug="decode-unavailable",
+            headers={"Retry-After": str(state.settings.retry_after_s)},
+        )
+    if isinstance(outcome, Response):
+        outcome.headers["Location"] = str(request.url)
+        return outcome
+    reply = outcome.reply
+    if reply.status == "gone":
+        raise _gone(job)
+    if reply.status != "ok":
+        raise Problem(
+            503,
+            f"the decode failed: {reply.message}; retry shortly",
+            slug="decode-failed",
+            headers={"Retry-After": str(state.settings.retry_after_s)},
+        )
+    await run_in_threadpool(_count_read, session)
+    headers = {
+        "ETag": etag,
+        "Cache-Control": IMMUTABLE,
+        "X-Reprise-Read": reply.tier,
+        "X-Reprise-Node": reply.node,
+    }
+    if outcome.coalesced:
+        headers["X-Reprise-Coalesced"] = "true"
+    if reply.spilled:
+        headers["X-Reprise-Spilled"] = "true"
+    return Response(content=reply.data, media_type=MEDIA_TYPES[format], headers=headers)
+
+
+async def _read(state: AppState, target: ReadTarget) -> ReadOutcome | Response | None:
+    """The node's answer; a 202 Response when it took longer than the wait; None: no node to ask."""
+    if state.reader is None:
+        return None
+    try:
+        outcome = await state.reader.read(target, wait_s=state.settings.decode_wait_s)
+    except NoDecodeNode:
+        return None
+    if outcome is None:
+        retry = str(state.settings.retry_after_s)
+        return Response(
+            content=b'{"status": "decoding"}',
+            status_code=202,
+            media_type="application/json",
+            headers={"Retry-After": retry},
+        )
+    return outcome
+
+
+async def _stored(session: SessionDep, state: AppState, job: Job, key: str, fmt: str, etag: str) -> Response:
+    try:
+        data = await run_in_threadpool(state.blob_store.get, key)
+    except BlobNotFound:
+        raise _gone(job) from None
+    await run_in_threadpool(_count_read, session)
+    headers = {"ETag": etag, "Cache-Control": IMMUTABLE, "X-Reprise-Read": "stored"}
+    return Response(content=data, media_type=MEDIA_TYPES[fmt], headers=headers)
+
+
+def _load_released(session: SessionDep, tenant: Tenant, job_id: str) -> Job:
+    """The job, with the session's connection handed back to the pool: a read may wait seconds on a
+    decode, and a hundred waiting reads must not hold a hundred connections."""
+    job = load_job(session, tenant, job_id)
+    session.commit()
+    return job
+
+
+def _count_read(session: SessionDep) -> None:
+    """One read answered (interval_stats.image_reads: /v1/stats' decodes per read)."""
+    stats.record_decodes(session, image_reads=1)
+    session.commit()
+
+
+def _gone(job: Job) -> Problem:
+    return Problem(
+        410, f"the image of generation {job.id} and its latent are no longer stored", slug="image-gone"
+    )
