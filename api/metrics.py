@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
+from redis.exceptions import RedisError
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
@@ -148,11 +150,14 @@ def export_registry() -> CollectorRegistry:
     return REGISTRY
 
 
-def exposition(session: Session) -> bytes:
-    """The text exposition of the metrics, pool gauges refreshed from Postgres first."""
+def exposition(session: Session, *, reads: Callable[[], None] | None = None) -> bytes:
+    """The text exposition of the metrics, pool gauges refreshed from Postgres first (and the read
+    path's from Redis, through `reads`)."""
     try:
         refresh_pool_gauges(session)
         refresh_cascade_gauges(session)
-    except SQLAlchemyError:  # the HTTP metrics still matter when the database is down
-        log.warning("metrics: pool gauges not refreshed, database unreachable", exc_info=True)
+        if reads is not None:
+            reads()
+    except (SQLAlchemyError, RedisError):  # the HTTP metrics still matter when a store is down
+        log.warning("metrics: gauges not refreshed, a store is unreachable", exc_info=True)
     return generate_latest(export_registry())

@@ -8,9 +8,11 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import redis
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from api.metrics import exposition
+from api.read_metrics import refresh_read_gauges
 from core.settings import Settings
 from db.engine import session_scope
 
@@ -18,13 +20,19 @@ from db.engine import session_scope
 def start_metrics_server(settings: Settings, *, port: int, address: str) -> ThreadingHTTPServer:
     """Serve GET /metrics on address:port from a daemon thread; returns the server (shutdown() stops it)."""
 
+    broker = redis.Redis.from_url(settings.broker_url, socket_timeout=1.0, socket_connect_timeout=1.0)
+
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if self.path.split("?", 1)[0] != "/metrics":
                 self.send_error(404)
                 return
             with session_scope(settings) as session:
-                body = exposition(session)
+
+                def reads() -> None:
+                    refresh_read_gauges(broker, session, heartbeat_s=settings.read_heartbeat_s)
+
+                body = exposition(session, reads=reads)
             self.send_response(200)
             self.send_header("Content-Type", CONTENT_TYPE_LATEST)
             self.send_header("Content-Length", str(len(body)))

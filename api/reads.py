@@ -22,6 +22,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 from starlette.concurrency import run_in_threadpool
 
+from core.errors import NoDecodeNode
 from core.settings import Settings
 from jobs.dispatch import Dispatcher
 from jobs.policies.hash_ring import HashRing, place
@@ -39,10 +40,6 @@ from jobs.read_routing import (
 )
 
 log = logging.getLogger(__name__)
-
-
-class NoDecodeNode(Exception):
-    """No decode node is alive to serve a read."""
 
 
 @dataclass(frozen=True, slots=True)

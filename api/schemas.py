@@ -233,6 +233,20 @@ class MonitorView(BaseModel):
     period_s: int
 
 
+class ReadsView(BaseModel):
+    """LatentBox's read path: the live decode nodes and how reads are routed and delivered."""
+
+    nodes: dict[str, dict[str, Any]] = Field(
+        description="Each live decode node: its set-up, alpha, bytes and objects per tier, tier hit ratios, "
+        "decodes, promotions, evictions, spills served, write-backs, T_decode and T_fetch (ms), queue depth, "
+        "and its latest tuning decision (Eq. 2's inputs, D, alpha before and after)."
+    )
+    spill_theta: int = Field(description="Queue depth past which an owner's decode spills (LatentBox 6.5.3).")
+    store: str = Field(description="What the durable store keeps: latents, or images too.")
+    delivery: str = Field(description="How stored images are handed over: bytes or redirect.")
+    retention_days: float | None = Field(description="Outputs older than this are deleted; null: kept.")
+
+
 class Stats(BaseModel):
     scope: Literal["tenant", "global"] = Field(
         description="tenant: the caller's jobs only (service-wide fields empty); global: the whole service."
@@ -257,6 +271,7 @@ class Stats(BaseModel):
     cascade: CascadeView | None = Field(
         None, description="DiffServe's cascade and its allocator; global scope only."
     )
+    reads: ReadsView | None = Field(None, description="The read path's decode nodes; global scope only.")
     intervals: list[IntervalRow] = Field(
         description="The latest interval aggregates, newest first; global scope only."
     )

@@ -103,8 +103,9 @@ class EmbeddingDimensionMismatch(RepriseError):
 
 
 # raised in jobs.dispatch
-class DecodeTimeout(RepriseError):
-    """The decode pool did not answer in time. Recoverable: retry later (the API sends 503)."""
+class NoDecodeNode(RepriseError):
+    """No decode node can be asked (none alive, or the read path's Redis is down). Recoverable: retry
+    later (the API sends 503, or the stored image when there is one)."""
 
     recoverable = True
 

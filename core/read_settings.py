@@ -12,6 +12,9 @@ from core.vocabulary import ImageDelivery, ReadStore, Tiering
 class ReadSettings(BaseSettings):
     """REPRISE_READ_*, REPRISE_IMAGE_DELIVERY and REPRISE_RETENTION_DAYS."""
 
+    decode_wait_s: float = Field(
+        10.0, gt=0, description="How long an image read waits on the decode nodes; then 202, Retry-After."
+    )
     read_cache_bytes: int = Field(
         256 * 2**20,
         ge=0,
@@ -55,6 +58,9 @@ class ReadSettings(BaseSettings):
         ReadStore.LATENTS,
         description="latents: the durable store keeps latents and images are a cache (LatentBox); images: "
         "every decoded image is also stored for good (an image store, the paper's ImgStore baseline).",
+    )
+    read_nodes: int = Field(
+        1, ge=1, le=16, description="Decode nodes `reprise run` starts (LatentBox's testbed has three, 6.1)."
     )
     read_heartbeat_s: float = Field(
         2.0,

@@ -190,9 +190,6 @@ class Settings(CascadeSettings, ReadSettings, BaseSettings):
     stuck_after_s: int = Field(
         120, ge=5, description="The reconciler re-enqueues a queued job untouched for this long."
     )
-    decode_wait_s: float = Field(
-        10.0, gt=0, description="How long an image read waits; then 202, Retry-After."
-    )
     beat_period_s: float = Field(30.0, gt=0, description="Period of eviction, retraining and reconciling.")
 
     # --- pool monitor (MoDM 5.3, Algorithm 1) ------------------------------------------------

@@ -40,6 +40,10 @@ def stack_children(settings: Settings, *, port: int, flower_port: int) -> list[C
     argvs = {"api": _reprise("api", "--port", str(port))}
     for role in STACK_ROLES:
         argvs[f"worker-{role.value}"] = _reprise("worker", "--role", role.value)
+    for index in range(1, settings.read_nodes):  # more decode nodes (LatentBox's testbed has three)
+        argvs[f"worker-decode-{index}"] = _reprise(
+            "worker", "--role", "decode", "--name", f"decode-{index}@%h"
+        )
     argvs["beat"] = _reprise("beat")
     argvs["flower"] = _reprise("flower", "--port", str(flower_port))
     pids = run_dir(settings)

@@ -12,6 +12,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from api.deps import SessionDep, StateDep
 from api.metrics import exposition
 from api.problems import Problem
+from api.read_metrics import refresh_read_gauges
 from api.schemas import problem_responses
 from db.engine import ping
 
@@ -50,4 +51,8 @@ def metrics(session: SessionDep, state: StateDep) -> Response:
     """Prometheus metrics in the text exposition format; 404 when they have a port of their own."""
     if state.settings.metrics_port is not None:
         raise Problem(404, "metrics are served on their own port (REPRISE_METRICS_PORT)", slug="not-found")
-    return Response(exposition(session), media_type=CONTENT_TYPE_LATEST)
+
+    def reads() -> None:
+        refresh_read_gauges(state.redis, session, heartbeat_s=state.settings.read_heartbeat_s)
+
+    return Response(exposition(session, reads=reads), media_type=CONTENT_TYPE_LATEST)

@@ -17,10 +17,10 @@ from starlette.concurrency import run_in_threadpool
 
 from api.deps import AppState, SessionDep, StateDep, TenantDep
 from api.problems import Problem
-from api.reads import NoDecodeNode, ReadOutcome, ReadTarget
+from api.reads import ReadOutcome, ReadTarget
 from api.routes.generations import load_job
 from api.schemas import problem_responses
-from core.errors import BlobNotFound
+from core.errors import BlobNotFound, NoDecodeNode
 from core.vocabulary import ImageDelivery, JobStatus
 from db import stats
 from db.models import Job, Tenant
@@ -106,6 +106,13 @@ async def get_generation_image(
     if isinstance(outcome, Response):
         outcome.headers["Location"] = str(request.url)
         return outcome
+    return await _answered(session, state, job, outcome, format, etag)
+
+
+async def _answered(
+    session: SessionDep, state: AppState, job: Job, outcome: ReadOutcome, fmt: str, etag: str
+) -> Response:
+    """A node's answer as the response: the image with its headers, or the problem it reported."""
     reply = outcome.reply
     if reply.status == "gone":
         raise _gone(job)
@@ -127,7 +134,7 @@ async def get_generation_image(
         headers["X-Reprise-Coalesced"] = "true"
     if reply.spilled:
         headers["X-Reprise-Spilled"] = "true"
-    return Response(content=reply.data, media_type=MEDIA_TYPES[format], headers=headers)
+    return Response(content=reply.data, media_type=MEDIA_TYPES[fmt], headers=headers)
 
 
 async def _read(state: AppState, target: ReadTarget) -> ReadOutcome | Response | None:

@@ -9,9 +9,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
+from redis.exceptions import RedisError
 
 from api.deps import CallerDep, SessionDep, StateDep
 from api.problems import Problem
+from api.read_metrics import read_nodes_view
 from api.schemas import (
     CacheStats,
     CascadeDecisionView,
@@ -22,6 +24,7 @@ from api.schemas import (
     MonitorView,
     PoolDecisionView,
     QualityStats,
+    ReadsView,
     Stats,
     problem_responses,
 )
@@ -96,6 +99,7 @@ def get_stats(
         monitor=None,
         decodes=None,
         cascade=None,
+        reads=None,
         intervals=[],
     )
     return _with_service_figures(stats, session, state, since) if chosen == "global" else stats
@@ -123,6 +127,7 @@ def _with_service_figures(stats: Stats, session: SessionDep, state: StateDep, si
                 per_read=None if decodes.per_read is None else round(decodes.per_read, 4),
             ),
             "cascade": _cascade_view(session, state, since),
+            "reads": _reads_view(session, state),
             "intervals": [
                 IntervalRow(
                     period_start=row.period_start,
@@ -135,6 +140,21 @@ def _with_service_figures(stats: Stats, session: SessionDep, state: StateDep, si
                 for row in recent_intervals(session, RECENT_INTERVALS)
             ],
         }
+    )
+
+
+def _reads_view(session: SessionDep, state: StateDep) -> ReadsView:
+    settings = state.settings
+    try:
+        nodes = read_nodes_view(state.redis, session, heartbeat_s=settings.read_heartbeat_s)
+    except RedisError:
+        nodes = {}
+    return ReadsView(
+        nodes=nodes,
+        spill_theta=settings.read_spill_theta,
+        store=settings.read_store.value,
+        delivery=settings.image_delivery.value,
+        retention_days=settings.retention_days,
     )
 
 

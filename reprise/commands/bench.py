@@ -7,9 +7,10 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
+import httpx
 import typer
 
-from core.settings import get_settings
+from core.settings import Settings, get_settings
 
 bench_app = typer.Typer(help="Benchmarks (runtime, cache, replay, simulate).", no_args_is_help=True)
 
@@ -304,3 +305,57 @@ def chaos_command(
         return 1 if bad else 0
 
     raise typer.Exit(guarded(main))
+
+
+@bench_app.command("reads")
+def reads_command(
+    jobs: int = typer.Option(100, "--jobs", min=2, help="Objects: jobs generated for the read trace."),
+    reads: int = typer.Option(3000, "--reads", min=10, help="Reads in the trace (each set-up replays it)."),
+    zipf: float = typer.Option(1.11, "--zipf", min=0.0, help="Popularity exponent (LatentBox O1: 1.11)."),
+    cache_fraction: float = typer.Option(
+        0.1, "--cache-fraction", min=0.0, help="Each node's cache as a share of the objects' PNG bytes."
+    ),
+    window: int = typer.Option(200, "--window", min=1, help="Reads per tuning window W."),
+    promote_after: int = typer.Option(8, "--promote-after", min=0, help="Latent hits before promotion, h."),
+    warmup: float = typer.Option(0.2, "--warmup", min=0.0, max=0.9, help="Share of the trace not measured."),
+    concurrency: int = typer.Option(8, "--concurrency", min=1, help="Closed-loop readers."),
+    steps: int = typer.Option(10, "--steps", min=1, help="T of the generated jobs."),
+    base_url: str = typer.Option("http://127.0.0.1:8000", "--base-url", help="The stack's API."),
+    api_key: str | None = typer.Option(
+        None, "--api-key", envvar="REPRISE_API_KEY", help="Default: a new key."
+    ),
+    tenant: str = typer.Option(
+        "bench-reads", "--tenant", help="Tenant to issue a key for when no --api-key."
+    ),
+    seed: SeedOpt = 0,
+    json_path: JsonOpt = None,
+) -> None:
+    """LatentBox's read path on a running stack: four set-ups (images_only, latents_only, fixed, adaptive)
+    on one skewed, decaying read trace, then a burst of 100 identical reads."""
+    from bench.options import guarded
+    from bench.reads import ReadBenchOptions, run_read_bench, write_report
+
+    def main() -> int:
+        settings = get_settings()
+        key = api_key or _bench_key(settings, tenant)
+        options = ReadBenchOptions(
+            base_url=base_url, api_key=key, jobs=jobs, reads=reads, zipf=zipf, warmup=warmup,
+            cache_fraction=cache_fraction, window=window, promote_after=promote_after,
+            concurrency=concurrency, steps=steps, seed=seed,
+        )  # fmt: skip
+        try:
+            write_report(run_read_bench(settings, options), json_path)
+        except (RuntimeError, httpx.HTTPError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        return 0
+
+    raise typer.Exit(guarded(main))
+
+
+def _bench_key(settings: Settings, tenant: str) -> str:
+    from db.engine import session_scope
+    from db.tenants import issue_key
+
+    with session_scope(settings) as session:
+        return issue_key(session=session, name=tenant).api_key

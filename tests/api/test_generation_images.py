@@ -10,7 +10,8 @@ from collections.abc import Callable
 import pytest
 from fastapi.testclient import TestClient
 
-from api.reads import NoDecodeNode, ReadOutcome, ReadTarget
+from api.reads import ReadOutcome, ReadTarget
+from core.errors import NoDecodeNode
 from db.blobs.local import LocalBlobStore
 from db.tenants import TenantCredentials
 from jobs.read_routing import ReadReply

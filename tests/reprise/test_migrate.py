@@ -30,6 +30,7 @@ EXPECTED_TABLES = {
     "predictor_fits",
     "discriminators",  # issue 14: DiffServe's cascade
     "cascade_decisions",
+    "read_tier_decisions",  # issue 15: the decode nodes' tuning decisions
 }
 
 
