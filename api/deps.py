@@ -4,7 +4,7 @@ AppState that create_app builds, so tests hand in their own settings, broker and
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -90,8 +90,12 @@ def get_state(request: Request) -> AppState:
 StateDep = Annotated[AppState, Depends(get_state)]
 
 
-def get_session(state: StateDep) -> Iterator[Session]:
-    """A session per request. Routes commit what they change; anything uncommitted is rolled back."""
+async def get_session(state: StateDep) -> AsyncIterator[Session]:
+    """A session per request. Routes commit what they change; anything uncommitted is rolled back.
+
+    Closed on the event loop, not in a worker thread: a sync route's connection goes back to the pool
+    as soon as it is done, without first waiting for a free thread (which, under a burst, are all
+    waiting for a connection)."""
     session = Session(engine_for(state.settings.sqlalchemy_url), expire_on_commit=False)
     try:
         yield session
@@ -112,12 +116,18 @@ BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme
 
 
 def get_caller(credentials: BearerDep, state: StateDep, session: SessionDep) -> Caller:
-    """The tenant whose API key the request carries, and the key's role; 401 otherwise."""
-    return state.callers.lookup(
-        credentials,
-        lambda: caller_for_credentials(session=session, credentials=credentials),
-        ttl_s=state.settings.auth_cache_s,
-    )
+    """The tenant whose API key the request carries, and the key's role; 401 otherwise.
+
+    The lookup's transaction ends at once: a sync route runs its dependencies and its body in two trips
+    through the thread pool, and a connection held between them can starve the pool under a burst."""
+
+    def load() -> Caller:
+        try:
+            return caller_for_credentials(session=session, credentials=credentials)
+        finally:
+            session.commit()
+
+    return state.callers.lookup(credentials, load, ttl_s=state.settings.auth_cache_s)
 
 
 CallerDep = Annotated[Caller, Depends(get_caller)]

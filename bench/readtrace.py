@@ -9,7 +9,8 @@
 - New content keeps arriving (O2): 10% of the objects exist when the trace starts, the rest are born
   at evenly spread points of it; no object is read before its birth.
 
-Reads are drawn in chunks: the weights are recomputed every CHUNK reads (ages move little within one).
+Reads are drawn in chunks: the weights are recomputed at least CHUNKS times per trace and at least every
+CHUNK reads (ages move little within one).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ ZIPF = 1.11  # O1
 INITIAL_SHARE = 0.10  # objects alive when the trace starts; the rest are born during it
 DECAY_SPAN = 0.5  # the read rate of an object falls DECAY_DROP-fold over this share of the trace
 DECAY_DROP = 100.0  # O2: "drop by over 100x within a year" (a year ~ a third of the 35-month trace)
-CHUNK = 1000
+CHUNK = 1000  # reads per weight update at most; at least CHUNKS updates per trace
+CHUNKS = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +62,9 @@ def read_trace(spec: ReadTraceSpec) -> npt.NDArray[np.int64]:
     born = births(spec)
     a0 = spec.decay_span * spec.reads / (spec.decay_drop - 1.0)  # (1 + span/a0) = drop
     out = np.empty(spec.reads, dtype=np.int64)
-    for start in range(0, spec.reads, CHUNK):
-        stop = min(spec.reads, start + CHUNK)
+    chunk = max(1, min(CHUNK, spec.reads // CHUNKS))
+    for start in range(0, spec.reads, chunk):
+        stop = min(spec.reads, start + chunk)
         now = (start + stop) / 2
         alive = born <= start
         weights = np.where(alive, popularity / (1.0 + np.maximum(now - born, 0.0) / a0), 0.0)

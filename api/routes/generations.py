@@ -13,6 +13,7 @@ from starlette.datastructures import URL
 from api.deps import AppState, BaseUrlDep, SessionDep, StateDep, TenantDep
 from api.metrics import ENQUEUE_FAILURES, IDEMPOTENT_REPLAYS, JOBS_CREATED, JOBS_REJECTED
 from api.problems import Problem
+from api.routing import ReleasingRoute
 from api.schemas import Generation, GenerationCreate, GenerationList, problem_responses
 from core.errors import InflightLimitExceeded, InvalidInput
 from core.params import GenerationParams, check_params
@@ -26,7 +27,7 @@ from jobs.webhooks import check_webhook_url, wants_event
 
 log = logging.getLogger(__name__)
 
-router = APIRouter(prefix="/v1/generations", tags=["generations"])
+router = APIRouter(prefix="/v1/generations", tags=["generations"], route_class=ReleasingRoute)
 
 
 def _not_found(job_id: str) -> Problem:

@@ -13,12 +13,13 @@ from api.deps import SessionDep, StateDep
 from api.metrics import exposition
 from api.problems import Problem
 from api.read_metrics import refresh_read_gauges
+from api.routing import ReleasingRoute
 from api.schemas import problem_responses
 from db.engine import ping
 
 log = logging.getLogger(__name__)
 
-router = APIRouter(tags=["health"])
+router = APIRouter(tags=["health"], route_class=ReleasingRoute)
 
 
 @router.get("/healthz")

@@ -13,21 +13,25 @@ import logging
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi.security import HTTPAuthorizationCredentials
+from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import AppState, SessionDep, StateDep, TenantDep
+from api.deps import AppState, BearerDep, StateDep, get_caller
 from api.problems import Problem
 from api.reads import ReadOutcome, ReadTarget
 from api.routes.generations import load_job
+from api.routing import ReleasingRoute
 from api.schemas import problem_responses
 from core.errors import BlobNotFound, NoDecodeNode
 from core.vocabulary import ImageDelivery, JobStatus
 from db import stats
-from db.models import Job, Tenant
+from db.engine import engine_for, session_scope
+from db.models import Job
 
 log = logging.getLogger(__name__)
 
-router = APIRouter(prefix="/v1/generations", tags=["generations"])
+router = APIRouter(prefix="/v1/generations", tags=["generations"], route_class=ReleasingRoute)
 
 ImageFormatParam = Literal["png", "webp", "jpeg"]
 MEDIA_TYPES: dict[str, str] = {"png": "image/png", "webp": "image/webp", "jpeg": "image/jpeg"}
@@ -60,8 +64,7 @@ def _matches(if_none_match: str | None, etag: str) -> bool:
 async def get_generation_image(
     request: Request,
     job_id: str,
-    tenant: TenantDep,
-    session: SessionDep,
+    credentials: BearerDep,
     state: StateDep,
     format: Annotated[ImageFormatParam, Query(description="Image format.")] = "png",
     delivery: Annotated[
@@ -74,7 +77,9 @@ async def get_generation_image(
     if_none_match: Annotated[str | None, Header(alias="If-None-Match")] = None,
 ) -> Response:
     """Download a succeeded job's image, decoded from its stored latent when no cache holds it."""
-    job = await run_in_threadpool(_load_released, session, tenant, job_id)
+    # No session dependency: a read may wait seconds on a decode, and a burst of waiting reads must
+    # hold no database connection (each short step below opens and closes its own).
+    job = await run_in_threadpool(_authorized_job, state, credentials, job_id)
     if job.status != JobStatus.SUCCEEDED:
         raise Problem(
             409,
@@ -88,7 +93,7 @@ async def get_generation_image(
     if stored is not None and (delivery or state.settings.image_delivery) == ImageDelivery.REDIRECT:
         url = state.blob_store.presigned_url(stored, expires_s=state.settings.presign_ttl_s)
         if url is not None:
-            await run_in_threadpool(_count_read, session)
+            await run_in_threadpool(_count_read, state)
             return Response(status_code=307, headers={"Location": url, "Cache-Control": "no-store"})
     if job.final_latent_key is None and stored is None:
         raise _gone(job)
@@ -96,7 +101,7 @@ async def get_generation_image(
     outcome = await _read(state, target)
     if outcome is None:
         if stored is not None:  # no decode node to ask: the stored image itself
-            return await _stored(session, state, job, stored, format, etag)
+            return await _stored(state, job, stored, format, etag)
         raise Problem(
             503,
             "no decode node is alive; retry shortly",
@@ -106,12 +111,10 @@ async def get_generation_image(
     if isinstance(outcome, Response):
         outcome.headers["Location"] = str(request.url)
         return outcome
-    return await _answered(session, state, job, outcome, format, etag)
+    return await _answered(state, job, outcome, format, etag)
 
 
-async def _answered(
-    session: SessionDep, state: AppState, job: Job, outcome: ReadOutcome, fmt: str, etag: str
-) -> Response:
+async def _answered(state: AppState, job: Job, outcome: ReadOutcome, fmt: str, etag: str) -> Response:
     """A node's answer as the response: the image with its headers, or the problem it reported."""
     reply = outcome.reply
     if reply.status == "gone":
@@ -123,7 +126,7 @@ async def _answered(
             slug="decode-failed",
             headers={"Retry-After": str(state.settings.retry_after_s)},
         )
-    await run_in_threadpool(_count_read, session)
+    await run_in_threadpool(_count_read, state)
     headers = {
         "ETag": etag,
         "Cache-Control": IMMUTABLE,
@@ -156,28 +159,26 @@ async def _read(state: AppState, target: ReadTarget) -> ReadOutcome | Response |
     return outcome
 
 
-async def _stored(session: SessionDep, state: AppState, job: Job, key: str, fmt: str, etag: str) -> Response:
+async def _stored(state: AppState, job: Job, key: str, fmt: str, etag: str) -> Response:
     try:
         data = await run_in_threadpool(state.blob_store.get, key)
     except BlobNotFound:
         raise _gone(job) from None
-    await run_in_threadpool(_count_read, session)
+    await run_in_threadpool(_count_read, state)
     headers = {"ETag": etag, "Cache-Control": IMMUTABLE, "X-Reprise-Read": "stored"}
     return Response(content=data, media_type=MEDIA_TYPES[fmt], headers=headers)
 
 
-def _load_released(session: SessionDep, tenant: Tenant, job_id: str) -> Job:
-    """The job, with the session's connection handed back to the pool: a read may wait seconds on a
-    decode, and a hundred waiting reads must not hold a hundred connections."""
-    job = load_job(session, tenant, job_id)
-    session.commit()
-    return job
+def _authorized_job(state: AppState, credentials: HTTPAuthorizationCredentials | None, job_id: str) -> Job:
+    """The caller's job (401 without a valid key, 404 when not the caller's), in a session of its own."""
+    with Session(engine_for(state.settings.sqlalchemy_url), expire_on_commit=False) as session:
+        return load_job(session, get_caller(credentials, state, session).tenant, job_id)
 
 
-def _count_read(session: SessionDep) -> None:
+def _count_read(state: AppState) -> None:
     """One read answered (interval_stats.image_reads: /v1/stats' decodes per read)."""
-    stats.record_decodes(session, image_reads=1)
-    session.commit()
+    with session_scope(state.settings) as session:
+        stats.record_decodes(session, image_reads=1)
 
 
 def _gone(job: Job) -> Problem:

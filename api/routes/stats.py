@@ -14,6 +14,7 @@ from redis.exceptions import RedisError
 from api.deps import CallerDep, SessionDep, StateDep
 from api.problems import Problem
 from api.read_metrics import read_nodes_view
+from api.routing import ReleasingRoute
 from api.schemas import (
     CacheStats,
     CascadeDecisionView,
@@ -36,7 +37,7 @@ from db.stats import decode_summary, recent_intervals
 from jobs.policies.cascade import feature_kind_for
 from jobs.queues import Queue, queue_depth
 
-router = APIRouter(prefix="/v1/stats", tags=["stats"])
+router = APIRouter(prefix="/v1/stats", tags=["stats"], route_class=ReleasingRoute)
 
 RECENT_INTERVALS = 12
 

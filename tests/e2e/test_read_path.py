@@ -224,3 +224,19 @@ def _latent_key(stack: Stack, job_id: str) -> str:
         key = session.get_one(Job, uuid.UUID(job_id)).final_latent_key
     assert key is not None
     return key
+
+
+def test_a_burst_of_fresh_connections_is_answered(
+    stack: Stack, tenant: TenantCredentials, images: list[str]
+) -> None:
+    """100 clients at once, each on a connection of its own: no request waits on the database pool
+    until it times out (api.routing: a sync route's connection goes back before serialisation)."""
+
+    async def one() -> int:
+        async with httpx.AsyncClient(headers=tenant.auth_headers, timeout=60) as client:
+            return (await client.get(f"{stack.base_url}/v1/generations/{images[6]}")).status_code
+
+    async def burst() -> list[int]:
+        return list(await asyncio.gather(*(one() for _ in range(100))))
+
+    assert asyncio.run(burst()) == [200] * 100
