@@ -79,6 +79,9 @@ async def _generate(options: ReadBenchOptions, count: int) -> list[str]:
                 "cache": "off",
             }
             response = await client.post("/v1/generations", json=body)
+            while response.status_code in (429, 503):  # the tenant's in-flight limit, or backpressure
+                await asyncio.sleep(float(response.headers.get("retry-after", "1")))
+                response = await client.post("/v1/generations", json=body)
             response.raise_for_status()
             ids.append(response.json()["id"])
         pending = set(ids)

@@ -309,44 +309,62 @@ def chaos_command(
 
 @bench_app.command("reads")
 def reads_command(
-    jobs: int = typer.Option(100, "--jobs", min=2, help="Objects: jobs generated for the read trace."),
-    reads: int = typer.Option(3000, "--reads", min=10, help="Reads in the trace (each set-up replays it)."),
-    zipf: float = typer.Option(1.11, "--zipf", min=0.0, help="Popularity exponent (LatentBox O1: 1.11)."),
-    cache_fraction: float = typer.Option(
-        0.1, "--cache-fraction", min=0.0, help="Each node's cache as a share of the objects' PNG bytes."
+    jobs: int | None = typer.Option(
+        None, "--jobs", min=2, help="Objects (jobs generated; live default 100, simulated 150,000)."
     ),
-    window: int = typer.Option(200, "--window", min=1, help="Reads per tuning window W."),
+    reads: int | None = typer.Option(
+        None, "--reads", min=10, help="Reads in the trace (live default 4,000, simulated 1,000,000)."
+    ),
+    zipf: float = typer.Option(1.11, "--zipf", min=0.0, help="Popularity exponent (LatentBox O1: 1.11)."),
+    cache_fraction: float | None = typer.Option(
+        None, "--cache-fraction", min=0.0, help="Each node's cache, a share of the PNG bytes (0.1; sim 0.01)."
+    ),
+    window: int | None = typer.Option(
+        None, "--window", min=1, help="Reads per tuning window W (200; sim 2000)."
+    ),
     promote_after: int = typer.Option(8, "--promote-after", min=0, help="Latent hits before promotion, h."),
     warmup: float = typer.Option(0.2, "--warmup", min=0.0, max=0.9, help="Share of the trace not measured."),
-    concurrency: int = typer.Option(8, "--concurrency", min=1, help="Closed-loop readers."),
-    steps: int = typer.Option(10, "--steps", min=1, help="T of the generated jobs."),
-    base_url: str = typer.Option("http://127.0.0.1:8000", "--base-url", help="The stack's API."),
+    concurrency: int = typer.Option(8, "--concurrency", min=1, help="Closed-loop readers (live)."),
+    steps: int = typer.Option(10, "--steps", min=1, help="T of the generated jobs (live)."),
+    base_url: str = typer.Option("http://127.0.0.1:8000", "--base-url", help="The stack's API (live)."),
     api_key: str | None = typer.Option(
         None, "--api-key", envvar="REPRISE_API_KEY", help="Default: a new key."
     ),
-    tenant: str = typer.Option(
-        "bench-reads", "--tenant", help="Tenant to issue a key for when no --api-key."
-    ),
+    tenant: str = typer.Option("bench-reads", "--tenant", help="Tenant for a new key (no --api-key)."),
+    simulate: bool = typer.Option(False, "--simulate", help="The simulator at the paper's scale, no stack."),
+    nodes: int = typer.Option(3, "--nodes", min=1, help="Decode nodes (simulated; LatentBox 6.1: 3)."),
+    rate: float = typer.Option(50.0, "--rate", min=0.1, help="Reads per second (simulated)."),
+    theta: float = typer.Option(4.0, "--theta", min=0.0, help="Spillover queue depth (simulated; inf: off)."),
     seed: SeedOpt = 0,
     json_path: JsonOpt = None,
 ) -> None:
-    """LatentBox's read path on a running stack: four set-ups (images_only, latents_only, fixed, adaptive)
-    on one skewed, decaying read trace, then a burst of 100 identical reads."""
+    """LatentBox's read path: four set-ups (images_only, latents_only, fixed, adaptive) on one skewed,
+    decaying read trace, then a burst of 100 identical reads; on a running stack, or --simulate."""
     from bench.options import guarded
     from bench.reads import ReadBenchOptions, run_read_bench, write_report
 
     def main() -> int:
+        if simulate:
+            from bench.simreads import ReadSimSpec, simulate_reads
+
+            spec = ReadSimSpec(
+                objects=jobs or 150_000, reads=reads or 1_000_000, nodes=nodes, rate=rate, zipf=zipf,
+                cache_fraction=0.01 if cache_fraction is None else cache_fraction, window=window or 2000,
+                promote_after=promote_after, theta=theta, warmup=warmup, seed=seed,
+            )  # fmt: skip
+            write_report(simulate_reads(spec), json_path)
+            return 0
         settings = get_settings()
-        key = api_key or _bench_key(settings, tenant)
         options = ReadBenchOptions(
-            base_url=base_url, api_key=key, jobs=jobs, reads=reads, zipf=zipf, warmup=warmup,
-            cache_fraction=cache_fraction, window=window, promote_after=promote_after,
+            base_url=base_url, api_key=api_key or _bench_key(settings, tenant), jobs=jobs or 100,
+            reads=reads or 4000, zipf=zipf, warmup=warmup, window=window or 200,
+            cache_fraction=0.1 if cache_fraction is None else cache_fraction, promote_after=promote_after,
             concurrency=concurrency, steps=steps, seed=seed,
         )  # fmt: skip
         try:
             write_report(run_read_bench(settings, options), json_path)
         except (RuntimeError, httpx.HTTPError) as error:
-            print(f"error: {error}", file=sys.stderr)
+            print(f"error: {error!r}", file=sys.stderr)
             return 2
         return 0
 
