@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 NODE_ENV = "REPRISE_DECODE_NODE"
 WRITE_BACK_TTL_S = 600  # a parked write-back waits this long for its owner
 
+
 def node_name() -> str:
     return os.environ.get(NODE_ENV) or f"decode-{os.getpid()}"
 

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import httpx
 import typer
 
 from core.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from bench.simreads import ReadSimSpec
 
 bench_app = typer.Typer(help="Benchmarks (runtime, cache, replay, simulate).", no_args_is_help=True)
 
@@ -342,17 +346,13 @@ def reads_command(
     decaying read trace, then a burst of 100 identical reads; on a running stack, or --simulate."""
     from bench.options import guarded
     from bench.reads import ReadBenchOptions, run_read_bench, write_report
+    from bench.simreads import simulate_reads
 
     def main() -> int:
         if simulate:
-            from bench.simreads import ReadSimSpec, simulate_reads
-
-            spec = ReadSimSpec(
-                objects=jobs or 150_000, reads=reads or 1_000_000, nodes=nodes, rate=rate, zipf=zipf,
-                cache_fraction=0.01 if cache_fraction is None else cache_fraction, window=window or 2000,
-                promote_after=promote_after, theta=theta, warmup=warmup, seed=seed,
-            )  # fmt: skip
-            write_report(simulate_reads(spec), json_path)
+            spec = _read_sim_spec(jobs, reads, nodes, rate, zipf, cache_fraction, window)
+            write_report(simulate_reads(replace(spec, promote_after=promote_after, theta=theta,
+                                                warmup=warmup, seed=seed)), json_path)  # fmt: skip
             return 0
         settings = get_settings()
         options = ReadBenchOptions(
@@ -369,6 +369,24 @@ def reads_command(
         return 0
 
     raise typer.Exit(guarded(main))
+
+
+def _read_sim_spec(
+    jobs: int | None,
+    reads: int | None,
+    nodes: int,
+    rate: float,
+    zipf: float,
+    cache_fraction: float | None,
+    window: int | None,
+) -> ReadSimSpec:
+    """The simulation's defaults are the paper's scale: 150k objects, 1 M reads, 1% per node."""
+    from bench.simreads import ReadSimSpec
+
+    return ReadSimSpec(
+        objects=jobs or 150_000, reads=reads or 1_000_000, nodes=nodes, rate=rate, zipf=zipf,
+        cache_fraction=0.01 if cache_fraction is None else cache_fraction, window=window or 2000,
+    )  # fmt: skip
 
 
 def _bench_key(settings: Settings, tenant: str) -> str:

@@ -9,6 +9,8 @@ images exist without many generations: a node caches per image (job and format),
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -30,13 +32,21 @@ from jobs.dispatch import CeleryDispatcher
 from jobs.passes.retention import purge_due_outputs
 from jobs.policies.hash_ring import HashRing
 from jobs.queues import decode_queue
-from jobs.read_routing import image_id, live_nodes, node_snapshots
+from jobs.read_routing import image_id, leave, live_nodes, node_snapshots
 from tests.e2e.conftest import Stack, make_tenant
 from tests.e2e.test_stack import submit, wait_status
 
 pytestmark = pytest.mark.integration
 
 SECOND_NODE = "decode-e2e2"
+DEFAULT_SETUP = {
+    "capacity": 256 * 2**20,  # the settings' defaults (core.read_settings)
+    "window": 1000,
+    "tiering": "adaptive",
+    "alpha": 0.5,
+    "store": "latents",
+    "promote_after": 8,
+}
 CLONES = 40
 
 
@@ -56,7 +66,13 @@ def nodes(stack: Stack) -> Iterator[list[str]]:
     else:
         raise AssertionError(f"the second decode node never joined; logs in {stack.logs}")
     yield alive
-    stack.kill(f"worker-{SECOND_NODE}")
+    # The second node stops as an operator would stop it (SIGTERM: it leaves the ring at once), and the
+    # stack's own node goes back to the settings' set-up, for the modules that run after this one.
+    second = stack.processes.pop(f"worker-{SECOND_NODE}")
+    os.killpg(second.pid, signal.SIGTERM)
+    second.wait(timeout=60)
+    leave(client, next(name for name in alive if name.startswith(SECOND_NODE)))  # should it not have
+    configure(stack, [name for name in alive if not name.startswith(SECOND_NODE)], **DEFAULT_SETUP)
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +103,8 @@ def images(stack: Stack, tenant: TenantCredentials) -> list[str]:
 def configure(stack: Stack, nodes: list[str], **setup: Any) -> None:
     """Every node takes `setup` with an empty cache (the read benchmark's control task)."""
     dispatcher = CeleryDispatcher(make_celery_app(stack.settings))
-    marker = uuid.uuid4().int % 10_000 + 1  # a window no other test uses: proves the new set-up is in
+    # A window no other test uses proves the new set-up is in (unless the caller names one).
+    marker = setup.pop("window", None) or uuid.uuid4().int % 10_000 + 1
     for node in nodes:
         dispatcher.configure_reads(node, {**setup, "window": marker})
     client = redis.Redis.from_url(stack.settings.broker_url)
@@ -240,3 +257,25 @@ def test_a_burst_of_fresh_connections_is_answered(
         return list(await asyncio.gather(*(one() for _ in range(100))))
 
     assert asyncio.run(burst()) == [200] * 100
+
+
+def test_the_read_benchmark_reports_the_contract(
+    stack: Stack, nodes: list[str], tenant: TenantCredentials
+) -> None:
+    """`reprise bench reads` on this stack, small: every set-up's figures and the burst."""
+    from bench.reads import SETUPS, ReadBenchOptions, run_read_bench
+
+    options = ReadBenchOptions(
+        base_url=stack.base_url, api_key=tenant.api_key, jobs=4, reads=40, window=10, concurrency=2, steps=4
+    )
+    settings = stack.settings.model_copy(update={"blob_dir": Path(stack.env["REPRISE_BLOB_DIR"])})
+    report = run_read_bench(settings, options)
+    assert set(report["setups"]) == set(SETUPS)
+    for name, figures in report["setups"].items():
+        assert figures["reads"] == 32, name  # the trace after its 20% warm-up
+        assert figures["read_ms"]["p50"] <= figures["read_ms"]["p99"]
+        assert 0.0 <= figures["image_tier_hit"] + figures["latent_tier_hit"] <= 1.0
+    assert report["setups"]["latents_only"]["image_tier_hit"] == 0.0
+    assert report["setups"]["images_only"]["stored_bytes_ratio"] == 1.0
+    assert 0.0 < report["setups"]["adaptive"]["stored_bytes_ratio"] < 1.0
+    assert report["burst"]["reads"] == 100 and report["burst"]["decodes"] >= 1
