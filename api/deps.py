@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from api.auth import Caller, CallerCache, bearer_scheme, caller_for_credentials
 from api.reads import ImageReader
+from api.waiting import JobWaiter
 from core.params import Limits
 from core.settings import Settings
 from db.blobs.base import BlobStore
@@ -39,8 +40,16 @@ class AppState:
     resolver: Resolver = system_resolver
     redis_: redis.Redis | None = field(default=None, repr=False)
     callers: CallerCache = field(default_factory=CallerCache, repr=False)
+    waiter_: JobWaiter | None = field(default=None, repr=False)
     _backlog: int | None = field(default=None, repr=False)
     _backlog_at: float = field(default=-BACKLOG_TTL_S, repr=False)
+
+    @property
+    def waiter(self) -> JobWaiter:
+        """Holds `Prefer: wait` requests until their job ends (api.waiting)."""
+        if self.waiter_ is None:
+            self.waiter_ = JobWaiter(self.settings)
+        return self.waiter_
 
     @property
     def dispatcher(self) -> Dispatcher:

@@ -71,13 +71,15 @@ RECHECK_S = 1.0  # a waiter also looks for its answer this often, should the lis
 
 
 class Listener:
-    """One pub/sub connection per API process that hears every finished read and wakes its waiters.
+    """One pub/sub connection per API process that hears every channel under `prefix` (a finished read,
+    a finished job) and wakes the waiters registered for that channel's key.
 
-    A waiter registers for its image before it looks for an answer, so a publication between the two
-    is not lost; a thousand waiting reads cost one connection and no thread."""
+    A waiter registers before it looks for its answer, so a publication between the two is not lost;
+    a thousand waiting requests cost one connection and no thread."""
 
-    def __init__(self, client: aioredis.Redis) -> None:
+    def __init__(self, client: aioredis.Redis, prefix: str = done_channel("")) -> None:
         self.client = client
+        self.prefix = prefix
         self.waiting: dict[str, set[asyncio.Future[None]]] = {}
         self.ready = asyncio.Event()
         self.task = asyncio.get_running_loop().create_task(self._listen())
@@ -95,11 +97,11 @@ class Listener:
                 del self.waiting[image]
 
     async def _listen(self) -> None:
-        prefix = done_channel("")
+        prefix = self.prefix
         while True:
             try:
                 async with self.client.pubsub() as pubsub:
-                    await pubsub.psubscribe(done_channel("*"))
+                    await pubsub.psubscribe(f"{prefix}*")
                     self.ready.set()
                     while True:
                         message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=RECHECK_S)
@@ -108,7 +110,7 @@ class Listener:
             except asyncio.CancelledError:
                 raise
             except Exception:  # Redis went away: waiters fall back on RECHECK_S until it is back
-                log.warning("read listener lost Redis; resubscribing", exc_info=True)
+                log.warning("listener on %s* lost Redis; resubscribing", prefix, exc_info=True)
                 await asyncio.sleep(RECHECK_S)
 
     def _wake(self, image: str) -> None:

@@ -12,6 +12,8 @@ import socket
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+import redis
+
 from core.settings import Settings, get_settings
 from core.vocabulary import Role
 from db.blobs.base import BlobStore
@@ -61,6 +63,13 @@ class WorkerContext:
         if self._dispatcher is None:
             self._dispatcher = CeleryDispatcher.for_settings(self.settings)
         return self._dispatcher
+
+    def broker(self) -> redis.Redis:
+        """A client of the broker's Redis (answers, heartbeats, announcements), built on first use."""
+        if self.redis is None:
+            self.redis = redis.Redis.from_url(self.settings.broker_url)
+        client: redis.Redis = self.redis
+        return client
 
     def runtime(self) -> DiffusionRuntime:
         if self._runtime is None:

@@ -40,10 +40,7 @@ def node_name() -> str:
 
 
 def broker(context: WorkerContext) -> redis.Redis:
-    if context.redis is None:
-        context.redis = redis.Redis.from_url(context.settings.broker_url)
-    client: redis.Redis = context.redis
-    return client
+    return context.broker()
 
 
 def decision_row(decision: Decision) -> dict[str, float]:

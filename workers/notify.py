@@ -5,9 +5,12 @@ from __future__ import annotations
 import logging
 import uuid
 
+import redis
+
 from core.vocabulary import WebhookEvent
 from db.engine import session_scope
 from db.jobs import job_by_id
+from jobs.job_events import announce_end
 from jobs.webhooks import wants_event
 from workers.context import WorkerContext
 
@@ -15,6 +18,13 @@ log = logging.getLogger(__name__)
 
 
 def notify(context: WorkerContext, job_id: uuid.UUID, event: WebhookEvent) -> None:
+    """Queue the job's webhook event if it asked for it; a completion is also announced to the API
+    requests holding open until the job ends (jobs.job_events)."""
+    if event is WebhookEvent.COMPLETED:
+        try:
+            announce_end(context.broker(), job_id)
+        except redis.RedisError:  # they look at the job row again within seconds anyway
+            log.warning("could not announce the end of job %s", job_id, exc_info=True)
     with session_scope(context.settings) as session:
         job = job_by_id(session, job_id)
         wanted = (

@@ -2,25 +2,33 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import uuid
+from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response
+from fastapi.security import HTTPAuthorizationCredentials
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import URL
 
-from api.deps import AppState, BaseUrlDep, SessionDep, StateDep, TenantDep
+from api.deps import AppState, BaseUrlDep, BearerDep, SessionDep, StateDep, TenantDep, get_caller
 from api.metrics import ENQUEUE_FAILURES, IDEMPOTENT_REPLAYS, JOBS_CREATED, JOBS_REJECTED
 from api.problems import Problem
 from api.routing import ReleasingRoute
 from api.schemas import Generation, GenerationCreate, GenerationList, problem_responses
+from api.waiting import preferred_wait
 from core.errors import InflightLimitExceeded, InvalidInput
 from core.params import GenerationParams, check_params
 from core.vocabulary import TERMINAL_STATUSES, JobStatus, WebhookEvent
 from db import jobs as jobs_db
 from db import outputs
+from db.engine import engine_for, session_scope
 from db.models import Job, Tenant
+from jobs.job_events import announce_end
 from jobs.read_routing import forget_everywhere
 from jobs.representation import generation_object
 from jobs.webhooks import check_webhook_url, wants_event
@@ -133,13 +141,14 @@ def _enqueue_admit(state: AppState, job_id: uuid.UUID) -> None:
         **problem_responses(400, 401, 413, 422, 429, 503),
     },
 )
-def create_generation(
+async def create_generation(
     body: GenerationCreate,
     tenant: TenantDep,
     session: SessionDep,
     state: StateDep,
     base: BaseUrlDep,
     response: Response,
+    prefer: PreferHeader = None,
     idempotency_key: Annotated[
         str | None,
         Header(
@@ -151,7 +160,33 @@ def create_generation(
         ),
     ] = None,
 ) -> Generation:
-    """Submit a job: 202 with the queued job, or 200 with the first job for a repeated Idempotency-Key."""
+    """Submit a job: 202 with the queued job, or 200 with the first job for a repeated Idempotency-Key;
+    with `Prefer: wait=N`, the job once it has ended (or after N seconds)."""
+    generation = await run_in_threadpool(
+        _submit, body, tenant, session, state, base, response, idempotency_key
+    )
+    tenant_id = tenant.id
+
+    def reload() -> Job:
+        with session_scope(state.settings) as own:
+            job = jobs_db.get_job(session=own, tenant_id=tenant_id, job_id=generation.id)
+            if job is None:
+                raise _not_found(str(generation.id))
+            return job
+
+    return await held(state, generation, prefer, response, reload, base)
+
+
+def _submit(
+    body: GenerationCreate,
+    tenant: Tenant,
+    session: Session,
+    state: AppState,
+    base: str,
+    response: Response,
+    idempotency_key: str | None,
+) -> Generation:
+    """The create's work, in a worker thread: check, insert or replay, enqueue; ends its transaction."""
     # 1. Check the request before touching anything.
     new = _new_job(body, tenant, state, idempotency_key)
     # 2. A replay answers with the first job even when we are busy now.
@@ -172,6 +207,7 @@ def create_generation(
         response.headers["Idempotent-Replayed"] = "true"
     generation = generation_object(job, base_url=base)
     response.headers["Location"] = generation.urls.self_
+    session.commit()  # a replay's lookup: no connection held while the request waits
     return generation
 
 
@@ -198,10 +234,64 @@ def list_generations(
     return GenerationList(results=[generation_object(job, base_url=base) for job in page.jobs], next=next_url)
 
 
+PreferHeader = Annotated[
+    str | None,
+    Header(
+        alias="Prefer",
+        description="wait=N (1..60): answer when the job has ended, or after N seconds (RFC 7240); the "
+        "answer then carries Preference-Applied.",
+    ),
+]
+
+
+def authorized_job(state: AppState, credentials: HTTPAuthorizationCredentials | None, job_id: str) -> Job:
+    """The caller's job (401 without a valid key, 404 when not the caller's), in a session of its own:
+    an async route holds no connection while it waits."""
+    with Session(engine_for(state.settings.sqlalchemy_url), expire_on_commit=False) as session:
+        return load_job(session, get_caller(credentials, state, session).tenant, job_id)
+
+
+async def held(
+    state: AppState,
+    generation: Generation,
+    prefer: str | None,
+    response: Response,
+    reload: Callable[[], Job],
+    base: str,
+) -> Generation:
+    """`generation`, or with `Prefer: wait=N` the job as it is once it has ended or N seconds passed."""
+    wait_s = preferred_wait(prefer)
+    if wait_s is None:
+        return generation
+    response.headers["Preference-Applied"] = f"wait={wait_s}"
+    if generation.status in TERMINAL_STATUSES:
+        return generation
+    latest: list[Job] = []
+
+    async def ended() -> bool:
+        latest[:] = [await run_in_threadpool(reload)]
+        return latest[0].status in TERMINAL_STATUSES
+
+    await state.waiter.hold(str(generation.id), wait_s, ended)
+    job = latest[-1] if latest else await run_in_threadpool(reload)
+    return generation_object(job, base_url=base)
+
+
 @router.get("/{job_id}", responses=problem_responses(401, 404))
-def get_generation(job_id: str, tenant: TenantDep, session: SessionDep, base: BaseUrlDep) -> Generation:
-    """Read a job: status, input, output (once succeeded), error and metrics."""
-    return generation_object(load_job(session, tenant, job_id), base_url=base)
+async def get_generation(
+    job_id: str,
+    credentials: BearerDep,
+    state: StateDep,
+    base: BaseUrlDep,
+    response: Response,
+    prefer: PreferHeader = None,
+) -> Generation:
+    """Read a job: status, input, output (once succeeded), error and metrics; with `Prefer: wait=N`,
+    once it has ended (or after N seconds)."""
+    job = await run_in_threadpool(authorized_job, state, credentials, job_id)
+    generation = generation_object(job, base_url=base)
+    reload = lambda: authorized_job(state, credentials, job_id)  # noqa: E731
+    return await held(state, generation, prefer, response, reload, base)
 
 
 @router.post("/{job_id}/cancel", responses=problem_responses(401, 404))
@@ -215,6 +305,9 @@ def cancel_generation(
         raise _not_found(job_id)
     session.commit()
     canceled = result.job
+    if result.canceled_now:
+        with contextlib.suppress(Exception):  # a held reader looks at the row again within seconds
+            announce_end(state.redis, canceled.id)
     if (
         result.canceled_now
         and canceled.webhook_url

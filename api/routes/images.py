@@ -13,20 +13,18 @@ import logging
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Query, Request, Response
-from fastapi.security import HTTPAuthorizationCredentials
-from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import AppState, BearerDep, StateDep, get_caller
+from api.deps import AppState, BearerDep, StateDep
 from api.problems import Problem
 from api.reads import ReadOutcome, ReadTarget
-from api.routes.generations import load_job
+from api.routes.generations import authorized_job
 from api.routing import ReleasingRoute
 from api.schemas import problem_responses
 from core.errors import BlobNotFound, NoDecodeNode
 from core.vocabulary import ImageDelivery, JobStatus
 from db import stats
-from db.engine import engine_for, session_scope
+from db.engine import session_scope
 from db.models import Job
 
 log = logging.getLogger(__name__)
@@ -79,7 +77,7 @@ async def get_generation_image(
     """Download a succeeded job's image, decoded from its stored latent when no cache holds it."""
     # No session dependency: a read may wait seconds on a decode, and a burst of waiting reads must
     # hold no database connection (each short step below opens and closes its own).
-    job = await run_in_threadpool(_authorized_job, state, credentials, job_id)
+    job = await run_in_threadpool(authorized_job, state, credentials, job_id)
     if job.status != JobStatus.SUCCEEDED:
         raise Problem(
             409,
@@ -167,12 +165,6 @@ async def _stored(state: AppState, job: Job, key: str, fmt: str, etag: str) -> R
     await run_in_threadpool(_count_read, state)
     headers = {"ETag": etag, "Cache-Control": IMMUTABLE, "X-Reprise-Read": "stored"}
     return Response(content=data, media_type=MEDIA_TYPES[fmt], headers=headers)
-
-
-def _authorized_job(state: AppState, credentials: HTTPAuthorizationCredentials | None, job_id: str) -> Job:
-    """The caller's job (401 without a valid key, 404 when not the caller's), in a session of its own."""
-    with Session(engine_for(state.settings.sqlalchemy_url), expire_on_commit=False) as session:
-        return load_job(session, get_caller(credentials, state, session).tenant, job_id)
 
 
 def _count_read(state: AppState) -> None:
