@@ -9,7 +9,7 @@ COPY workers workers
 COPY db db
 COPY migrations migrations
 COPY bench bench
-RUN pip install --no-cache-dir -c requirements.lock .
+RUN pip install --no-cache-dir -c requirements.lock '.[worker]'
 ENV HF_HUB_OFFLINE=1 REPRISE_DATA_DIR=/data
 EXPOSE 8000 5555
 CMD ["reprise", "api"]

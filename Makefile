@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # The environment: a venv at the project root, installed from pyproject.toml pinned by requirements.lock.
 $(STAMP): pyproject.toml requirements.lock clients/python/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -c requirements.lock -e '.[test]' -e ./clients/python
+	$(BIN)/pip install --quiet --disable-pip-version-check -c requirements.lock -e '.[worker,test]' -e ./clients/python
 	@touch $(STAMP)
 
 env: $(STAMP)

@@ -1,0 +1,49 @@
+"""The install splits (issue 16): the base install (`pip install '.[api]'`) runs the API, beat and
+Flower without torch, diffusers or open_clip; the workers' extra brings them. Installed for real into a
+fresh virtual environment from the package index, as an operator's image would be built."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parent.parent
+HEAVY = ("torch", "torchvision", "diffusers", "transformers", "open_clip", "sentence_transformers", "sklearn")
+PROBE = f"""
+import importlib.util, sys
+import api.main, jobs.schedule, reprise.cli
+api.main.create_app()
+heavy = [name for name in {HEAVY!r} if importlib.util.find_spec(name) is not None]
+print("heavy:", heavy)
+sys.exit(1 if heavy else 0)
+"""
+
+
+def test_the_api_extra_installs_and_imports_without_torch(tmp_path: Path) -> None:
+    env_dir = tmp_path / "api-env"
+    venv.create(env_dir, with_pip=True)
+    python = env_dir / "bin" / "python"
+    install = subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+         "-c", str(ROOT / "requirements.lock"), f"{ROOT}[api]"],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert install.returncode == 0, install.stderr[-3000:]
+    probe = subprocess.run(
+        [str(python), "-c", PROBE], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert probe.returncode == 0, probe.stdout + probe.stderr[-3000:]
+    assert "heavy: []" in probe.stdout
+
+
+def test_this_environment_is_the_workers_one() -> None:
+    """`make env` installs the `worker` extra: the heavy modules the API goes without are here."""
+    import importlib.util
+
+    assert all(importlib.util.find_spec(name) is not None for name in HEAVY), sys.path
