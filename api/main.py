@@ -36,7 +36,11 @@ def create_app(
     """The API app. Parts left out are built from settings on first use (Celery app, blob store);
     `reader` has no default: without one, images that exist only as latents answer 503."""
     settings = settings or get_settings()
-    app = FastAPI(title="Reprise", version="0.1.0", description=DESCRIPTION)
+    # Operation ids are the route functions' names (create_generation, get_generation_image...): stable
+    # across paths and releases, so generated clients keep their method names.
+    app = FastAPI(
+        title="Reprise", version="0.1.0", description=DESCRIPTION, generate_unique_id_function=_operation_id
+    )
     app.state.reprise = AppState(
         settings=settings, dispatcher_=dispatcher, blob_store_=blob_store, reader=reader, resolver=resolver
     )
@@ -48,6 +52,10 @@ def create_app(
     app.add_middleware(MetricsMiddleware)  # outermost: 413s are counted too
     _document_problems(app)
     return app
+
+
+def _operation_id(route: APIRoute) -> str:
+    return route.name
 
 
 def _document_problems(app: FastAPI) -> None:

@@ -1,8 +1,7 @@
 """One settings class for the whole service, read from REPRISE_* environment variables.
 
-Every field has a documented default. Policy defaults cite the paper they come from.
-Invalid settings fail at start with a message that names the variable and the fix
-(`load_settings`).
+Every field has a documented default. Policy defaults cite the paper they come from. Invalid
+settings fail at start with a message that names the variable and the fix (`load_settings`).
 """
 
 from __future__ import annotations
@@ -42,7 +41,9 @@ def _split_ints(value: Any) -> Any:
 class Settings(CascadeSettings, ReadSettings, BaseSettings):
     """Configuration of every Reprise process. Environment variables: REPRISE_<FIELD>."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", validate_default=True)
+    model_config = SettingsConfigDict(  # env_ignore_empty: compose passes "" for an unset variable
+        env_prefix=ENV_PREFIX, extra="ignore", validate_default=True, env_ignore_empty=True
+    )
 
     # --- where things live -------------------------------------------------------------
     data_dir: Path = Field(

@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from core.settings import ENV_PREFIX, Settings
-from core.vocabulary import Role
+from core.vocabulary import GPU_ROLES, Role
 
 COMPOSE = Path(__file__).resolve().parents[1] / "docker-compose.yml"
 
@@ -59,3 +59,19 @@ def test_every_long_running_service_restarts_and_has_a_meaningful_healthcheck() 
         assert test[:3] == ["CMD", "reprise", "ping-worker"], test
     flower = services["flower"]
     assert "--address" in flower["command"] and "REPRISE_FLOWER_BASIC_AUTH" in flower["environment"]
+
+
+def test_the_gpu_override_reserves_a_gpu_for_each_gpu_pool_only() -> None:
+    override = yaml.safe_load((COMPOSE.parent / "docker-compose.gpu.yml").read_text())
+    reserved = {
+        name
+        for name, service in override["services"].items()
+        if service["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
+    }
+    assert reserved == {f"worker-{role.value}" for role in GPU_ROLES}
+    assert reserved <= set(_compose()["services"])
+
+
+def test_clients_get_absolute_urls() -> None:
+    environment = _compose()["services"]["api"]["environment"]
+    assert environment["REPRISE_PUBLIC_BASE_URL"].startswith("${REPRISE_PUBLIC_BASE_URL:-http")

@@ -61,3 +61,12 @@ def test_plain_postgresql_url_is_normalised_to_psycopg(monkeypatch: pytest.Monke
     settings = load_settings()
     assert settings.sqlalchemy_url == "postgresql+psycopg://u@db:5432/reprise"
     assert not settings.embedded_database
+
+
+def test_an_empty_variable_means_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docker-compose passes `${REPRISE_LARGE_MODEL:-}` as "" when it is unset: the default applies,
+    not a model named ""."""
+    monkeypatch.setenv("REPRISE_LARGE_MODEL", "")
+    monkeypatch.setenv("REPRISE_PUBLIC_BASE_URL", "")
+    settings = load_settings()
+    assert settings.large_model is None and settings.public_base_url is None
