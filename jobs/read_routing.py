@@ -24,12 +24,14 @@ from typing import Any
 import redis
 from redis.typing import EncodableT, FieldT
 
+from db.images import ImageFormat
+from jobs.dispatch import Dispatcher
 from jobs.queues import decode_queue
 
 NODES_KEY = "reprise:decode:nodes"
 MISSED_BEATS = 3  # a node that missed three heartbeats is out of the ring
 RESULT_TTL_S = 30  # an answer outlives its publication by this much, for waiters that subscribed late
-FORMATS = ("png", "webp", "jpeg")
+FORMATS = tuple(fmt.value for fmt in ImageFormat)  # an image id is a job and one of these
 
 # Delete the in-flight marker only if it is still this decode's (a later decode may own it by now).
 _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
@@ -174,7 +176,9 @@ def reply_from_hash(raw: Mapping[Any, Any]) -> ReadReply | None:
     )
 
 
-def forget_everywhere(client: redis.Redis, dispatcher: Any, job_id: uuid.UUID, *, heartbeat_s: float) -> int:
+def forget_everywhere(
+    client: redis.Redis, dispatcher: Dispatcher, job_id: uuid.UUID, *, heartbeat_s: float
+) -> int:
     """Ask every live decode node to drop the job's images (a purge); how many were asked. Best effort:
     a node that misses it only holds bytes no read can reach (reads check the job first)."""
     nodes = live_nodes(client, heartbeat_s=heartbeat_s)

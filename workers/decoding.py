@@ -39,10 +39,6 @@ def node_name() -> str:
     return os.environ.get(NODE_ENV) or f"decode-{os.getpid()}"
 
 
-def broker(context: WorkerContext) -> redis.Redis:
-    return context.broker()
-
-
 def decision_row(decision: Decision) -> dict[str, float]:
     measured = decision.gradient
     return {
@@ -117,7 +113,7 @@ def read_image(context: WorkerContext, payload: Mapping[str, Any]) -> ReadReply:
     except (LatentError, OSError, ValueError) as error:
         log.exception("decode node %s could not serve %s", node.name, request.image)
         reply = ReadReply("error", node=node.name, message=f"{type(error).__name__}: {error}")
-    publish_reply(broker(context), request, reply)
+    publish_reply(context.broker(), request, reply)
     if back is not None:
         send_write_back(context, request, back)
     return reply
@@ -126,7 +122,7 @@ def read_image(context: WorkerContext, payload: Mapping[str, Any]) -> ReadReply:
 def send_write_back(context: WorkerContext, request: ReadRequest, back: WriteBack) -> None:
     """Park the latent and image in Redis and queue their key on the owner (LatentBox 4.4, step 4)."""
     key = f"reprise:read:writeback:{request.token}"
-    client = broker(context)
+    client = context.broker()
     pipe = client.pipeline()
     pipe.hset(
         key,
@@ -143,7 +139,7 @@ def send_write_back(context: WorkerContext, request: ReadRequest, back: WriteBac
 
 def write_back(context: WorkerContext, payload: Mapping[str, Any], payload_key: str) -> bool:
     """Take a spilled read's result into this (the owner's) cache; False when it expired unclaimed."""
-    client = broker(context)
+    client = context.broker()
     raw: dict[bytes, bytes] = client.hgetall(payload_key)  # type: ignore[assignment]
     client.delete(payload_key)
     if not raw:
@@ -167,7 +163,7 @@ def configure_reads(context: WorkerContext, changes: Mapping[str, Any]) -> dict[
 
 def beat(context: WorkerContext) -> None:
     node = decode_node(context)
-    heartbeat(broker(context), node.name, node.snapshot(), ttl_s=context.settings.read_heartbeat_s)
+    heartbeat(context.broker(), node.name, node.snapshot(), ttl_s=context.settings.read_heartbeat_s)
 
 
 def start_heartbeat(context: WorkerContext) -> threading.Thread:
@@ -189,4 +185,4 @@ def start_heartbeat(context: WorkerContext) -> threading.Thread:
 
 def stop_heartbeat(context: WorkerContext) -> None:
     with contextlib.suppress(redis.RedisError):
-        leave(broker(context), node_name())
+        leave(context.broker(), node_name())

@@ -25,6 +25,7 @@ from core.errors import BlobNotFound, NoDecodeNode
 from core.vocabulary import ImageDelivery, JobStatus
 from db import stats
 from db.engine import session_scope
+from db.images import ImageFormat
 from db.models import Job
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,6 @@ log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/generations", tags=["generations"], route_class=ReleasingRoute)
 
 ImageFormatParam = Literal["png", "webp", "jpeg"]
-MEDIA_TYPES: dict[str, str] = {"png": "image/png", "webp": "image/webp", "jpeg": "image/jpeg"}
 IMMUTABLE = "private, max-age=31536000, immutable"  # a job's image never changes once it exists
 
 
@@ -52,7 +52,7 @@ def _matches(if_none_match: str | None, etag: str) -> bool:
     "/{job_id}/image",
     response_class=Response,
     responses={
-        200: {"content": {media: {} for media in MEDIA_TYPES.values()}, "description": "The image."},
+        200: {"content": {fmt.media_type: {} for fmt in ImageFormat}, "description": "The image."},
         202: {"description": "Still decoding: retry after Retry-After seconds (Location: this URL)."},
         304: {"description": "If-None-Match matched: the image you hold is current."},
         307: {"description": "delivery=redirect: a presigned URL of the stored image (S3)."},
@@ -135,7 +135,7 @@ async def _answered(state: AppState, job: Job, outcome: ReadOutcome, fmt: str, e
         headers["X-Reprise-Coalesced"] = "true"
     if reply.spilled:
         headers["X-Reprise-Spilled"] = "true"
-    return Response(content=reply.data, media_type=MEDIA_TYPES[fmt], headers=headers)
+    return Response(content=reply.data, media_type=ImageFormat(fmt).media_type, headers=headers)
 
 
 async def _read(state: AppState, target: ReadTarget) -> ReadOutcome | Response | None:
@@ -164,7 +164,7 @@ async def _stored(state: AppState, job: Job, key: str, fmt: str, etag: str) -> R
         raise _gone(job) from None
     await run_in_threadpool(_count_read, state)
     headers = {"ETag": etag, "Cache-Control": IMMUTABLE, "X-Reprise-Read": "stored"}
-    return Response(content=data, media_type=MEDIA_TYPES[fmt], headers=headers)
+    return Response(content=data, media_type=ImageFormat(fmt).media_type, headers=headers)
 
 
 def _count_read(state: AppState) -> None:
