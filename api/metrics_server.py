@@ -13,6 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from api.metrics import exposition
 from api.read_metrics import refresh_read_gauges
+from api.store_metrics import refresh_store_gauges
 from core.settings import Settings
 from db.engine import session_scope
 
@@ -31,6 +32,7 @@ def start_metrics_server(settings: Settings, *, port: int, address: str) -> Thre
 
                 def reads() -> None:
                     refresh_read_gauges(broker, session, heartbeat_s=settings.read_heartbeat_s)
+                    refresh_store_gauges(broker, session)
 
                 body = exposition(session, reads=reads)
             self.send_response(200)

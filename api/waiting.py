@@ -18,7 +18,7 @@ from redis.exceptions import RedisError
 
 from api.reads import Listener
 from core.settings import Settings
-from jobs.job_events import JOB_DONE_PREFIX
+from jobs.job_events import JOB_DONE_PREFIX, JOB_PROGRESS_PREFIX
 
 MAX_WAIT_S = 60  # Replicate holds a sync request up to 60 s
 RECHECK_S = 2.0
@@ -38,21 +38,35 @@ def preferred_wait(prefer: str | None) -> int | None:
 
 
 class JobWaiter:
-    """Holds requests until their job ends (one Listener per event loop)."""
+    """Holds requests until their job ends, and event streams until it changes (per event loop, one
+    Listener on the jobs' ends and one on their progress)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._listeners: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Listener] = (
+        self._listeners: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Listener, Listener]] = (
             weakref.WeakKeyDictionary()
         )
 
-    def _listener(self) -> Listener:
+    def _both(self) -> tuple[Listener, Listener]:
         loop = asyncio.get_running_loop()
-        listener = self._listeners.get(loop)
-        if listener is None:
-            listener = Listener(aioredis.Redis.from_url(self.settings.broker_url), JOB_DONE_PREFIX)
-            self._listeners[loop] = listener
-        return listener
+        found = self._listeners.get(loop)
+        if found is None:
+            client = aioredis.Redis.from_url(self.settings.broker_url)
+            found = (Listener(client, JOB_DONE_PREFIX), Listener(client, JOB_PROGRESS_PREFIX))
+            self._listeners[loop] = found
+        return found
+
+    def _listener(self) -> Listener:
+        return self._both()[0]
+
+    def watch(self, job_id: str) -> Watch:
+        """A registration for the job's next announcement (start, progress, end): take it before
+        reading the job's row, then `await watch.wait(s)`, so that nothing announced between is lost."""
+        try:
+            listeners: tuple[Listener, ...] = self._both()
+        except RedisError:
+            listeners = ()
+        return Watch(job_id, [(listener, listener.register(job_id)) for listener in listeners])
 
     async def hold(self, job_id: str, seconds: float, ended: Callable[[], Awaitable[bool]]) -> None:
         """Return once `ended()` is true (checked on each announcement and every RECHECK_S) or after
@@ -74,3 +88,23 @@ class JobWaiter:
             finally:
                 if listener is not None:
                     listener.unregister(job_id, woken)
+
+
+class Watch:
+    """One registration on the job's channels (JobWaiter.watch)."""
+
+    def __init__(self, job_id: str, futures: list[tuple[Listener, asyncio.Future[None]]]) -> None:
+        self.job_id = job_id
+        self.futures = futures
+
+    async def wait(self, seconds: float) -> bool:
+        """Whether the job announced something within `seconds` (False, after them, when Redis is down)."""
+        if not self.futures:
+            await asyncio.sleep(seconds)
+            return False
+        done, _ = await asyncio.wait([future for _, future in self.futures], timeout=seconds)
+        return bool(done)
+
+    def close(self) -> None:
+        for listener, future in self.futures:
+            listener.unregister(self.job_id, future)

@@ -15,6 +15,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.cascade_settings import CascadeSettings
 from core.errors import SettingsError
+from core.ops_settings import OpsSettings
 from core.read_settings import ReadSettings
 from core.schedulers import SchedulerName
 from core.vocabulary import (
@@ -38,7 +39,7 @@ def _split_ints(value: Any) -> Any:
     return value
 
 
-class Settings(CascadeSettings, ReadSettings, BaseSettings):
+class Settings(CascadeSettings, ReadSettings, OpsSettings, BaseSettings):
     """Configuration of every Reprise process. Environment variables: REPRISE_<FIELD>."""
 
     model_config = SettingsConfigDict(  # env_ignore_empty: compose passes "" for an unset variable
@@ -250,11 +251,6 @@ class Settings(CascadeSettings, ReadSettings, BaseSettings):
         description="An API process trusts a key it looked up this long (issue 12: a query less "
         "per request); a revoked key stops working within it. 0: look up every request.",
     )
-    metrics_port: int | None = Field(
-        None, ge=1, le=65535, description="Serve /metrics on this port of metrics_address, not the API's "
-        "(issue 12: keep metrics off a public listener). Unset: /metrics on the API port.",
-    )  # fmt: skip
-    metrics_address: str = Field("127.0.0.1", description="Address of the separate /metrics listener.")
     flower_address: str = Field("127.0.0.1", description="Flower's address; off loopback needs basic auth.")
     flower_basic_auth: SecretStr | None = Field(
         None,

@@ -172,3 +172,11 @@ class ImageDelivery(StrEnum):
 
     BYTES = "bytes"  # the bytes, through the API
     REDIRECT = "redirect"  # a 307 to a presigned URL of the blob store (S3); bytes where it has none
+
+
+class LogFormat(StrEnum):
+    """How processes write their logs (REPRISE_LOG_FORMAT)."""
+
+    AUTO = "auto"  # text on a terminal, json otherwise
+    TEXT = "text"
+    JSON = "json"

@@ -80,6 +80,7 @@ def claim_run(
     job.started_at = job.started_at or now
     job.lease_owner = owner
     job.lease_until = now + timedelta(seconds=lease_s)
+    job.progress_step = job.progress_total = None  # this run reports its own
     return Claim(ClaimOutcome.CLAIMED, job, first_start=first_start)
 
 
@@ -240,3 +241,14 @@ def find_stuck(session: Session, *, older_than_s: float, limit: int = 500) -> li
     )
     rows = session.execute(waiting.union_all(expired).limit(limit)).all()
     return [StuckJob(job_id=row[0], admitted=row[1] is not None, route=row[2]) for row in rows]
+
+
+def record_progress(session: Session, job_id: uuid.UUID, *, owner: str, step: int, total: int) -> bool:
+    """The running job's progress: `step` of `total` schedule steps done. Only the lease holder's run
+    reports; returns whether it did."""
+    result = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.lease_owner == owner, Job.status == JobStatus.PROCESSING.value)
+        .values(progress_step=step, progress_total=total)
+    )
+    return bool(result.rowcount)  # type: ignore[attr-defined]

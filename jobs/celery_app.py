@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 from celery import Celery
+from celery.signals import setup_logging
 from kombu.entity import Queue as KombuQueue
 
+from core.logs import configure_logging
 from core.settings import Settings, get_settings
 from jobs.queues import ROUTES, Queue
 
@@ -58,3 +61,9 @@ def make_celery_app(settings: Settings) -> Celery:
 def get_celery_app() -> Celery:
     """The process-wide Celery app, configured from settings."""
     return make_celery_app(get_settings())
+
+
+@setup_logging.connect
+def _configure_logging(**_: Any) -> None:
+    """Celery's processes (workers, beat, Flower) log the project's way, JSON or text (core.logs)."""
+    configure_logging(get_settings().log_format)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import asdict
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from core.params import params_from_row
 from core.vocabulary import DecodeMode, JobStatus
 from db.models import Job
+from jobs.estimates import Estimate, remaining_s
 
 ImageFormatName = Literal["png", "webp", "jpeg"]
 DEFAULT_IMAGE_FORMAT: ImageFormatName = "png"
@@ -98,9 +99,34 @@ class GenerationUrls(BaseModel):
     image: str
 
 
+class GenerationProgress(BaseModel):
+    """How far a run got: the schedule steps done of its T (a hit starts at its k)."""
+
+    step: int = Field(description="Schedule steps done (reported every few steps).")
+    total: int = Field(description="The schedule's steps T.")
+    estimated_remaining_s: float | None = Field(
+        None, description="Seconds left at the pace of the steps so far; null before the first step."
+    )
+
+
+class GenerationQueue(BaseModel):
+    """Where a waiting job stands (jobs.estimates: the jobs ahead over the route's workers and recent
+    run time)."""
+
+    position: int = Field(description="1: the next job of its queue to start.")
+    estimated_start_s: float | None = Field(description="Seconds until it starts; null with no history.")
+    estimated_finish_s: float | None = Field(description="Seconds until it ends; null with no history.")
+
+
 class Generation(BaseModel):
     id: uuid.UUID
     status: JobStatus
+    progress: GenerationProgress | None = Field(
+        None, description="While processing, and once succeeded; null before the first step."
+    )
+    queue: GenerationQueue | None = Field(
+        None, description="While starting, on GET and the event stream; null otherwise and in lists."
+    )
     input: GenerationInput
     output: GenerationOutput | None = Field(description="Null until the job has succeeded.")
     error: str | None
@@ -122,8 +148,30 @@ def generation_urls(job_id: uuid.UUID, *, base_url: str) -> GenerationUrls:
     return GenerationUrls.model_validate({"self": own, "cancel": f"{own}/cancel", "image": f"{own}/image"})
 
 
-def generation_object(job: Job, *, base_url: str) -> Generation:
-    """The job as clients see it. `base_url` prefixes the URLs ('' gives relative URLs)."""
+def _progress(job: Job) -> GenerationProgress | None:
+    if job.status == JobStatus.SUCCEEDED:
+        total = job.progress_total or job.steps
+        return GenerationProgress(step=total, total=total, estimated_remaining_s=0.0)
+    if job.status != JobStatus.PROCESSING or job.progress_step is None or job.progress_total is None:
+        return None
+    elapsed = (datetime.now(UTC) - job.started_at).total_seconds() if job.started_at else 0.0
+    remaining = remaining_s(
+        step=job.progress_step, total=job.progress_total, first_step=job.k or 0, elapsed_s=elapsed
+    )
+    return GenerationProgress(
+        step=job.progress_step, total=job.progress_total, estimated_remaining_s=remaining
+    )
+
+
+def queue_object(estimate: Estimate) -> GenerationQueue:
+    return GenerationQueue(
+        position=estimate.position, estimated_start_s=estimate.start_s, estimated_finish_s=estimate.finish_s
+    )
+
+
+def generation_object(job: Job, *, base_url: str, queue: GenerationQueue | None = None) -> Generation:
+    """The job as clients see it. `base_url` prefixes the URLs ('' gives relative URLs); `queue`: where
+    a waiting job stands, when the caller looked (it costs queries)."""
     urls = generation_urls(job.id, base_url=base_url)
     output = None
     if job.status == JobStatus.SUCCEEDED:
@@ -136,6 +184,8 @@ def generation_object(job: Job, *, base_url: str) -> Generation:
     return Generation(
         id=job.id,
         status=JobStatus(job.status),
+        progress=_progress(job),
+        queue=queue if job.status == JobStatus.STARTING else None,
         input=GenerationInput(
             **asdict(params_from_row(job)),
             cache=job.cache_mode,

@@ -7,10 +7,12 @@ import random
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import numpy as np
 import numpy.typing as npt
 
+from core import logs
 from core.params import GenerationParams, params_from_row
 from core.scopes import lookup_scopes, uses_shared_scope
 from core.settings import Settings
@@ -23,6 +25,8 @@ from jobs.admission import MISS_UNSEARCHED, AdmissionDecision, Candidate, cache_
 from jobs.passes.retrain import load_predictor
 from jobs.policies.k_selection import ThresholdTable, configured_table
 from jobs.policies.predictor import MatchPredictor, likely_hit
+from jobs.queues import Queue
+from workers import metrics
 from workers.context import WorkerContext
 
 log = logging.getLogger(__name__)
@@ -48,6 +52,9 @@ def admit(context: WorkerContext, job_id: uuid.UUID) -> AdmissionDecision | None
             # redelivered after routing: the route task dedups
             context.dispatcher.run_route(job_id, Route(job.route), settings)
             return None
+        logs.bind(job_id=job.id, tenant=job.tenant_id)
+        waited = (datetime.now(UTC) - job.created_at).total_seconds()
+        metrics.QUEUE_WAIT.labels(queue=Queue.ADMIT.value).observe(max(waited, 0.0))
         request = _Request(
             job_id=job.id,
             tenant_id=job.tenant_id,

@@ -26,7 +26,9 @@ def worker_node_name(role: Role) -> str:
     return f"{role.value}-{os.getpid()}@{socket.gethostname()}"
 
 
-def run_worker(role: Role, *, name: str | None = None, concurrency: int = 1) -> None:
+def run_worker(
+    role: Role, *, name: str | None = None, concurrency: int = 1, metrics_port: int | None = None
+) -> None:
     """Run a Celery worker for `role` in the foreground (blocks until it is stopped).
 
     A large or small worker whose name an operator pinned to the other pool starts there; the pool
@@ -39,9 +41,15 @@ def run_worker(role: Role, *, name: str | None = None, concurrency: int = 1) -> 
     role_switch.install(role)  # shared memory: created before the pool forks its children
     app = get_celery_app()
     role_switch.register_commands()  # the pool monitor's remote control commands
+    import workers.task_signals
     import workers.tasks  # noqa: F401  (registers the task bodies on the app)
 
     keep_record(settings, worker_name=hostname, role=role)
+    if metrics_port is not None:  # the sum of every pool child's samples (workers.metrics)
+        from workers.metrics import serve_worker_metrics
+
+        serve_worker_metrics(metrics_port, settings.worker_metrics_address)
+        log.info("worker metrics on http://%s:%d/metrics", settings.worker_metrics_address, metrics_port)
     # A large worker's cache_miss comes first: the "priority" order drains misses before hits.
     queues = ",".join(queue.value for queue in consumed_queues(role, settings))
     if role is Role.DECODE:  # a decode node consumes its own queue only (LatentBox 4.4's routing)

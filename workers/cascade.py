@@ -60,7 +60,10 @@ def _light(context: WorkerContext, job: JobView, lease: LeaseKeeper) -> None:
     light_steps = context.settings.cascade_light_steps  # never more steps than the request asked for
     params = replace(job.params, steps=min(light_steps, job.params.steps)) if light_steps else job.params
     result = run_operation(
-        context, job, lease, lambda stop: runtime.generate(params, should_stop=stop, decode=True)
+        context,
+        job,
+        lease,
+        lambda stop, on_step: runtime.generate(params, should_stop=stop, decode=True, on_step=on_step),
     )
     if result is None:
         return

@@ -26,6 +26,7 @@ from db.images import encode_image, parse_image_format, record_image_key
 from db.reads import record_tier_decision
 from jobs.policies.tier_tuning import Decision
 from jobs.read_routing import ReadReply, ReadRequest, heartbeat, leave, publish_reply
+from workers import metrics
 from workers.context import WorkerContext
 from workers.decode_node import DecodeNode, NodeSetup, WriteBack
 
@@ -68,7 +69,8 @@ def build_node(context: WorkerContext, name: str) -> DecodeNode:
     settings = context.settings
 
     def decode(latent_bytes: bytes, fmt: str) -> bytes:
-        latent = decode_latent(latent_bytes)
+        with metrics.timed(metrics.CODEC_SECONDS, operation="decode"):
+            latent = decode_latent(latent_bytes)
         decoded = context.runtime().decode(latent.array, family=latent.family)
         with session_scope(settings) as session:
             stats.record_decodes(session, read_decodes=1)

@@ -11,15 +11,15 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
-import numpy as np
-import numpy.typing as npt
 from PIL import Image
 from sqlalchemy.orm import Session
 
+from core import logs
 from core.errors import GenerationCanceled, InvalidInput, LeaseBusy, SourceVanished
 from core.params import GenerationParams, params_from_row
-from core.scopes import insert_scope, uses_shared_scope
+from core.scopes import uses_shared_scope
 from core.vocabulary import DecodeMode, HitPolicy, JobStatus, LookupMode, Route, WebhookEvent
 from db import cache, stats
 from db import cascade as cascade_db
@@ -31,17 +31,19 @@ from db.engine import session_scope
 from db.images import ImageFormat, encode_image, record_image_key
 from db.job_runs import Claim, ClaimOutcome, claim_run, complete, finish, is_cancel_requested, reroute_to_miss
 from db.models import Job
-from jobs.passes import eviction
 from lab.captions import parse
+from workers import metrics
+from workers.cache_fill import insert_entry
 from workers.context import WorkerContext
 from workers.lease import LeaseKeeper
 from workers.notify import notify
+from workers.progress import ProgressReporter
+from workers.runtime.denoising import OnStep, ShouldStop
 from workers.runtime.results import GenerationResult
+from workers.task_signals import current_queue
 
 log = logging.getLogger(__name__)
 
-# An entry per job, with an id derived from the job: a redelivered run inserts nothing twice.
-ENTRY_NAMESPACE = uuid.UUID("5d0f4a4e-52c4-4b8e-9a53-6d1f1c2f7a10")
 CANCEL_POLL_S = 0.25  # how often a running job re-reads its cancel flag
 
 
@@ -55,6 +57,11 @@ class JobView:
     k: int | None
     source_entry_id: uuid.UUID | None
     decode_mode: str = DecodeMode.LAZY
+
+    @property
+    def route(self) -> str:
+        """hit when admission found a source to reuse; miss otherwise."""
+        return Route.HIT.value if self.source_entry_id is not None else Route.MISS.value
 
 
 def generate_job(context: WorkerContext, job_id: uuid.UUID) -> None:
@@ -83,7 +90,9 @@ def generate_run(
         context,
         job,
         lease,
-        lambda stop: context.runtime().generate(job.params, capture=capture, should_stop=stop),
+        lambda stop, on_step: context.runtime().generate(
+            job.params, capture=capture, should_stop=stop, on_step=on_step
+        ),
     )
     if result is None:
         return
@@ -117,16 +126,19 @@ def _reuse(context: WorkerContext, job: JobView, lease: LeaseKeeper) -> None:
     except SourceVanished as vanished:
         _reroute(context, job, str(vanished))
         return
-    source = decode_latent(blob)
+    with metrics.timed(metrics.CODEC_SECONDS, operation="decode"):
+        source = decode_latent(blob)
     runtime = context.runtime()
     if settings.hit_policy is HitPolicy.RESUME and source.family != runtime.family:
         _reroute(context, job, f"latent family {source.family} is not {runtime.family}'s")
         return
 
-    def operation(stop: Callable[[], bool]) -> GenerationResult:
+    def operation(stop: ShouldStop, on_step: OnStep) -> GenerationResult:
         if settings.hit_policy is HitPolicy.RESUME:
-            return runtime.resume(job.params, source.array, k, family=source.family, should_stop=stop)
-        return runtime.refine(job.params, source.array, source.family, k, should_stop=stop)
+            return runtime.resume(
+                job.params, source.array, k, family=source.family, should_stop=stop, on_step=on_step
+            )
+        return runtime.refine(job.params, source.array, source.family, k, should_stop=stop, on_step=on_step)
 
     result = run_operation(context, job, lease, operation)
     if result is None:
@@ -175,9 +187,14 @@ def claim_job(
                 decode_mode=job.decode_mode,
             )
             first_start = claim.first_start
+            admitted_at = job.admitted_at
+            logs.bind(job_id=job.id, tenant=job.tenant_id)
     if ended_now:
         notify(context, job_id, WebhookEvent.COMPLETED)
     if view is not None and first_start:
+        if admitted_at is not None:
+            waited = (datetime.now(UTC) - admitted_at).total_seconds()
+            metrics.QUEUE_WAIT.labels(queue=current_queue()).observe(max(waited, 0.0))
         notify(context, job_id, WebhookEvent.STARTED)
     return view
 
@@ -186,9 +203,10 @@ def run_operation(
     context: WorkerContext,
     job: JobView,
     lease: LeaseKeeper,
-    operation: Callable[[Callable[[], bool]], GenerationResult],
+    operation: Callable[[ShouldStop, OnStep], GenerationResult],
 ) -> GenerationResult | None:
-    """Run the denoising; it stops when the job is canceled or the lease is lost (LeaseLost)."""
+    """Run the denoising, reporting its progress; it stops when the job is canceled or the lease is lost
+    (LeaseLost)."""
     settings = context.settings
     last_poll = [0.0]
 
@@ -203,12 +221,12 @@ def run_operation(
             return is_cancel_requested(session, job.id)
 
     try:
-        return operation(should_stop)
+        return operation(should_stop, ProgressReporter(context, job.id))
     except GenerationCanceled:
         lease.check()  # stopped for a lost lease: no cancel to record, the job runs again elsewhere
-        _end(context, job.id, JobStatus.CANCELED, None)
+        _end(context, job, JobStatus.CANCELED, None)
     except InvalidInput as invalid:
-        _end(context, job.id, JobStatus.FAILED, f"invalid input: {invalid}")
+        _end(context, job, JobStatus.FAILED, f"invalid input: {invalid}")
     return None
 
 
@@ -228,12 +246,13 @@ def finish_run(
     lease writes nothing (LeaseLost). `cascade`: the job's light stage, kept by the discriminator (this
     run is the light one) or escalated (this run is the heavy one: both models are the job's)."""
     lease.check()
-    final_blob = encode_latent(result.final_latent, family=result.family, k=None)
+    with metrics.timed(metrics.CODEC_SECONDS, operation="encode"):
+        final_blob = encode_latent(result.final_latent, family=result.family, k=None)
     final_key = keys.job_prefix(job.id) + "final.latent"
     context.blobs.put(final_key, final_blob)
     image, decodes = _pixels(context, job, result, cache_it=cache_it)
     if cache_it:
-        _insert_entry(context, job, result, final_blob, image)
+        insert_entry(context, job, result, final_blob, image)
     quality, image, decodes = _judged(context, job, result, image, decodes)
     image_key = None
     if image is not None and job.decode_mode == DecodeMode.EAGER:  # the first read needs no decode
@@ -262,6 +281,7 @@ def finish_run(
             record_service(session, context, result)
             stats.record_decodes(session, generations=1, generation_decodes=decodes)
     if completed:
+        _count_success(context, result)
         notify(context, job.id, WebhookEvent.COMPLETED)
     log.info(
         "job %s done on %s: %d steps from %d in %.2fs",
@@ -325,67 +345,10 @@ def _pixels(
     return decoded.image, result.vae_decodes + 1
 
 
-def _insert_entry(
-    context: WorkerContext,
-    job: JobView,
-    result: GenerationResult,
-    final_blob: bytes,
-    image: Image.Image | None,
-) -> None:
-    """Store the run's latents and index the entry, after making room in the scope's budget."""
-    settings = context.settings
-    entry_id = uuid.uuid5(ENTRY_NAMESPACE, str(job.id))
-    scope = insert_scope(job.tenant_id, shared_cache=job.shared_cache)
-    with session_scope(settings) as session:
-        if cache.entry_exists(session, entry_id):
-            return  # a previous delivery of this job cached it already
-    # The text embedding is always indexed; the image embedding only in image lookup mode
-    # (REPRISE_LOOKUP_MODE=image), the one mode that reads it, since embedding an image needs its
-    # pixels and so a VAE decode at generation. Entries cached in text mode have no image embedding:
-    # switching to image mode later finds only entries cached after the switch. The prompt is
-    # embedded again here rather than carried from admission: in image mode admission embeds it in
-    # CLIP's space, not the text embedder's.
-    text_embedding = context.text_embedder().embed_text([job.params.prompt])[0]
-    image_lookup = settings.lookup_mode is LookupMode.TEXT_TO_IMAGE
-    image_embedding = _embed_image(context, image) if image_lookup and image is not None else None
-    state_blobs = {
-        k: encode_latent(latent, family=result.family, k=k) for k, latent in sorted(result.captured.items())
-    }
-    incoming = len(final_blob) + sum(len(blob) for blob in state_blobs.values())
-    eviction.ensure_room(settings, context.blobs, scope=scope, incoming_bytes=incoming)
-    states = []
-    for k, blob in state_blobs.items():
-        key = keys.state_key(entry_id, k)
-        context.blobs.put(key, blob)
-        states.append(cache.NewState(k=k, blob_key=key, bytes=len(blob)))
-    final_key = keys.final_latent_key(entry_id)
-    context.blobs.put(final_key, final_blob)
-    with session_scope(settings) as session:
-        cache.insert_entry(
-            session,
-            entry_id=entry_id,
-            scope=scope,
-            model_family=result.family,
-            prompt=job.params.prompt,
-            text_embedding=text_embedding,
-            image_embedding=image_embedding,
-            final_latent_key=final_key,
-            final_bytes=len(final_blob),
-            steps=result.steps,
-            states=states,
-            source_job_id=job.id,
-            size=(job.params.width, job.params.height),
-        )
-
-
-def _embed_image(context: WorkerContext, image: Image.Image) -> npt.NDArray[np.float32]:
-    """The image in CLIP space, for text-to-image lookup (MoDM 5.2)."""
-    return np.asarray(context.image_embedder().embed_image([image])[0], dtype=np.float32)
-
-
 def _reroute(context: WorkerContext, job: JobView, reason: str) -> None:
     """Run a hit as a miss: the job row, and the interval its admission was counted in, say miss."""
     log.warning("job %s: cached source unusable (%s); running it as a miss", job.id, reason)
+    _count(context, context.runtime().model_name, Route.HIT.value, "rerouted")
     with session_scope(context.settings) as session:
         counted = reroute_to_miss(session, job.id, owner=context.owner)
         if counted is not None:
@@ -393,8 +356,21 @@ def _reroute(context: WorkerContext, job: JobView, reason: str) -> None:
     context.dispatcher.run_route(job.id, Route.MISS, context.settings)
 
 
-def _end(context: WorkerContext, job_id: uuid.UUID, status: JobStatus, error: str | None) -> None:
+def _end(context: WorkerContext, job: JobView, status: JobStatus, error: str | None) -> None:
     with session_scope(context.settings) as session:
-        changed = finish(session, job_id, status, error=error)
+        changed = finish(session, job.id, status, error=error)
     if changed:
-        notify(context, job_id, WebhookEvent.COMPLETED)
+        _count(context, context.runtime().model_name, job.route, status.value)
+        notify(context, job.id, WebhookEvent.COMPLETED)
+
+
+def _count(context: WorkerContext, model: str, route: str, outcome: str) -> None:
+    metrics.JOBS.labels(role=context.role.value, model=model, route=route, outcome=outcome).inc()
+
+
+def _count_success(context: WorkerContext, result: GenerationResult) -> None:
+    route = Route.HIT.value if result.start_step > 0 else Route.MISS.value
+    role = context.role.value
+    _count(context, result.model, route, JobStatus.SUCCEEDED.value)
+    metrics.SKIPPED_STEPS.labels(role=role, route=route).observe(result.start_step)
+    metrics.RUN_SECONDS.labels(role=role, model=result.model, route=route).observe(result.wall_s)

@@ -10,7 +10,7 @@ import redis
 from core.vocabulary import WebhookEvent
 from db.engine import session_scope
 from db.jobs import job_by_id
-from jobs.job_events import announce_end
+from jobs.job_events import announce_end, announce_started
 from jobs.webhooks import wants_event
 from workers.context import WorkerContext
 
@@ -20,11 +20,13 @@ log = logging.getLogger(__name__)
 def notify(context: WorkerContext, job_id: uuid.UUID, event: WebhookEvent) -> None:
     """Queue the job's webhook event if it asked for it; a completion is also announced to the API
     requests holding open until the job ends (jobs.job_events)."""
-    if event is WebhookEvent.COMPLETED:
-        try:
+    try:  # to the requests holding open on the job: its end, or its start (an event stream shows it)
+        if event is WebhookEvent.COMPLETED:
             announce_end(context.broker(), job_id)
-        except redis.RedisError:  # they look at the job row again within seconds anyway
-            log.warning("could not announce the end of job %s", job_id, exc_info=True)
+        elif event is WebhookEvent.STARTED:
+            announce_started(context.broker(), job_id)
+    except redis.RedisError:  # they look at the job row again within seconds anyway
+        log.warning("could not announce %s of job %s", event.value, job_id, exc_info=True)
     with session_scope(context.settings) as session:
         job = job_by_id(session, job_id)
         wanted = (

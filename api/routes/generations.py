@@ -21,6 +21,7 @@ from api.problems import Problem
 from api.routing import ReleasingRoute
 from api.schemas import Generation, GenerationCreate, GenerationList, problem_responses
 from api.waiting import preferred_wait
+from core import logs
 from core.errors import InflightLimitExceeded, InvalidInput
 from core.params import GenerationParams, check_params
 from core.vocabulary import TERMINAL_STATUSES, JobStatus, WebhookEvent
@@ -28,9 +29,11 @@ from db import jobs as jobs_db
 from db import outputs
 from db.engine import engine_for, session_scope
 from db.models import Job, Tenant
+from db.queue_position import queue_view
+from jobs.estimates import queued_estimate
 from jobs.job_events import announce_end
 from jobs.read_routing import forget_everywhere
-from jobs.representation import generation_object
+from jobs.representation import GenerationQueue, generation_object, queue_object
 from jobs.webhooks import check_webhook_url, wants_event
 
 log = logging.getLogger(__name__)
@@ -200,7 +203,9 @@ def _submit(
     # 3. Queue it only once it is committed, so a worker never looks for a row that is not there.
     if created:
         JOBS_CREATED.inc()
-        _enqueue_admit(state, job.id)
+        with logs.bound(job_id=job.id, tenant=tenant.id):
+            log.info("job created: %d steps at %dx%d", job.steps, job.width, job.height)
+            _enqueue_admit(state, job.id)
     else:
         IDEMPOTENT_REPLAYS.inc()
         response.status_code = 200
@@ -244,6 +249,19 @@ PreferHeader = Annotated[
 ]
 
 
+def queue_of(state: AppState, job: Job, session: Session) -> GenerationQueue | None:
+    """Where a waiting job stands (position, estimates); None once it runs."""
+    if job.status != JobStatus.STARTING:
+        return None
+    view = queue_view(session, job, large_serves_hits=state.settings.large_serves_hits)
+    return queue_object(queued_estimate(view))
+
+
+def _with_queue(state: AppState, job: Job, base: str) -> Generation:
+    with Session(engine_for(state.settings.sqlalchemy_url), expire_on_commit=False) as session:
+        return generation_object(job, base_url=base, queue=queue_of(state, job, session))
+
+
 def authorized_job(state: AppState, credentials: HTTPAuthorizationCredentials | None, job_id: str) -> Job:
     """The caller's job (401 without a valid key, 404 when not the caller's), in a session of its own:
     an async route holds no connection while it waits."""
@@ -274,7 +292,7 @@ async def held(
 
     await state.waiter.hold(str(generation.id), wait_s, ended)
     job = latest[-1] if latest else await run_in_threadpool(reload)
-    return generation_object(job, base_url=base)
+    return await run_in_threadpool(_with_queue, state, job, base)
 
 
 @router.get("/{job_id}", responses=problem_responses(401, 404))
@@ -289,7 +307,7 @@ async def get_generation(
     """Read a job: status, input, output (once succeeded), error and metrics; with `Prefer: wait=N`,
     once it has ended (or after N seconds)."""
     job = await run_in_threadpool(authorized_job, state, credentials, job_id)
-    generation = generation_object(job, base_url=base)
+    generation = await run_in_threadpool(_with_queue, state, job, base)
     reload = lambda: authorized_job(state, credentials, job_id)  # noqa: E731
     return await held(state, generation, prefer, response, reload, base)
 
@@ -305,6 +323,7 @@ def cancel_generation(
         raise _not_found(job_id)
     session.commit()
     canceled = result.job
+    log.info("cancel requested", extra={"job_id": str(canceled.id), "tenant": str(tenant.id)})
     if result.canceled_now:
         with contextlib.suppress(Exception):  # a held reader looks at the row again within seconds
             announce_end(state.redis, canceled.id)
@@ -335,6 +354,7 @@ def delete_generation(job_id: str, tenant: TenantDep, session: SessionDep, state
     if job is None:
         raise _not_found(job_id)
     session.commit()
+    log.info("job deleted", extra={"job_id": str(job.id), "tenant": str(tenant.id)})
     if job.status in TERMINAL_STATUSES and job.outputs_purged_at is None:
         outputs.purge_outputs(session, state.blob_store, job.id)
         session.commit()

@@ -15,6 +15,7 @@ from api.problems import Problem
 from api.read_metrics import refresh_read_gauges
 from api.routing import ReleasingRoute
 from api.schemas import problem_responses
+from api.store_metrics import refresh_store_gauges
 from db.engine import ping
 
 log = logging.getLogger(__name__)
@@ -55,5 +56,6 @@ def metrics(session: SessionDep, state: StateDep) -> Response:
 
     def reads() -> None:
         refresh_read_gauges(state.redis, session, heartbeat_s=state.settings.read_heartbeat_s)
+        refresh_store_gauges(state.redis, session)
 
     return Response(exposition(session, reads=reads), media_type=CONTENT_TYPE_LATEST)

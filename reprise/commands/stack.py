@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
-from core.settings import get_settings
+from core.settings import Settings, get_settings
 from core.vocabulary import Role
 
 if TYPE_CHECKING:
@@ -19,17 +20,14 @@ def api_command(
     workers: int = typer.Option(1, help="uvicorn worker processes."),
 ) -> None:
     """Serve the HTTP API (OpenAPI docs at /docs); /metrics on REPRISE_METRICS_PORT when set."""
-    import os
-    import shutil
-
     import uvicorn
 
+    from core.logs import configure_logging
+
     settings = get_settings()
+    configure_logging(settings.log_format)
     if workers > 1:  # one metrics view over every process: prometheus_client's multiprocess mode
-        shared = settings.data_dir.resolve() / "prometheus" / str(os.getpid())
-        shutil.rmtree(shared, ignore_errors=True)
-        shared.mkdir(parents=True)
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(shared)
+        use_multiprocess_dir(settings, "api")
     if settings.metrics_port is not None:
         from api.metrics_server import start_metrics_server
 
@@ -41,6 +39,7 @@ def api_command(
         port=port,
         workers=workers,
         log_level="info",
+        log_config=None,  # core.logs configured the root logger (serving_app again in each worker)
         access_log=False,  # a line per request costs intake time; /metrics counts every request
     )
 
@@ -52,7 +51,10 @@ def serving_app() -> FastAPI:
     from db.blobs.factory import blob_store_from_settings
     from jobs.dispatch import CeleryDispatcher
 
+    from core.logs import configure_logging
+
     settings = get_settings()
+    configure_logging(settings.log_format)  # again: uvicorn's worker processes start afresh
     blobs = blob_store_from_settings(settings)
     dispatcher = CeleryDispatcher.for_settings(settings)
     reader = NodeReader(settings, dispatcher)
@@ -63,11 +65,39 @@ def worker_command(
     role: Role = typer.Option(..., help="admit, large, small, decode or io."),
     name: str | None = typer.Option(None, help="Worker node name (default: <role>-<pid>@<host>)."),
     concurrency: int = typer.Option(1, help="Processes; GPU roles use one process per GPU."),
+    metrics_port: int | None = typer.Option(
+        None, "--metrics-port", help="Serve the worker's metrics here (default: REPRISE_WORKER_METRICS_PORT)."
+    ),
 ) -> None:
     """Run a Celery worker that hosts one role and consumes that role's queues."""
+    settings = get_settings()
+    use_multiprocess_dir(settings, "worker")  # before anything imports prometheus_client
     from workers.bootstrap import run_worker
 
-    run_worker(role, name=name, concurrency=concurrency)
+    run_worker(
+        role, name=name, concurrency=concurrency, metrics_port=metrics_port or settings.worker_metrics_port
+    )
+
+
+def use_multiprocess_dir(settings: Settings, kind: str) -> None:
+    """Give this process and the ones it forks or spawns a fresh prometheus_client multiprocess directory
+    (<data_dir>/prometheus/<kind>-<pid>), so that one scrape sums them all; directories of processes that
+    are gone are removed. Must run before prometheus_client is imported (it reads the variable then)."""
+    import os
+    import shutil
+    import sys
+
+    if "prometheus_client" in sys.modules:
+        raise RuntimeError("prometheus_client was imported before its multiprocess directory was set")
+    root = settings.data_dir.resolve() / "prometheus"
+    for stale in root.glob("*-*"):
+        pid = stale.name.rpartition("-")[2]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(stale, ignore_errors=True)
+    shared = root / f"{kind}-{os.getpid()}"
+    shutil.rmtree(shared, ignore_errors=True)
+    shared.mkdir(parents=True)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(shared)
 
 
 def beat_command() -> None:

@@ -16,8 +16,9 @@ from db.models import CacheEntry, CacheState, Job
 from jobs.queues import TaskName
 from tests.support.dispatch import RecordingDispatcher
 from tests.workers.conftest import make_job, make_tenant
+from workers.cache_fill import ENTRY_NAMESPACE
 from workers.context import WorkerContext
-from workers.generation import ENTRY_NAMESPACE, generate_job, reuse_job
+from workers.generation import generate_job, reuse_job
 
 pytestmark = pytest.mark.integration
 

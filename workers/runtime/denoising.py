@@ -25,6 +25,9 @@ from workers.runtime.results import Latent
 ShouldStop = Callable[[], bool]
 """Asked before every step; True cancels the run (GenerationCanceled)."""
 
+OnStep = Callable[[int, int], None]
+"""Told after every step: (steps of the schedule done, the schedule's T). A job's progress."""
+
 
 @dataclass(slots=True)
 class DenoiseRun:
@@ -47,6 +50,7 @@ def denoise(
     should_stop: ShouldStop | None,
     *,
     device: torch.device,
+    on_step: OnStep | None = None,
 ) -> DenoiseRun:
     """Run schedule steps start_step..T-1: one UNet evaluation each (both halves of a
     guidance batch in one forward pass); capture the latent after each step k in `capture`."""
@@ -69,6 +73,8 @@ def denoise(
         run.step_ms.append((time.perf_counter() - step_started) * 1000.0)
         if index + 1 in capture:
             run.captured[index + 1] = to_numpy(run.latents)
+        if on_step is not None:
+            on_step(index + 1, params.steps)
     return run
 
 

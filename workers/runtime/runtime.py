@@ -25,8 +25,10 @@ from core.params import GenerationParams, Limits, check_k, check_params
 from core.schedulers import DIFFUSERS_CLASS, resume_refusal
 from core.settings import Settings
 from core.vocabulary import GPU_ROLES, HitPolicy, Role
+from workers import metrics
 from workers.runtime.denoising import (
     DenoiseRun,
+    OnStep,
     ShouldStop,
     denoise,
     encode_prompt,
@@ -119,17 +121,25 @@ class DiffusionRuntime:
             raise ValueError(f"role {role.value} hosts no model; model roles: large, small, decode")
         if role is self._role:
             return
+        previous = self._role
+        started = time.perf_counter()
         self.release()
-        if role is Role.DECODE:
-            self._vae = load_vae(self._sources.decode, device=self.device, dtype=self.dtype)
-        else:
-            self._pipe = load_pipeline(self._sources.pipeline(role), device=self.device, dtype=self.dtype)
+        with metrics.timed(metrics.MODEL_LOAD_SECONDS, role=role.value):
+            if role is Role.DECODE:
+                self._vae = load_vae(self._sources.decode, device=self.device, dtype=self.dtype)
+            else:
+                self._pipe = load_pipeline(self._sources.pipeline(role), device=self.device, dtype=self.dtype)
+        if role is not Role.DECODE:
             self._vae = self._pipe.vae
             self._scheduler_template = scheduler_template(self._pipe.scheduler, self._scheduler_name)
             refusal = resume_refusal(type(self._scheduler_template).__name__)
             if self._refuse_inexact_resume and refusal is not None:
                 raise SettingsError(refusal)  # REPRISE_SCHEDULER=pipeline on a model whose own cannot resume
         self._role = role
+        if previous is not None:  # a pool move (MoDM 5.3): the old model out, the new one in
+            metrics.ROLE_SWITCH_SECONDS.labels(from_role=previous.value, to_role=role.value).observe(
+                time.perf_counter() - started
+            )
 
     def release(self) -> None:
         """Drop the hosted models and give their memory back (also on CUDA)."""
@@ -146,6 +156,7 @@ class DiffusionRuntime:
         capture: Collection[int] = (),
         should_stop: ShouldStop | None = None,
         decode: bool = False,
+        on_step: OnStep | None = None,
     ) -> GenerationResult:
         """Run all T = params.steps steps from seeded noise; capture the latent after each step k
         in `capture` (each in 1..T-1; the final latent is always returned, the image with decode).
@@ -182,6 +193,7 @@ class DiffusionRuntime:
                 set(capture),
                 should_stop,
                 device=self.device,
+                on_step=on_step,
             )
             # 5. Decode, when pixels are asked for
             image = self._to_image(self._vae, run.latents) if decode else None
@@ -196,6 +208,7 @@ class DiffusionRuntime:
         family: str,
         should_stop: ShouldStop | None = None,
         decode: bool = False,
+        on_step: OnStep | None = None,
     ) -> GenerationResult:
         """NIRVANA: continue from a cached intermediate latent captured after step k, for the
         remaining T - k steps, conditioned on params.prompt.
@@ -224,8 +237,9 @@ class DiffusionRuntime:
             scheduler = self._new_scheduler(params.steps, start_step=k)
             # 4. Denoise
             run = denoise(
-                pipe, scheduler, latents, embeds, guided, params, k, set(), should_stop, device=self.device
-            )
+                pipe, scheduler, latents, embeds, guided, params, k, set(), should_stop,
+                device=self.device, on_step=on_step,
+            )  # fmt: skip
             # 5. Decode, when pixels are asked for
             image = self._to_image(self._vae, run.latents) if decode else None
         return self._result(params, run, image, start_step=k, started=started, decodes=int(decode))
@@ -239,6 +253,7 @@ class DiffusionRuntime:
         *,
         should_stop: ShouldStop | None = None,
         decode: bool = False,
+        on_step: OnStep | None = None,
     ) -> GenerationResult:
         """MoDM: noise a cached final latent to the timestep of step k and denoise the remaining
         T - k steps (img2img with strength (T - k) / T), exactly T - k UNet evaluations.
@@ -273,8 +288,9 @@ class DiffusionRuntime:
             latents = scheduler.add_noise(source, noise, scheduler.timesteps[k : k + 1])
             # 5. Denoise
             run = denoise(
-                pipe, scheduler, latents, embeds, guided, params, k, set(), should_stop, device=self.device
-            )
+                pipe, scheduler, latents, embeds, guided, params, k, set(), should_stop,
+                device=self.device, on_step=on_step,
+            )  # fmt: skip
             # 6. Decode, when pixels are asked for
             image = self._to_image(self._vae, run.latents) if decode else None
         decodes = int(crossing) + int(decode)
@@ -301,7 +317,8 @@ class DiffusionRuntime:
     # --- helpers --------------------------------------------------------------------------
     def _to_image(self, vae: Any, latents: torch.Tensor) -> Image.Image:
         self.vae_decodes += 1
-        return to_image(vae, latents)
+        with metrics.timed(metrics.DECODE_SECONDS, role=self.role.value):
+            return to_image(vae, latents)
 
     def _new_scheduler(self, steps: int, *, start_step: int) -> Any:
         return new_scheduler(self._scheduler_template, steps, start_step=start_step, device=self.device)
@@ -350,6 +367,7 @@ class DiffusionRuntime:
         started: float,
         decodes: int,
     ) -> GenerationResult:
+        metrics.observe_steps(self.role.value, self.model_name, run.step_ms, device=self.device)
         return GenerationResult(
             image=image,
             final_latent=to_numpy(run.latents),
