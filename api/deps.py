@@ -3,7 +3,9 @@ AppState that create_app builds, so tests hand in their own settings, broker and
 
 from __future__ import annotations
 
+import asyncio
 import time
+import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Annotated
@@ -14,6 +16,7 @@ from fastapi.security import HTTPAuthorizationCredentials
 from sqlalchemy.orm import Session
 
 from api.auth import Caller, CallerCache, bearer_scheme, caller_for_credentials
+from api.feeds import JobFeeds
 from api.reads import ImageReader
 from api.waiting import JobWaiter
 from core.params import Limits
@@ -41,6 +44,9 @@ class AppState:
     redis_: redis.Redis | None = field(default=None, repr=False)
     callers: CallerCache = field(default_factory=CallerCache, repr=False)
     waiter_: JobWaiter | None = field(default=None, repr=False)
+    feeds_: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, JobFeeds] = field(
+        default_factory=weakref.WeakKeyDictionary, repr=False
+    )
     _backlog: int | None = field(default=None, repr=False)
     _backlog_at: float = field(default=-BACKLOG_TTL_S, repr=False)
 
@@ -50,6 +56,15 @@ class AppState:
         if self.waiter_ is None:
             self.waiter_ = JobWaiter(self.settings)
         return self.waiter_
+
+    @property
+    def feeds(self) -> JobFeeds:
+        """The event streams' shared readers of this event loop's followed jobs (api.feeds)."""
+        loop = asyncio.get_running_loop()
+        found = self.feeds_.get(loop)
+        if found is None:
+            found = self.feeds_[loop] = JobFeeds(self.waiter)
+        return found
 
     @property
     def dispatcher(self) -> Dispatcher:

@@ -102,7 +102,9 @@ class Watch:
         if not self.futures:
             await asyncio.sleep(seconds)
             return False
-        done, _ = await asyncio.wait([future for _, future in self.futures], timeout=seconds)
+        done, _ = await asyncio.wait(
+            [future for _, future in self.futures], timeout=seconds, return_when=asyncio.FIRST_COMPLETED
+        )
         return bool(done)
 
     def close(self) -> None:

@@ -105,7 +105,7 @@ class GenerationProgress(BaseModel):
     step: int = Field(description="Schedule steps done (reported every few steps).")
     total: int = Field(description="The schedule's steps T.")
     estimated_remaining_s: float | None = Field(
-        None, description="Seconds left at the pace of the steps so far; null before the first step."
+        default=None, description="Seconds left at the pace of the steps so far; null before the first step."
     )
 
 
@@ -122,10 +122,10 @@ class Generation(BaseModel):
     id: uuid.UUID
     status: JobStatus
     progress: GenerationProgress | None = Field(
-        None, description="While processing, and once succeeded; null before the first step."
+        default=None, description="While processing, and once succeeded; null before the first step."
     )
     queue: GenerationQueue | None = Field(
-        None, description="While starting, on GET and the event stream; null otherwise and in lists."
+        default=None, description="While starting, on GET and the event stream; null otherwise and in lists."
     )
     input: GenerationInput
     output: GenerationOutput | None = Field(description="Null until the job has succeeded.")

@@ -44,6 +44,10 @@ def stack_children(settings: Settings, *, port: int, flower_port: int) -> list[C
         argvs[f"worker-decode-{index}"] = _reprise(
             "worker", "--role", "decode", "--name", f"decode-{index}@%h"
         )
+    if settings.worker_metrics_port is not None:  # each worker its own listener: the port, the next ones
+        workers = [name for name in argvs if name.startswith("worker-")]
+        for offset, name in enumerate(workers):
+            argvs[name] += ["--metrics-port", str(settings.worker_metrics_port + offset)]
     argvs["beat"] = _reprise("beat")
     argvs["flower"] = _reprise("flower", "--port", str(flower_port))
     pids = run_dir(settings)
@@ -109,7 +113,14 @@ def run_stack(settings: Settings, *, port: int, flower_port: int, demo_prompts: 
         print(f"starting {len(children)} processes; logs in {children[0].log_path.parent}", flush=True)
         logger.info("started %s", ", ".join(f"{child.name} (pid {child.pid()})" for child in children))
         wait_ready(base_url, children)
-        print(f"API        {base_url}  (docs: {base_url}/docs, metrics: {base_url}/metrics)")
+        metrics = (
+            f"http://{settings.metrics_address}:{settings.metrics_port}/metrics"
+            if settings.metrics_port is not None
+            else f"{base_url}/metrics"
+        )
+        print(f"API        {base_url}  (docs: {base_url}/docs, metrics: {metrics})")
+        if settings.worker_metrics_port is not None:
+            print(f"Workers    metrics on ports {settings.worker_metrics_port} and up (one per worker)")
         print(f"Flower     http://127.0.0.1:{flower_port}")
         print(f"Postgres   {redacted_url(settings.sqlalchemy_url)}")
         print(f"Redis      {redacted_url(settings.broker_url)}")

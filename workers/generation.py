@@ -285,11 +285,7 @@ def finish_run(
         notify(context, job.id, WebhookEvent.COMPLETED)
     log.info(
         "job %s done on %s: %d steps from %d in %.2fs",
-        job.id,
-        result.model,
-        result.steps_run,
-        result.start_step,
-        result.wall_s,
+        *(job.id, result.model, result.steps_run, result.start_step, result.wall_s),
     )
 
 

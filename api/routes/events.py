@@ -9,15 +9,15 @@
 
     : keep-alive          a comment every KEEPALIVE_S, so that proxies keep an idle stream open
 
-A stream holds no thread and no database connection while it waits: it wakes on the job's announcements
-(jobs.job_events, through the process's Listeners) and reads the row then, or every RECHECK_S in case an
-announcement was lost. After MAX_STREAM_S it closes; a client reconnects and gets the job as it is.
+A stream holds no thread and no database connection while it waits: the job's feed (api.feeds, one per
+followed job and process) wakes on the job's announcements (jobs.job_events), reads the row once for all
+its streams, and hands each the new view. After MAX_STREAM_S a stream closes; a client reconnects and gets
+the job as it is.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from typing import Final
 
@@ -34,7 +34,6 @@ from db.engine import engine_for
 from db.models import Job
 from jobs.representation import Generation, generation_object
 
-RECHECK_S: Final = 5.0
 KEEPALIVE_S: Final = 15.0
 MAX_STREAM_S: Final = 900.0
 RETRY_MS: Final = 2000
@@ -42,16 +41,8 @@ RETRY_MS: Final = 2000
 router = APIRouter(prefix="/v1/generations", tags=["generations"])
 
 
-def _event(name: str, number: int, generation: Generation) -> bytes:
-    data = json.dumps(generation.model_dump(mode="json", by_alias=True), separators=(",", ":"))
+def _event(name: str, number: int, data: str) -> bytes:
     return f"event: {name}\nid: {number}\ndata: {data}\n\n".encode()
-
-
-def _visible(generation: Generation) -> tuple[object, ...]:
-    """What a change is: status, progress step, queue place (not the estimates' drift)."""
-    progress = generation.progress.step if generation.progress else None
-    place = generation.queue.position if generation.queue else None
-    return (generation.status, progress, place)
 
 
 def _reload(state: AppState, job: Job, base: str) -> Generation:
@@ -66,27 +57,20 @@ async def job_events(state: AppState, job: Job, base: str) -> AsyncIterator[byte
     loop = asyncio.get_running_loop()
     deadline = loop.time() + MAX_STREAM_S
     yield f"retry: {RETRY_MS}\n\n".encode()
-    sent: tuple[object, ...] | None = None
-    number = 0
-    quiet_since = loop.time()
-    while loop.time() < deadline:
-        watch = state.waiter.watch(str(job.id))
-        try:
-            generation = await run_in_threadpool(_reload, state, job, base)
-            if generation.status in TERMINAL_STATUSES:
-                yield _event("done", number + 1, generation)
-                return
-            if _visible(generation) != sent:
-                number += 1
-                sent = _visible(generation)
-                quiet_since = loop.time()
-                yield _event("generation", number, generation)
-            elif loop.time() - quiet_since >= KEEPALIVE_S:
-                quiet_since = loop.time()
+    feeds = state.feeds
+    async with feeds.follow(str(job.id), (job.id, base), lambda: _reload(state, job, base)) as feed:
+        seen = number = 0
+        while (left := deadline - loop.time()) > 0:
+            version = await feed.next_after(seen, min(KEEPALIVE_S, left))
+            if version == seen or feed.latest is None:
                 yield b": keep-alive\n\n"
-            await watch.wait(min(RECHECK_S, KEEPALIVE_S, max(deadline - loop.time(), 0.0)))
-        finally:
-            watch.close()
+                continue
+            seen, generation = version, feed.latest  # and feed.latest_json, its JSON
+            number += 1
+            if generation.status in TERMINAL_STATUSES:
+                yield _event("done", number, feed.latest_json)
+                return
+            yield _event("generation", number, feed.latest_json)
 
 
 @router.get(

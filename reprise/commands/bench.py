@@ -371,6 +371,39 @@ def reads_command(
     raise typer.Exit(guarded(main))
 
 
+@bench_app.command("streams")
+def streams_command(
+    jobs: int = typer.Option(24, "--jobs", min=1, help="Jobs per round (full generations, cache off)."),
+    streams: int = typer.Option(200, "--streams", min=1, help="Event streams open in the loaded round."),
+    steps: int = typer.Option(30, "--steps", min=1, help="T of the jobs."),
+    base_url: str = typer.Option("http://127.0.0.1:8000", "--base-url", help="The stack's API."),
+    api_key: str | None = typer.Option(
+        None, "--api-key", envvar="REPRISE_API_KEY", help="Default: a new key."
+    ),
+    api_metrics_url: str | None = typer.Option(
+        None, "--api-metrics-url", help="The API's /metrics, to report its CPU seconds per round."
+    ),
+    seed: SeedOpt = 0,
+    json_path: JsonOpt = None,
+) -> None:
+    """Whether open event streams slow the workers: the same batch without, with N streams, and without."""
+    from bench.streams import StreamBenchOptions, report_text, run_stream_bench
+
+    key = api_key or _bench_key(get_settings(), "bench-streams")
+    options = StreamBenchOptions(
+        base_url=base_url, api_key=key, jobs=jobs, streams=streams, steps=steps, seed=seed,
+        api_metrics_url=api_metrics_url,
+    )  # fmt: skip
+    try:
+        text = report_text(run_stream_bench(options))
+    except httpx.HTTPError as error:
+        print(f"error: {error!r} (is the stack up at {base_url}?)", file=sys.stderr)
+        raise typer.Exit(2) from None
+    if json_path is not None:
+        json_path.write_text(text + "\n")
+    print(text)
+
+
 def _read_sim_spec(
     jobs: int | None,
     reads: int | None,

@@ -1,8 +1,10 @@
-"""`reprise models ...`: the models the workers load when none is configured."""
+"""`reprise models ...`: the models the workers load when none is configured, and a check of the
+configured ones (workers/runtime/model_check.py)."""
 
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from pathlib import Path
 
 import typer
@@ -10,7 +12,8 @@ import typer
 from core.settings import get_settings
 
 models_app = typer.Typer(
-    help="Models: train the quality lab's, or build the tiny random ones.", no_args_is_help=True
+    help="Models: train the quality lab's, build the tiny random ones, or check the configured ones.",
+    no_args_is_help=True,
 )
 
 
@@ -82,3 +85,45 @@ def lab_command() -> None:
     for model in LAB_MODELS:
         typer.echo(f"{model.name:8} {paths.pipeline(model.name)}  (family {model.family})")
     typer.echo(f"judge    {paths.judge}")
+
+
+class CheckRole(StrEnum):
+    LARGE = "large"
+    SMALL = "small"
+    DECODE = "decode"
+    CLIP = "clip"
+    ALL = "all"
+
+
+@models_app.command("check")
+def check_command(
+    role: CheckRole = typer.Option(CheckRole.ALL, "--role", help="The model to check; all: every one."),
+    steps: int = typer.Option(2, "--steps", min=2, help="T of the resume check's run (k = T // 2)."),
+    size: int | None = typer.Option(
+        None, "--size", min=8, help="Side in pixels of that run. Default: the model's native size."
+    ),
+    tolerance: float = typer.Option(
+        1e-5, "--tolerance", min=0.0, help="Largest final-latent difference a resume may show."
+    ),
+    json_out: Path | None = typer.Option(None, "--json", help="Write the report to this file."),
+) -> None:
+    """Check the configured models before the workers start: files and layout (a Hugging Face id from
+    the local cache), family, scheduler, and that a resume from step k reproduces the run exactly, on a
+    `--steps`-step run of each model. Exit code 0 only when every check passes."""
+    from diffusers.utils import logging as diffusers_logging  # torch loads only for this command
+    from transformers.utils import logging as transformers_logging
+
+    from workers.runtime.model_check import CHECK_ROLES, check_models
+
+    diffusers_logging.disable_progress_bar()
+    transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    roles = CHECK_ROLES if role is CheckRole.ALL else (role.value,)
+    report = check_models(get_settings(), roles, steps=steps, size=size, tolerance=tolerance)
+    for check in report.checks:
+        typer.echo(check.line)
+    failed = sum(check.status == "FAIL" for check in report.checks)
+    typer.echo("all checks passed" if report.ok else f"{failed} check(s) failed")
+    if json_out is not None:
+        json_out.write_text(json.dumps(report.as_json(), indent=2) + "\n")
+    if not report.ok:
+        raise typer.Exit(1)

@@ -48,10 +48,9 @@ def serving_app() -> FastAPI:
     """The API wired to this deployment's decode nodes."""
     from api.main import create_app
     from api.reads import NodeReader
+    from core.logs import configure_logging
     from db.blobs.factory import blob_store_from_settings
     from jobs.dispatch import CeleryDispatcher
-
-    from core.logs import configure_logging
 
     settings = get_settings()
     configure_logging(settings.log_format)  # again: uvicorn's worker processes start afresh

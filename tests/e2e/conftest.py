@@ -99,6 +99,7 @@ class Stack:
     env: dict[str, str]
     logs: Path
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    metrics_ports: dict[str, int] = field(default_factory=dict)  # worker role -> its metrics listener
 
     def start(self, name: str, argv: list[str]) -> None:
         log = (self.logs / f"{name}.log").open("ab")
@@ -111,7 +112,9 @@ class Stack:
         )
 
     def start_worker(self, role: Role) -> None:
-        self.start(f"worker-{role.value}", ["worker", "--role", role.value, "--name", f"{role.value}-e2e@%h"])
+        port = self.metrics_ports.setdefault(role.value, free_port())
+        argv = ["worker", "--role", role.value, "--name", f"{role.value}-e2e@%h", "--metrics-port", str(port)]
+        self.start(f"worker-{role.value}", argv)
 
     def kill(self, name: str) -> None:
         """SIGKILL the process group: the worker and its pool child die without a word."""
@@ -190,6 +193,7 @@ def stack(
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "OMP_NUM_THREADS": "1",  # five processes share two cores
+        "REPRISE_LOG_FORMAT": "json",  # what a deployment writes (issue 16): tests read the job's lines
     }
     env = {**os.environ, **overrides}
     settings = db_settings.model_copy(

@@ -82,3 +82,30 @@ def test_a_crashing_child_waits_longer_each_time(tmp_path: Path) -> None:
         "restart #2 in 2.0s",
     ]
     crasher.stop()
+
+
+def test_reprise_run_gives_each_worker_its_own_metrics_port_when_asked(tmp_path: Path) -> None:
+    from core.settings import Settings
+    from reprise.supervisor import stack_children
+
+    base = Settings.model_validate({"data_dir": tmp_path, "read_nodes": 2})
+    assert not any(
+        "--metrics-port" in child.argv for child in stack_children(base, port=8000, flower_port=5555)
+    )
+    children = stack_children(
+        base.model_copy(update={"worker_metrics_port": 9100}), port=8000, flower_port=5555
+    )
+    ports = {
+        child.name: int(child.argv[child.argv.index("--metrics-port") + 1])
+        for child in children
+        if "--metrics-port" in child.argv
+    }
+    assert set(ports) == {
+        "worker-admit",
+        "worker-large",
+        "worker-small",
+        "worker-decode",
+        "worker-io",
+        "worker-decode-1",
+    }
+    assert sorted(ports.values()) == list(range(9100, 9106))

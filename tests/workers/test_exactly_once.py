@@ -20,7 +20,7 @@ from db.models import CacheEntry, CacheState, Job
 from jobs.queues import TaskName
 from tests.support.dispatch import RecordingDispatcher
 from tests.workers.conftest import make_job, make_tenant
-from workers import generation
+from workers import cache_fill, generation
 from workers.context import WorkerContext
 from workers.generation import generate_job, reuse_job
 
@@ -138,7 +138,7 @@ def test_a_redelivered_task_counts_every_effect_once(
     tenant = make_tenant(settings)
     source = make_job(settings, tenant, PROMPT, route="miss", admission_outcome="searched_miss")
     generate_job(context_for(Role.LARGE), source)
-    entry_id = uuid.uuid5(generation.ENTRY_NAMESPACE, str(source))
+    entry_id = uuid.uuid5(cache_fill.ENTRY_NAMESPACE, str(source))
     if task == "generate":
         job_id = make_job(settings, tenant, PROMPT, route="miss", admission_outcome="searched_miss", **HOOK)
         run = generate_job

@@ -2,7 +2,7 @@
 
 from reprise_client.client import AsyncClient, Client
 from reprise_client.errors import ApiError, RepriseError, WaitTimeout
-from reprise_client.models import Generation, GenerationPage
+from reprise_client.models import Generation, GenerationPage, Progress, QueuePlace
 from reprise_client.webhooks import verify_webhook
 
 __all__ = [
@@ -11,6 +11,8 @@ __all__ = [
     "Client",
     "Generation",
     "GenerationPage",
+    "Progress",
+    "QueuePlace",
     "RepriseError",
     "WaitTimeout",
     "verify_webhook",

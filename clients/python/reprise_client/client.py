@@ -1,7 +1,9 @@
 """Sync and async clients of the Reprise API (`/v1/generations`).
 
-`wait` long-polls: each request asks the server to hold it until the job ends (`Prefer: wait=N`,
-Replicate's sync mode); a server that does not honour it (no `Preference-Applied`) is polled instead.
+`wait` follows the job's server-sent events (`events`: the job at each change of status, progress or
+queue place) until it ends. Where there is no stream (an older server, a proxy that cuts it), it
+long-polls: each request asks the server to hold it until the job ends (`Prefer: wait=N`, Replicate's
+sync mode); a server that does not honour it (no `Preference-Applied`) is polled instead.
 `image` retries while the image is being decoded (202 with Retry-After) and follows a presigned
 redirect. Errors come back as ApiError with the server's problem+json.
 """
@@ -9,6 +11,7 @@ redirect. Errors come back as ApiError with the server's problem+json.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -17,9 +20,38 @@ import httpx
 
 from reprise_client.errors import ApiError, WaitTimeout
 from reprise_client.models import Generation, GenerationPage
+from reprise_client.sse import ServerEvent, aparse_events, parse_events
 
 LONG_POLL_S = 30  # per request; the server caps it at 60
 POLL_S = 1.0  # between polls, when the server does not hold requests
+STREAM_READ_S = 45.0  # the server writes at least every 15 s (a keep-alive comment)
+EVENTS_ACCEPT = {"Accept": "text/event-stream"}
+
+
+class _NoStream(Exception):
+    """The server gave no event stream: fall back on long polling."""
+
+
+def _stream_timeout(left: float) -> httpx.Timeout:
+    return httpx.Timeout(10.0, read=max(1.0, min(STREAM_READ_S, left)))
+
+
+def _opened(response: httpx.Response) -> None:
+    """Raise _NoStream for a server without the stream, ApiError for another refusal."""
+    if response.status_code in (404, 405, 406) or (
+        response.status_code < 400
+        and not response.headers.get("content-type", "").startswith("text/event-stream")
+    ):
+        raise _NoStream
+    _checked(response)
+
+
+def _generation(event: ServerEvent | None) -> Generation | None:
+    if event is None or event.event not in ("generation", "done"):
+        return None
+    return Generation.from_json(json.loads(event.data))
+
+
 USER_AGENT = "reprise-client/0.1"
 
 
@@ -90,9 +122,40 @@ class Client:
             _checked(self.http.get(f"/v1/generations/{job_id}", headers=headers)).json()
         )
 
-    def wait(self, job_id: str, *, timeout: float = 300.0) -> Generation:
-        """The job once it has ended; WaitTimeout after `timeout` seconds."""
+    def events(self, job_id: str, *, timeout: float = 300.0) -> Iterator[Generation]:
+        """The job at each change (status, progress, queue place), ending with the ended job; stops
+        after `timeout` seconds or when the server closes the stream (it does after 15 minutes)."""
         deadline = time.monotonic() + timeout
+        path = f"/v1/generations/{job_id}/events"
+        with self.http.stream(
+            "GET", path, headers=EVENTS_ACCEPT, timeout=_stream_timeout(timeout)
+        ) as response:
+            if response.status_code >= 400:
+                response.read()
+            _opened(response)
+            for event in parse_events(response.iter_lines()):
+                job = _generation(event)
+                if job is not None:
+                    yield job
+                if (job is not None and job.done) or time.monotonic() >= deadline:
+                    return
+
+    def wait(self, job_id: str, *, timeout: float = 300.0) -> Generation:
+        """The job once it has ended (its event stream, else long polling); WaitTimeout after `timeout`."""
+        deadline = time.monotonic() + timeout
+        try:
+            while (left := deadline - time.monotonic()) > 0:
+                last = None
+                for last in self.events(job_id, timeout=left):
+                    if last.done:
+                        return last
+                if last is None and time.monotonic() < deadline:
+                    break  # a stream that said nothing: poll
+        except (_NoStream, httpx.TransportError):
+            pass
+        return self._poll(job_id, deadline, timeout)
+
+    def _poll(self, job_id: str, deadline: float, timeout: float) -> Generation:
         while True:
             left = deadline - time.monotonic()
             response = _checked(
@@ -175,8 +238,37 @@ class AsyncClient:
         response = await self.http.get(f"/v1/generations/{job_id}", headers=headers)
         return Generation.from_json(_checked(response).json())
 
+    async def events(self, job_id: str, *, timeout: float = 300.0) -> AsyncIterator[Generation]:
+        deadline = time.monotonic() + timeout
+        path = f"/v1/generations/{job_id}/events"
+        async with self.http.stream(
+            "GET", path, headers=EVENTS_ACCEPT, timeout=_stream_timeout(timeout)
+        ) as response:
+            if response.status_code >= 400:
+                await response.aread()
+            _opened(response)
+            async for event in aparse_events(response.aiter_lines()):
+                job = _generation(event)
+                if job is not None:
+                    yield job
+                if (job is not None and job.done) or time.monotonic() >= deadline:
+                    return
+
     async def wait(self, job_id: str, *, timeout: float = 300.0) -> Generation:
         deadline = time.monotonic() + timeout
+        try:
+            while (left := deadline - time.monotonic()) > 0:
+                last = None
+                async for last in self.events(job_id, timeout=left):
+                    if last.done:
+                        return last
+                if last is None and time.monotonic() < deadline:
+                    break
+        except (_NoStream, httpx.TransportError):
+            pass
+        return await self._poll(job_id, deadline, timeout)
+
+    async def _poll(self, job_id: str, deadline: float, timeout: float) -> Generation:
         while True:
             left = deadline - time.monotonic()
             response = _checked(

@@ -9,6 +9,36 @@ TERMINAL = frozenset({"succeeded", "failed", "canceled"})
 
 
 @dataclass(frozen=True)
+class Progress:
+    """How far a run got: schedule steps done of T (a cache hit starts at its k)."""
+
+    step: int
+    total: int
+    estimated_remaining_s: float | None = None
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any] | None) -> Progress | None:
+        if not body:
+            return None
+        return cls(int(body["step"]), int(body["total"]), body.get("estimated_remaining_s"))
+
+
+@dataclass(frozen=True)
+class QueuePlace:
+    """Where a waiting job stands: 1 is next; the estimates are null with no recent history."""
+
+    position: int
+    estimated_start_s: float | None = None
+    estimated_finish_s: float | None = None
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any] | None) -> QueuePlace | None:
+        if not body:
+            return None
+        return cls(int(body["position"]), body.get("estimated_start_s"), body.get("estimated_finish_s"))
+
+
+@dataclass(frozen=True)
 class Generation:
     """A job: its status, what was asked, what came out, and how."""
 
@@ -19,6 +49,8 @@ class Generation:
     error: str | None
     metrics: dict[str, Any]
     urls: dict[str, str]
+    progress: Progress | None = None
+    queue: QueuePlace | None = None
     created_at: str | None = None
     started_at: str | None = None
     completed_at: str | None = None
@@ -38,6 +70,8 @@ class Generation:
             error=body.get("error"),
             metrics=dict(body.get("metrics") or {}),
             urls=dict(body.get("urls") or {}),
+            progress=Progress.from_json(body.get("progress")),
+            queue=QueuePlace.from_json(body.get("queue")),
             created_at=body.get("created_at"),
             started_at=body.get("started_at"),
             completed_at=body.get("completed_at"),
