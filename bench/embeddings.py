@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from bench.trace import Prompts
 from core.settings import Settings
-from core.vocabulary import TextEmbedderKind
+from core.vocabulary import MINILM_KINDS
 
 Vectors = npt.NDArray[np.float32]
 EmbedFn = Callable[[list[str]], Vectors]
@@ -57,7 +57,7 @@ def configured_embedder(settings: Settings) -> Embedder:
         vectors: Vectors = loaded[0].embed_text(texts)
         return vectors
 
-    if settings.text_embedder is TextEmbedderKind.MINILM:
+    if settings.text_embedder in MINILM_KINDS:
         describe: dict[str, Any] = {
             "name": "minilm",
             "model": "sentence-transformers/all-MiniLM-L6-v2",

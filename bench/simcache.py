@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import numpy.typing as npt
 
+from core.settings import get_settings
 from core.vocabulary import EvictionPolicyName, HitPolicy, Route
 from jobs.admission import Candidate, decide
 from jobs.policies.eviction import INSERTION_USES, EntryUsage, StateUsage, plan_eviction
@@ -44,6 +45,16 @@ victims are the policy's, in its order; the cache holds on average ~1% less than
 
 PREDICT_BATCH = 256
 """Upcoming queries scored per call to the predictor (one matrix product instead of 256)."""
+
+
+SAMPLED_POLICIES = frozenset({EvictionPolicyName.LCBFU, EvictionPolicyName.LRBU})
+"""Policies whose score moves with the clock: the service ranks a sample of a large scope (db.eviction)."""
+
+
+def _configured_sampling() -> tuple[int, int]:
+    """The deployment's REPRISE_EVICTION_SAMPLE_FACTOR and REPRISE_EVICTION_EXACT_ENTRIES."""
+    settings = get_settings()
+    return settings.eviction_sample_factor, settings.eviction_exact_entries
 
 
 def sim_time(seconds: float) -> datetime:
@@ -153,6 +164,8 @@ class SimCache:
         final_latent_k: int,
         retrain_change: float = RETRAIN_CHANGE,
         retrain_inserts: int = RETRAIN_INSERTS,
+        sampling: tuple[int, int] | None = None,
+        seed: int = 0,
     ) -> None:
         self._queries = queries
         # The live entries' embeddings, packed: row i of `_index` is entry `_index_rows[i]`.
@@ -181,6 +194,9 @@ class SimCache:
         self.retrain_inserts = retrain_inserts
         self._predicted: dict[int, bool] = {}
         self._final_latent_k = final_latent_k
+        # (sample factor, exact below this many entries): the service's eviction pass (db.eviction).
+        self.sample_factor, self.exact_entries = sampling if sampling is not None else _configured_sampling()
+        self._rng = np.random.default_rng(seed)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -331,7 +347,7 @@ class SimCache:
 
     def _evict(self, now: datetime, bytes_to_free: int) -> None:
         plan = plan_eviction(
-            (entry.usage() for entry in self._entries.values()),
+            (entry.usage() for entry in self._candidates(bytes_to_free)),
             bytes_to_free,
             self.policy,
             now,
@@ -351,6 +367,27 @@ class SimCache:
                 self._unindex(entry.row)
                 self._changed_since_fit += 1
                 self.counters.evicted_entries += 1
+
+    def _candidates(self, bytes_to_free: int) -> list[SimEntry]:
+        """The entries the planner ranks: all of them, or, as the service's pass does under LCBFU and
+        LRBU on a scope of at least `exact_entries` entries, a uniformly random sample holding
+        `sample_factor` x the bytes to free (db.eviction.candidate_ids)."""
+        entries = list(self._entries.values())
+        if (
+            self.policy not in SAMPLED_POLICIES
+            or self.sample_factor <= 0
+            or len(entries) < self.exact_entries
+        ):
+            return entries
+        target = self.sample_factor * bytes_to_free
+        sample: list[SimEntry] = []
+        held = 0
+        for index in self._rng.permutation(len(entries)):
+            if held >= target:
+                break
+            sample.append(entries[index])
+            held += sample[-1].total_bytes()
+        return sample
 
     def _unindex(self, row: int) -> None:
         hole, last = self._position.pop(row), len(self._index_rows) - 1

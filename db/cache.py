@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from enum import StrEnum
 
 import numpy as np
 import numpy.typing as npt
-from sqlalchemy import ColumnElement, func, select, text, update
+from sqlalchemy import ColumnElement, func, literal, select, text, update
 from sqlalchemy import delete as sa_delete
 from sqlalchemy import insert as sa_insert
 from sqlalchemy.orm import InstrumentedAttribute, Session
@@ -42,6 +43,13 @@ class LookupResult:
     scope: str
     model_family: str
     final_latent_key: str | None
+    path: str = "index"  # a LookupPath: how it was found
+
+
+class LookupPath(StrEnum):
+    INDEX = "index"  # the HNSW walk
+    EXACT = "exact"  # the small scope's exact scan
+    PROMPT = "prompt"  # the identical prompt's key: no embedding at all
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,21 +137,36 @@ def lookup(
     model_family: str | None,
     ef_search: int,
     size: tuple[int, int] | None = None,
+    exact_max: int = 0,
+    max_scan_tuples: int = 20000,
 ) -> LookupResult | None:
     """The nearest live entry in `scopes` (and `model_family`; None: any family, for reuse of final
-    images across models) by cosine distance, through the HNSW index, or None when there is none.
+    images across models) by cosine distance, or None when there is none.
 
-    ef_search is set for this transaction only (SET LOCAL hnsw.ef_search). Filters are applied
-    while the index is walked (hnsw.iterative_scan = strict_order, pgvector 0.8), so a small scope
-    inside a large table still finds its nearest entry instead of an empty result.
+    Scopes holding at most `exact_max` live entries are scanned exactly (their rows through the scope
+    index, sorted by distance: a few ms, and never an empty answer). Larger ones walk the HNSW index with
+    ef_search set for this transaction only (SET LOCAL hnsw.ef_search) and the filters applied while the
+    index is walked (hnsw.iterative_scan = strict_order, pgvector 0.8), up to `max_scan_tuples` tuples.
     Image mode compares the query with cached image embeddings (MoDM 5.2); entries without one
     are skipped. `size` (width, height) keeps only entries generated at that size: a cached latent
     continues only a run of its own spatial shape.
     """
     if not 1 <= ef_search <= 1000:
         raise ValueError(f"ef_search must be in 1..1000 (pgvector's range), got {ef_search}")
-    _set_local(session, {"hnsw.ef_search": str(int(ef_search)), "hnsw.iterative_scan": "strict_order"})
-    return _nearest(
+    if exact_max > 0 and scope_size_at_most(session, scopes, exact_max):
+        return lookup_exact(
+            session, query_embedding=query_embedding, mode=mode, scopes=scopes, model_family=model_family,
+            size=size,
+        )  # fmt: skip
+    _set_local(
+        session,
+        {
+            "hnsw.ef_search": str(int(ef_search)),
+            "hnsw.iterative_scan": "strict_order",
+            "hnsw.max_scan_tuples": str(int(max_scan_tuples)),
+        },
+    )
+    found = _nearest(
         session,
         query_embedding=query_embedding,
         mode=mode,
@@ -151,6 +174,20 @@ def lookup(
         model_family=model_family,
         size=size,
     )
+    return None if found is None else replace(found, path=LookupPath.INDEX)
+
+
+def scope_size_at_most(session: Session, scopes: Sequence[str], limit: int) -> bool:
+    """Whether `scopes` hold at most `limit` live entries, counting no further than limit + 1 rows (the
+    scope index): a bounded question, whatever the scopes' size."""
+    bounded = (
+        select(literal(1))
+        .select_from(CacheEntry)
+        .where(CacheEntry.scope.in_(list(scopes)), CacheEntry.state == EntryState.LIVE.value)
+        .limit(limit + 1)
+        .subquery()
+    )
+    return int(session.execute(select(func.count()).select_from(bounded)).scalar_one()) <= limit
 
 
 def lookup_exact(
@@ -162,10 +199,11 @@ def lookup_exact(
     model_family: str | None,
     size: tuple[int, int] | None = None,
 ) -> LookupResult | None:
-    """The same question as `lookup`, answered by an exact scan (no index): the benchmark's ground truth."""
+    """The same question as `lookup`, answered by an exact scan (no HNSW walk: the scope's rows by a
+    bitmap scan of the scope index, sorted by distance): small scopes' path and the benchmark's truth."""
     _set_local(session, {"enable_indexscan": "off"})
     try:
-        return _nearest(
+        found = _nearest(
             session,
             query_embedding=query_embedding,
             mode=mode,
@@ -173,8 +211,52 @@ def lookup_exact(
             model_family=model_family,
             size=size,
         )
+        return None if found is None else replace(found, path=LookupPath.EXACT)
     finally:
         _set_local(session, {"enable_indexscan": "on"})
+
+
+def lookup_prompt(
+    session: Session,
+    *,
+    prompt_key: str,
+    scopes: Sequence[str],
+    model_family: str | None,
+    size: tuple[int, int],
+) -> LookupResult | None:
+    """A live entry of `scopes` made from the identical request (core.prompt_key), similarity 1; None
+    when there is none. One probe of ix_cache_entries_scope_prompt_key, before any embedding."""
+    if not scopes:
+        return None
+    filters: list[ColumnElement[bool]] = [
+        CacheEntry.scope.in_(list(scopes)),
+        CacheEntry.prompt_key == prompt_key,
+        CacheEntry.state == EntryState.LIVE.value,
+        CacheEntry.width == size[0],
+        CacheEntry.height == size[1],
+    ]
+    if model_family is not None:
+        filters.append(CacheEntry.model_family == model_family)
+    best = (
+        select(CacheEntry.id, CacheEntry.scope, CacheEntry.model_family, CacheEntry.final_latent_key)
+        .where(*filters)
+        .order_by(CacheEntry.created_at.desc())
+        .limit(1)
+        .subquery()
+    )
+    ks = select(func.array_agg(CacheState.k)).where(CacheState.entry_id == best.c.id).scalar_subquery()
+    row = session.execute(select(best, ks.label("ks"))).one_or_none()
+    if row is None:
+        return None
+    return LookupResult(
+        entry_id=row.id,
+        similarity=1.0,
+        stored_ks=tuple(sorted(int(k) for k in row.ks or ())),
+        scope=row.scope,
+        model_family=row.model_family,
+        final_latent_key=row.final_latent_key,
+        path=LookupPath.PROMPT,
+    )
 
 
 def insert_entry(
@@ -192,6 +274,7 @@ def insert_entry(
     states: Sequence[NewState],
     source_job_id: uuid.UUID | None = None,
     size: tuple[int, int] = (512, 512),
+    prompt_key: str | None = None,
 ) -> CacheEntry:
     """Index an entry whose blobs are already stored. entry_id is chosen by the caller, since the
     blob keys contain it (db/blobs/keys.py). `final_bytes` counts the entry's own blobs; each
@@ -207,6 +290,7 @@ def insert_entry(
         scope=scope,
         model_family=model_family,
         prompt=prompt,
+        prompt_key=prompt_key,
         text_embedding=_vector(text_embedding),
         image_embedding=None if image_embedding is None else _vector(image_embedding),
         final_latent_key=final_latent_key,

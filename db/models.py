@@ -17,6 +17,7 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     DateTime,
+    FetchedValue,
     Float,
     ForeignKey,
     Integer,
@@ -25,6 +26,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     func,
+    text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -149,6 +151,7 @@ class CacheEntry(Base):
     scope: Mapped[str] = mapped_column(String(64), index=True)  # "tenant:<uuid>" or "shared"
     model_family: Mapped[str] = mapped_column(String(128))
     prompt: Mapped[str] = mapped_column(Text)
+    prompt_key: Mapped[str | None] = mapped_column(String(64))  # core.prompt_key: the exact-prompt path
     text_embedding: Mapped[Any] = mapped_column(Vector())
     image_embedding: Mapped[Any | None] = mapped_column(Vector())
     final_latent_key: Mapped[str | None] = mapped_column(Text)
@@ -161,6 +164,8 @@ class CacheEntry(Base):
     last_access_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=_now())
     access_count: Mapped[int] = mapped_column(Integer, default=0)
     state: Mapped[str] = mapped_column(String(8), default=EntryState.LIVE.value)
+    # Uniform in [0, 1), fixed at insert: a range of it is a random sample of the scope (db/eviction.py).
+    sample_key: Mapped[float] = mapped_column(Float(precision=53), server_default=text("random()"))
 
     states: Mapped[list[CacheState]] = relationship(
         back_populates="entry", cascade="all, delete-orphan", passive_deletes=True
@@ -177,6 +182,8 @@ class CacheState(Base):
     entry_id: Mapped[uuid.UUID] = mapped_column(
         ForeignKey("cache_entries.id", ondelete="CASCADE"), index=True
     )
+    # The entry's scope, filled on insert by a trigger (migration 0009) for the LRU and LFU indexes.
+    scope: Mapped[str | None] = mapped_column(String(64), server_default=FetchedValue())
     k: Mapped[int] = mapped_column(Integer)
     blob_key: Mapped[str] = mapped_column(Text)
     bytes: Mapped[int] = mapped_column(BigInteger)

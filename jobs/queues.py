@@ -53,6 +53,7 @@ class TaskName(StrEnum):
     REBALANCE_POOLS = "reprise.rebalance_pools"
     RECONCILE = "reprise.reconcile"
     PURGE_OUTPUTS = "reprise.purge_outputs"  # deleted jobs' and expired outputs (the retention pass)
+    CHECK_INDEXES = "reprise.check_indexes"  # the cache's HNSW indexes, rebuilt past a bloat ratio
 
 
 # The route table: each task paired with the queue it goes on.
@@ -74,6 +75,7 @@ ROUTES: Mapping[TaskName, Queue] = MappingProxyType(
         TaskName.REBALANCE_POOLS: Queue.MAINTENANCE,
         TaskName.RECONCILE: Queue.MAINTENANCE,
         TaskName.PURGE_OUTPUTS: Queue.MAINTENANCE,
+        TaskName.CHECK_INDEXES: Queue.MAINTENANCE,
     }
 )
 

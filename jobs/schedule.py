@@ -24,6 +24,7 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
         "retrain-predictors": _every(TaskName.RETRAIN_PREDICTORS, period),
         "reconcile": _every(TaskName.RECONCILE, period),
         "purge-outputs": _every(TaskName.PURGE_OUTPUTS, period),  # deletes, and REPRISE_RETENTION_DAYS
+        "check-indexes": _every(TaskName.CHECK_INDEXES, settings.index_check_period_s),
     }
     if settings.monitor_enabled:
         # The one controller of the pools (REPRISE_ALLOCATOR) re-plans once per monitoring period: MoDM

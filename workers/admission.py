@@ -14,6 +14,7 @@ import numpy.typing as npt
 
 from core import logs
 from core.params import GenerationParams, params_from_row
+from core.prompt_key import prompt_key
 from core.scopes import lookup_scopes, uses_shared_scope
 from core.settings import Settings
 from core.vocabulary import AdmissionOutcome, HitPolicy, JobStatus, LookupMode, Route
@@ -123,10 +124,18 @@ def _decide(
         capture_steps_t=settings.steps,
     ):
         return AdmissionDecision(AdmissionOutcome.CACHE_OFF, Route.MISS), None
-    embedding = embed_query(context, request.params.prompt)
-    timer.lap("embed")
     scopes = lookup_scopes(request.tenant_id, shared_cache=request.shared_cache)
     family = lookup_family(settings)
+    size = (request.params.width, request.params.height)
+    with session_scope(settings) as session:  # the identical request: no embedding (issue 17)
+        same = cache.lookup_prompt(
+            session, prompt_key=prompt_key(request.params), scopes=scopes, model_family=family, size=size
+        )
+    timer.lap("prompt")
+    if same is not None:
+        return _routed(settings, request, same), None
+    embedding = embed_query(context, request.params.prompt)
+    timer.lap("embed")
     predicted: bool | None = None
     versions: list[int] = []
     if settings.predictor_enabled:
@@ -146,21 +155,12 @@ def _decide(
             scopes=scopes,
             model_family=family,
             ef_search=settings.hnsw_ef_search,
-            size=(request.params.width, request.params.height),
+            size=size,
+            exact_max=settings.lookup_exact_max,
+            max_scan_tuples=settings.hnsw_max_scan_tuples,
         )
     timer.lap("lookup")
-    candidate = (
-        Candidate(found.entry_id, found.similarity, found.stored_ks, found.final_latent_key is not None)
-        if found is not None
-        else None
-    )
-    decision = decide(
-        candidate=candidate,
-        table=threshold_table(settings),
-        knob=settings.quality_knob,
-        hit_policy=settings.hit_policy,
-        steps=request.params.steps,
-    )
+    decision = _routed(settings, request, found)
     if predicted is not None and versions:
         actual = decision.route is Route.HIT
         with session_scope(settings) as session:
@@ -171,6 +171,22 @@ def _decide(
     if predicted is False:
         return MISS_UNSEARCHED, predicted  # the audit searched, but the predictor's miss stands
     return decision, predicted
+
+
+def _routed(settings: Settings, request: _Request, found: cache.LookupResult | None) -> AdmissionDecision:
+    """The decision for the nearest entry found (NIRVANA Algorithm 1's k for its similarity)."""
+    candidate = (
+        Candidate(found.entry_id, found.similarity, found.stored_ks, found.final_latent_key is not None)
+        if found is not None
+        else None
+    )
+    return decide(
+        candidate=candidate,
+        table=threshold_table(settings),
+        knob=settings.quality_knob,
+        hit_policy=settings.hit_policy,
+        steps=request.params.steps,
+    )
 
 
 def embed_query(context: WorkerContext, prompt: str) -> npt.NDArray[np.float32]:

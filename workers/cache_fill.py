@@ -10,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 from PIL import Image
 
+from core.prompt_key import prompt_key
 from core.scopes import insert_scope
 from core.vocabulary import LookupMode
 from db import cache
@@ -80,6 +81,7 @@ def insert_entry(
             states=states,
             source_job_id=job.id,
             size=(job.params.width, job.params.height),
+            prompt_key=prompt_key(job.params),
         )
 
 

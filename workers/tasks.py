@@ -18,6 +18,7 @@ from core.errors import LeaseBusy, LeaseLost, NotThisPool
 from core.vocabulary import Allocator, WebhookEvent
 from jobs.celery_app import get_celery_app
 from jobs.passes.eviction import evict_all_scopes
+from jobs.passes.index_health import check_indexes
 from jobs.passes.reconcile import reconcile
 from jobs.passes.retention import purge_due_outputs
 from jobs.passes.retrain import retrain_predictors
@@ -165,3 +166,8 @@ def rebalance_pools_task() -> None:
         allocate_cascade(settings, PoolActuator(app))
     else:
         rebalance_pools(settings, PoolActuator(app))
+
+
+@app.task(name=TaskName.CHECK_INDEXES.value)
+def check_indexes_task() -> None:
+    check_indexes(get_context().settings)

@@ -1,10 +1,12 @@
 """The eviction pass: keep a cache scope within its byte budget (Settings.cache_budget_bytes, per scope).
 
 A pass, under a per-scope advisory lock:
-1. ranks the scope's states in SQL by the configured policy's score (the same scores and tie-breaks
-   as jobs.policies.eviction), loads only the entries whose states rank before the bytes to free
-   are reached, and asks the pure planner (plan_eviction) which to forget: the same plan as over
-   the whole scope, without loading every state into Python;
+1. finds its candidate entries (db.eviction.candidate_ids): under FIFO, LRU and LFU the prefix of the
+   policy's exact ranking, read in index order; under LCBFU and LRBU, whose scores move with the
+   clock, a random sample of the scope holding Settings.eviction_sample_factor x the bytes to free
+   (Redis' approximated LRU), or the whole scope ranked in SQL when it is small; then asks the pure
+   planner (plan_eviction) which of their units to forget. A pass reads in proportion to what it
+   frees, not to the scope (issue 17);
 2. deletes the evicted state rows and marks entries left without states dirty (invisible to
    lookups), and COMMITS;
 3. only then deletes the evicted states' blobs;
@@ -20,8 +22,11 @@ leaves a dirty row, which the next pass removes.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from datetime import datetime
+
+from sqlalchemy.orm import Session
 
 from core.settings import Settings
 from core.usage import EvictionPlan
@@ -29,7 +34,6 @@ from core.vocabulary import EvictionPolicyName, HitPolicy
 from db import eviction as eviction_sql
 from db.blobs.base import BlobStore
 from db.blobs.keys import entry_prefix
-from db.cache import scope_bytes_by_state
 from db.engine import session_scope
 from jobs.policies.eviction import plan_eviction
 from jobs.policies.k_selection import configured_table
@@ -37,7 +41,7 @@ from jobs.policies.k_selection import configured_table
 EVICTION_HEADROOM = 0.02
 """A pass that must run frees this fraction of the budget beyond what is needed, so the inserts that
 follow find room without paying a pass each. NIRVANA 5.4 evicts |K| states before every insertion;
-batching amortises the ranking query, which reads the whole scope (our choice, not the papers')."""
+batching amortises the candidate search over many victims (our choice, not the papers')."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +57,8 @@ class EvictionReport:
     states_evicted: int
     entries_removed: int
     blob_keys_deleted: int
+    candidates_read: int = 0  # rows the candidate search read (db.eviction.Candidates.rows_read)
+    sampled: bool = False  # victims were ranked within a random sample of the scope
 
     @property
     def fits(self) -> bool:
@@ -87,6 +93,32 @@ def remove_dirty_entries(settings: Settings, blobs: BlobStore, *, scope: str) ->
     return removed, deleted + len(outside)
 
 
+def _plan(
+    session: Session,
+    settings: Settings,
+    scope: str,
+    policy: EvictionPolicyName,
+    to_free: int,
+    now: datetime,
+    final_k: int,
+    rng: random.Random | None,
+) -> tuple[eviction_sql.Candidates, EvictionPlan]:
+    """The pass's candidates (db.eviction.candidate_ids) and the pure planner's victims among them."""
+    found = eviction_sql.candidate_ids(
+        session,
+        scope,
+        policy,
+        to_free,
+        now,
+        final_k,
+        sample_factor=settings.eviction_sample_factor,
+        exact_entries=settings.eviction_exact_entries,
+        rng=rng,
+    )
+    usage = eviction_sql.load_usage(session, found.entry_ids)
+    return found, plan_eviction(usage, to_free, policy, now, final_latent_k=final_k)
+
+
 def evict_scope(
     settings: Settings,
     blobs: BlobStore,
@@ -97,34 +129,34 @@ def evict_scope(
     policy: EvictionPolicyName | None = None,
     now: datetime | None = None,
     headroom: float = EVICTION_HEADROOM,
+    rng: random.Random | None = None,
 ) -> EvictionReport:
     """One pass: when `scope` holds more than `budget_bytes - incoming_bytes` (defaults: the configured
     budget and policy), evict down to that minus `headroom` x budget; then remove its dirty entries.
-    `now` (default: the database's clock) feeds LRBU. Commits its own transactions; safe to run
-    concurrently with lookups, uses, inserts and other passes (one pass per scope at a time).
+    `now` (default: the database's clock) feeds LCBFU and LRBU; `rng` draws their samples. Commits its
+    own transactions; safe to run concurrently with lookups, uses, inserts and other passes (one pass
+    per scope at a time).
     """
     budget = settings.cache_budget_bytes if budget_bytes is None else budget_bytes
     chosen = settings.eviction_policy if policy is None else policy
     final_k = final_latent_k(settings)
     with session_scope(settings) as session:
         eviction_sql.lock_scope(session, scope)
-        live, dirty = scope_bytes_by_state(session, scope=scope)
+        live, dirty = eviction_sql.scope_bytes_by_state(session, scope=scope)
         to_free = live + incoming_bytes - budget  # dirty entries leave below, whatever the plan
         keys: list[str] = []
         plan = EvictionPlan((), 0)
+        found = eviction_sql.Candidates([], 0)
         if to_free > 0:
             to_free += int(headroom * budget)
             clock = now if now is not None else eviction_sql.db_now(session)
-            candidates = eviction_sql.candidate_ids(session, scope, chosen, to_free, clock, final_k)
-            plan = plan_eviction(
-                eviction_sql.load_usage(session, candidates), to_free, chosen, clock, final_latent_k=final_k
-            )
+            found, plan = _plan(session, settings, scope, chosen, to_free, clock, final_k, rng)
             keys = eviction_sql.apply_plan(session, plan)
     # The rows' deletion is committed: from here on no lookup finds these states.
     blobs.delete(keys)
     removed, deleted = remove_dirty_entries(settings, blobs, scope=scope)
     with session_scope(settings) as session:
-        after = sum(scope_bytes_by_state(session, scope=scope))
+        after = sum(eviction_sql.scope_bytes_by_state(session, scope=scope))
     return EvictionReport(
         scope=scope,
         policy=chosen,
@@ -135,6 +167,8 @@ def evict_scope(
         states_evicted=len(plan.states),
         entries_removed=removed,
         blob_keys_deleted=len(keys) + deleted,
+        candidates_read=found.rows_read,
+        sampled=found.sampled,
     )
 
 
@@ -151,7 +185,7 @@ def ensure_room(
     costs one budget query. `report.fits` is False only when the incoming bytes alone pass the budget.
     """
     with session_scope(settings) as session:
-        used = sum(scope_bytes_by_state(session, scope=scope))
+        used = sum(eviction_sql.scope_bytes_by_state(session, scope=scope))
     if used + incoming_bytes <= settings.cache_budget_bytes:
         return EvictionReport(
             scope=scope,

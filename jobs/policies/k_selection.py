@@ -20,7 +20,7 @@ from types import MappingProxyType
 from typing import Protocol
 
 from core.errors import ThresholdTableError
-from core.vocabulary import LookupMode, TextEmbedderKind
+from core.vocabulary import MINILM_KINDS, LookupMode, TextEmbedderKind
 
 
 class SettingsLike(Protocol):
@@ -226,7 +226,7 @@ def table_for(spec: str, mode: LookupMode, *, lab: bool = False) -> ThresholdTab
 def embedder_tag(kind: TextEmbedderKind, open_clip_model: str | None, mode: LookupMode) -> str:
     """Names the embedder a lookup in `mode` runs with, in the form ThresholdTable.profiled_with uses.
     Image lookups always embed the prompt with open_clip; text lookups with the text embedder."""
-    if mode is LookupMode.TEXT_TO_TEXT and kind is TextEmbedderKind.MINILM:
+    if mode is LookupMode.TEXT_TO_TEXT and kind in MINILM_KINDS:
         return MINILM
     return f"open_clip:{open_clip_model or 'tiny-random'}"
 
@@ -339,5 +339,5 @@ def largest_stored_at_most(k: int, stored_ks: Collection[int]) -> int | None:
 def configured_table(settings: SettingsLike) -> ThresholdTable:
     """The table the configuration names (Settings.k_table read for Settings.lookup_mode; see table_for)."""
     on_lab = settings.model_source("large").startswith("lab:")
-    lab = on_lab and settings.text_embedder == TextEmbedderKind.MINILM
+    lab = on_lab and settings.text_embedder in MINILM_KINDS
     return table_for(settings.k_table, settings.lookup_mode, lab=lab)

@@ -119,22 +119,6 @@ def runtime_command(
         typer.echo(f"wrote {json_path}")
 
 
-@bench_app.command("cache")
-def cache_command(
-    entries: int = typer.Option(10_000, "--entries", min=1, help="Cache entries to fill a bench scope with."),
-    queries: int = typer.Option(200, "--queries", min=1, help="Near-duplicate lookups to time."),
-    json_path: Path | None = typer.Option(None, "--json", help="Also write the results to this JSON file."),
-) -> None:
-    """Lookup latency and recall@1 of the HNSW index, and one eviction pass, on the configured database."""
-    from bench.cache import format_table, measure_cache
-
-    result = measure_cache(get_settings(), entries=entries, queries=queries)
-    typer.echo(format_table(result))
-    if json_path is not None:
-        json_path.write_text(json.dumps(result.as_json(), indent=2) + "\n")
-        typer.echo(f"wrote {json_path}")
-
-
 @bench_app.command("replay")
 def replay_command(
     trace: TraceOpt = None,

@@ -127,3 +127,71 @@ def check_command(
         json_out.write_text(json.dumps(report.as_json(), indent=2) + "\n")
     if not report.ok:
         raise typer.Exit(1)
+
+
+@models_app.command("embedder")
+def embedder_command(
+    prompts: int = typer.Option(
+        200, "--prompts", min=8, help="Prompts to embed (the shared trace's first N)."
+    ),
+    threads: int | None = typer.Option(
+        None, "--threads", min=1, help="onnxruntime intra-op threads. Default: the embedder's default."
+    ),
+    int8: bool = typer.Option(True, "--int8/--no-int8", help="Also measure the int8-quantised export."),
+    json_out: Path | None = typer.Option(None, "--json", help="Write the report to this file."),
+) -> None:
+    """Compare the MiniLM text embedder on torch (sentence-transformers) with its ONNX Runtime export
+    (built on first use under <data_dir>/models/minilm-onnx): ms per prompt one at a time (p50/p99,
+    admission's case) and in batches of 8 and 32, and the cosine of each to the torch vectors."""
+    from transformers.utils import logging as transformers_logging
+
+    from workers.runtime.embedders.base import TextEmbedder
+    from workers.runtime.embedders.minilm import MiniLMTextEmbedder
+    from workers.runtime.embedders.minilm_onnx import (
+        DEFAULT_INTRA_OP_THREADS,
+        MiniLMOnnxEmbedder,
+        OnnxPrecision,
+        compare_embedders,
+    )
+
+    transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    settings = get_settings()
+    texts, source = _benchmark_prompts(prompts)
+    intra = threads if threads is not None else DEFAULT_INTRA_OP_THREADS
+    embedders: dict[str, TextEmbedder] = {"torch": MiniLMTextEmbedder()}
+    precisions = list(OnnxPrecision) if int8 else [OnnxPrecision.FP32]
+    for precision in precisions:
+        embedders[f"onnx-{precision.value}"] = onnx = MiniLMOnnxEmbedder(
+            models_dir=settings.tiny_models_dir, precision=precision, intra_op_threads=intra
+        )
+    typer.echo(f"{len(texts)} prompts from {source}; onnx export {onnx.root}; {intra} intra-op thread(s)")
+    report = compare_embedders(embedders, texts)
+    typer.echo(
+        f"{'embedder':10} {'p50 ms':>8} {'p99 ms':>8} {'b8 ms/p':>8} {'b32 ms/p':>9} {'cos min':>9} mean"
+    )
+    for name, row in report.items():
+        typer.echo(
+            f"{name:10} {row['single_p50_ms']:8.2f} {row['single_p99_ms']:8.2f} "
+            f"{row['batch8_ms_per_prompt']:8.2f} {row['batch32_ms_per_prompt']:9.2f} "
+            f"{row['cosine_min']:9.6f} {row['cosine_mean']:.6f}"
+        )
+    if json_out is not None:
+        document = {"prompts": len(texts), "source": source, "intra_op_threads": intra, "embedders": report}
+        json_out.write_text(json.dumps(document, indent=2) + "\n")
+
+
+def _benchmark_prompts(count: int) -> tuple[list[str], str]:
+    """The shared DiffusionDB trace's first `count` non-empty prompts, or a generated list without it."""
+    from bench.trace import DEFAULT_PROMPTS, load_prompts
+    from core.errors import TraceError
+
+    try:
+        lines = [line for line in load_prompts(DEFAULT_PROMPTS).lines if line.strip()]
+    except TraceError:
+        lines = []
+    if lines:
+        return lines[:count], str(DEFAULT_PROMPTS)
+    subjects = ("a red cat", "an old lighthouse", "a cyberpunk city", "a bowl of ramen", "a dragon")
+    styles = ("oil painting", "photograph, 35mm", "watercolor", "trending on artstation, 8k", "pixel art")
+    generated = [f"{subjects[i % 5]} at dusk, {styles[(i // 5) % 5]}, variant {i}" for i in range(count)]
+    return generated, "generated"

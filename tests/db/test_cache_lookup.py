@@ -353,3 +353,64 @@ def test_insert_refuses_bad_states(db_settings: Settings, rng: np.random.Generat
             text=unit(rng, db_settings.text_embedding_dim),
             ks=(50,),
         )
+
+
+def test_a_small_scope_is_searched_exactly_and_a_large_one_through_the_index(
+    db_settings: Settings, rng: np.random.Generator, family: str
+) -> None:
+    """The small-scope exact path: a scope at or under exact_max live entries never walks the HNSW index
+    (where max_scan_tuples may run out before reaching its rows), and finds the true nearest entry."""
+    dim = db_settings.text_embedding_dim
+    small, large = tenant_scope(uuid.uuid4()), tenant_scope(uuid.uuid4())
+    query = unit(rng, dim)
+    for _ in range(6):
+        insert(db_settings, scope=large, family=family, text=unit(rng, dim), ks=())
+    mine = [
+        insert(db_settings, scope=small, family=family, text=towards(query, unit(rng, dim), t))
+        for t in (0.5, 0.3)
+    ]
+    with session_scope(db_settings) as session:
+        assert cache.scope_size_at_most(session, (small,), 2)
+        assert not cache.scope_size_at_most(session, (small,), 1)
+        assert not cache.scope_size_at_most(session, (small, large), 7)
+        found = cache.lookup(
+            session, query_embedding=query, mode=TEXT, scopes=(small,), model_family=family, ef_search=40,
+            exact_max=5,
+        )  # fmt: skip
+        walked = cache.lookup(
+            session, query_embedding=query, mode=TEXT, scopes=(large,), model_family=family, ef_search=40,
+            exact_max=5,
+        )  # fmt: skip
+        always_index = cache.lookup(
+            session, query_embedding=query, mode=TEXT, scopes=(small,), model_family=family, ef_search=40,
+            exact_max=0,
+        )  # fmt: skip
+    assert found is not None and found.path == cache.LookupPath.EXACT and found.entry_id == mine[1]
+    assert walked is not None and walked.path == cache.LookupPath.INDEX
+    assert always_index is not None and always_index.path == cache.LookupPath.INDEX
+    assert always_index.entry_id == mine[1]
+
+
+def test_the_prompt_key_finds_the_identical_requests_entry_only(
+    db_settings: Settings, rng: np.random.Generator, family: str
+) -> None:
+    scope = tenant_scope(uuid.uuid4())
+    entry_id = uuid.uuid4()
+    with session_scope(db_settings) as session:
+        cache.insert_entry(
+            session, entry_id=entry_id, scope=scope, model_family=family, prompt="a fox",
+            text_embedding=unit(rng, db_settings.text_embedding_dim), image_embedding=None,
+            final_latent_key="k", final_bytes=1, steps=50, states=[cache.NewState(20, "s", 1)],
+            size=(64, 64), prompt_key="f" * 64,
+        )  # fmt: skip
+
+    def by_key(key: str, scopes: Sequence[str], size: tuple[int, int]) -> cache.LookupResult | None:
+        with session_scope(db_settings) as session:
+            return cache.lookup_prompt(session, prompt_key=key, scopes=scopes, model_family=family, size=size)
+
+    found = by_key("f" * 64, (scope,), (64, 64))
+    assert found is not None and (found.entry_id, found.similarity, found.stored_ks) == (entry_id, 1.0, (20,))
+    assert found.path == cache.LookupPath.PROMPT
+    assert by_key("e" * 64, (scope,), (64, 64)) is None  # another request
+    assert by_key("f" * 64, (tenant_scope(uuid.uuid4()),), (64, 64)) is None  # another tenant
+    assert by_key("f" * 64, (scope,), (128, 128)) is None  # another size

@@ -24,6 +24,7 @@ def test_every_periodic_task_goes_to_maintenance_and_the_monitor_can_be_turned_o
         TaskName.RETRAIN_PREDICTORS,
         TaskName.RECONCILE,
         TaskName.PURGE_OUTPUTS,
+        TaskName.CHECK_INDEXES,
         TaskName.REBALANCE_POOLS,
     }
     assert "rebalance-pools" not in beat_schedule(load_settings(monitor_enabled=False))

@@ -24,7 +24,13 @@ PROMPTS = ["a red cat on a sofa", "a crimson kitten lying on a couch", "quarterl
 
 @pytest.fixture(scope="module")
 def minilm(tiny_settings: Settings) -> TextEmbedder:
-    return build_text_embedder(tiny_settings)
+    return build_text_embedder(tiny_settings.model_copy(update={"text_embedder": TextEmbedderKind.MINILM}))
+
+
+def test_the_default_text_embedder_is_minilm_on_onnx_runtime(tiny_settings: Settings) -> None:
+    from workers.runtime.embedders.minilm_onnx import MiniLMOnnxEmbedder
+
+    assert isinstance(build_text_embedder(tiny_settings), MiniLMOnnxEmbedder)
 
 
 @pytest.fixture(scope="module")

@@ -371,7 +371,7 @@ def clip_checks(settings: Settings) -> list[Check]:
     image_lookup = settings.lookup_mode is LookupMode.TEXT_TO_IMAGE
     clip_text = settings.text_embedder is TextEmbedderKind.OPEN_CLIP
     if not (image_lookup or clip_text):
-        why = "not used (REPRISE_LOOKUP_MODE=text, REPRISE_TEXT_EMBEDDER=minilm)"
+        why = f"not used (REPRISE_LOOKUP_MODE=text, REPRISE_TEXT_EMBEDDER={settings.text_embedder.value})"
         return [Check("clip", "weights", Status.SKIP, why)]
     if settings.open_clip_model is None:
         detail = "the tiny random open_clip (its similarities mean nothing): set REPRISE_OPEN_CLIP_MODEL"

@@ -12,6 +12,7 @@ from core.vocabulary import TextEmbedderKind
 from workers.runtime.embedders.base import ImageEmbedder, TextEmbedder
 from workers.runtime.embedders.clip import OpenClipEmbedder
 from workers.runtime.embedders.minilm import MiniLMTextEmbedder
+from workers.runtime.embedders.minilm_onnx import MiniLMOnnxEmbedder
 from workers.runtime.loading import resolve_device
 from workers.runtime.tiny import TINY_CLIP_NAME, ensure_tiny_models, register_tiny_clip
 
@@ -34,10 +35,13 @@ def build_image_embedder(settings: Settings) -> ImageEmbedder:
 
 
 def build_text_embedder(settings: Settings) -> TextEmbedder:
-    """The text embedder settings.text_embedder names (minilm or open_clip's text tower)."""
+    """The text embedder settings.text_embedder names (minilm on torch or on ONNX Runtime, or
+    open_clip's text tower)."""
     embedder: TextEmbedder
     if settings.text_embedder is TextEmbedderKind.MINILM:
         embedder = MiniLMTextEmbedder(device=str(resolve_device(settings.device)))
+    elif settings.text_embedder is TextEmbedderKind.MINILM_ONNX:
+        embedder = MiniLMOnnxEmbedder(models_dir=settings.tiny_models_dir)  # CPU: built on first use
     else:
         model_name, pretrained = open_clip_source(settings)
         embedder = OpenClipEmbedder(model_name, pretrained, device=resolve_device(settings.device))

@@ -1,0 +1,40 @@
+"""The settings of the cache lookup at scale (issue 17), a part of core.settings.Settings, read from the
+same REPRISE_* environment variables."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings
+
+
+class LookupSettings(BaseSettings):
+    """REPRISE_LOOKUP_EXACT_MAX, REPRISE_HNSW_MAX_SCAN_TUPLES and REPRISE_INDEX_*."""
+
+    hnsw_ef_search: int = Field(40, ge=1, le=1000, description="pgvector hnsw.ef_search (pgvector default).")
+    lookup_exact_max: int = Field(
+        2000,
+        ge=0,
+        description="Scopes holding at most this many live entries are searched exactly (their rows by "
+        "the scope index, sorted by distance) instead of through the HNSW index: a filtered HNSW walk "
+        "over a table where the scope is a small share can return nothing (pgvector 0.8's iterative "
+        "scan gives up after max_scan_tuples). 0: always the index. Chosen by `reprise bench cache` "
+        "(README, 'Admission at scale').",
+    )
+    hnsw_max_scan_tuples: int = Field(
+        20000,
+        ge=1,
+        description="pgvector 0.8's hnsw.max_scan_tuples for the iterative index scan of larger scopes "
+        "(pgvector's default: 20,000).",
+    )
+    index_rebuild_ratio: float = Field(
+        2.0,
+        gt=1.0,
+        description="Rebuild an HNSW index of the cache (REINDEX CONCURRENTLY, lookups go on) once it "
+        "takes more than this many times a fresh build of its rows: deleted entries' tuples stay in the "
+        "graph and slow every walk (README, 'Admission at scale').",
+    )
+    index_check_period_s: float = Field(
+        600.0,
+        gt=0,
+        description="How often beat measures the cache's HNSW indexes (jobs.passes.index_health).",
+    )

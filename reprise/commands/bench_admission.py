@@ -1,0 +1,32 @@
+"""`reprise bench admission`, registered on the bench command group (reprise/commands/bench.py is full)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from core.settings import get_settings
+from reprise.commands.bench import bench_app
+
+
+@bench_app.command("admission")
+def admission_command(
+    jobs: int = typer.Option(300, "--jobs", min=1, help="Jobs to admit (the trace's prompts)."),
+    processes: int = typer.Option(1, "--processes", min=1, help="Admit processes, one job at a time each."),
+    cached: int = typer.Option(500, "--cached", min=1, help="Prompts cached first (embedded, keyed)."),
+    repeats: float = typer.Option(
+        0.2, "--repeats", min=0.0, max=1.0, help="Share of jobs repeating a cached prompt."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Random seed."),
+    json_path: Path | None = typer.Option(None, "--json", help="Also write the report to this JSON file."),
+) -> None:
+    """Admissions per second per admit process and each stage's p50/p99, on the configured database."""
+    from bench.admission import AdmissionBenchOptions, run_admission_bench
+
+    options = AdmissionBenchOptions(jobs=jobs, processes=processes, cached=cached, repeats=repeats, seed=seed)
+    text = json.dumps(run_admission_bench(get_settings(), options), indent=2)
+    if json_path is not None:
+        json_path.write_text(text + "\n")
+    typer.echo(text)

@@ -1,0 +1,49 @@
+"""`reprise bench cache`, registered on the bench command group (reprise/commands/bench.py is full)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from core.settings import get_settings
+from reprise.commands.bench import bench_app
+
+
+@bench_app.command("cache")
+def cache_command(
+    entries: int = typer.Option(
+        10_000, "--entries", min=1, help="Cache entries to fill the bench scopes with."
+    ),
+    scopes: int = typer.Option(
+        1, "--scopes", min=1, help="Tenant scopes (Zipf sizes) plus a shared one; 1: one."
+    ),
+    queries: int = typer.Option(
+        200, "--queries", min=1, help="Near-duplicate lookups, spread over size classes."
+    ),
+    exact_max: int | None = typer.Option(
+        None,
+        "--exact-max",
+        min=0,
+        help="Small-scope exact path bound (default REPRISE_LOOKUP_EXACT_MAX; 0: off).",
+    ),
+    compare_exact: list[int] = typer.Option([], "--compare-exact", help="Also measure with this exact_max."),
+    bulk_build: bool = typer.Option(False, "--bulk-build", help="Fill, then build the index (dedicated DB)."),
+    churn_rounds: int = typer.Option(
+        0, "--churn-rounds", min=0, help="Then replace 10% of the largest scope this many times, re-measure."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Random seed."),
+    json_path: Path | None = typer.Option(None, "--json", help="Also write the results to this JSON file."),
+) -> None:
+    """Lookup latency and recall@1 by scope size, index size and one eviction pass (configured database)."""
+    from bench.cache import format_table, measure_cache
+
+    result = measure_cache(
+        get_settings(), entries=entries, queries=queries, scopes=scopes, exact_max=exact_max, seed=seed,
+        bulk_build=bulk_build, compare_exact=tuple(compare_exact), churn_rounds=churn_rounds,
+    )  # fmt: skip
+    typer.echo(format_table(result))
+    if json_path is not None:
+        json_path.write_text(json.dumps(result.as_json(), indent=2) + "\n")
+        typer.echo(f"wrote {json_path}")
