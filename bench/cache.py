@@ -162,11 +162,13 @@ def measure_cache(
     exact_max: int | None = None,
     bulk_build: bool = False,
     compare_exact: tuple[int, ...] = (),
+    compare_ef: tuple[int, ...] = (),
     churn_rounds: int = 0,
 ) -> CacheBench:
     """Run the benchmark against settings' database. Needs a migrated database (`reprise migrate`).
     `exact_max`: the small-scope exact path's bound (default: REPRISE_LOOKUP_EXACT_MAX; 0: never).
-    `bulk_build`: fill without the text HNSW index and build it once after (a dedicated database only)."""
+    `bulk_build`: fill without the text HNSW index and build it once after (a dedicated database only).
+    `compare_exact`, `compare_ef`: the same fill's lookups again with other exact_max / ef_search values."""
     if entries < 1 or queries < 1 or scopes < 1:
         raise ValueError("entries, queries and scopes must be at least 1")
     rng = np.random.default_rng(seed)
@@ -182,8 +184,10 @@ def measure_cache(
         fill_s = time.perf_counter() - started
         build_s = _build_index(settings)
         cache.analyze(settings.sqlalchemy_url)
-        rows = _time_lookups(settings, probes, exact)
-        compare = [_variant(settings, probes, other) for other in compare_exact]
+        ef = settings.hnsw_ef_search
+        rows = _time_lookups(settings, probes, exact, ef)
+        compare = [_variant(settings, probes, other, ef) for other in compare_exact]
+        compare += [_variant(settings, probes, exact, other) for other in compare_ef]
         churn = _churn(settings, layout[0], probes, exact, churn_rounds, rng) if churn_rounds else {}
         report, evict_ms = _time_eviction(settings, layout[0].name)
         index_bytes, table_bytes = _sizes(settings)
@@ -210,7 +214,7 @@ def measure_cache(
 
 
 def _time_lookups(
-    settings: Settings, probes: list[_Probe], exact_max: int
+    settings: Settings, probes: list[_Probe], exact_max: int, ef_search: int
 ) -> list[tuple[int, float, bool, str]]:
     """Per probe: its scope's size class, the lookup's ms, whether it found the exact scan's nearest
     entry, and the path it took."""
@@ -224,7 +228,7 @@ def _time_lookups(
                 mode=LookupMode.TEXT_TO_TEXT,
                 scopes=(probe.scope.name,),
                 model_family=BENCH_FAMILY,
-                ef_search=settings.hnsw_ef_search,
+                ef_search=ef_search,
                 exact_max=exact_max,
                 max_scan_tuples=settings.hnsw_max_scan_tuples,
             )
@@ -265,21 +269,23 @@ def _churn(
     before = index_mib(settings)
     for _ in range(rounds):
         churn_round(settings, scope, rng)
-    after_churn = {**_variant(settings, probes, exact), "index_mib": index_mib(settings)}
+    ef = settings.hnsw_ef_search
+    after_churn = {**_variant(settings, probes, exact, ef), "index_mib": index_mib(settings)}
     health = rebuild(settings)
-    after_rebuild = {**_variant(settings, probes, exact), "index_mib": index_mib(settings)}
+    after_rebuild = {**_variant(settings, probes, exact, ef), "index_mib": index_mib(settings)}
     return {
         "rounds": rounds, "share": 0.1, "index_mib_before": before, "after_churn": after_churn,
         "index_health": health, "after_rebuild": after_rebuild,
     }  # fmt: skip
 
 
-def _variant(settings: Settings, probes: list[_Probe], exact_max: int) -> dict[str, Any]:
-    """The lookups again with another exact_max: the choice of the bound, measured on one fill."""
-    rows = _time_lookups(settings, probes, exact_max)
+def _variant(settings: Settings, probes: list[_Probe], exact_max: int, ef_search: int) -> dict[str, Any]:
+    """The lookups again with another exact_max or ef_search: the choice, measured on one fill."""
+    rows = _time_lookups(settings, probes, exact_max, ef_search)
     timings = [row[1] for row in rows]
     return {
         "exact_max": exact_max,
+        "ef_search": ef_search,
         "lookup_p50_ms": round(statistics.median(timings), 3),
         "lookup_p99_ms": round(float(np.percentile(timings, 99)), 3),
         "recall_at_1": round(sum(row[2] for row in rows) / len(rows), 4),
@@ -371,8 +377,9 @@ def format_table(result: CacheBench) -> str:
     ]
     rows += [("short of the goals", line) for line in result.short]
     rows += [
-        (f"with exact_max {other['exact_max']}", f"p50 {other['lookup_p50_ms']:.2f} / p99 "
-         f"{other['lookup_p99_ms']:.2f} ms, recall@1 {other['recall_at_1']:.3f}")
+        (f"with exact_max {other['exact_max']}, ef {other['ef_search']}",
+         f"p50 {other['lookup_p50_ms']:.2f} / p99 {other['lookup_p99_ms']:.2f} ms, "
+         f"recall@1 {other['recall_at_1']:.3f}")
         for other in result.compare
     ]  # fmt: skip
     width = max(len(name) for name, _ in rows)

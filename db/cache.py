@@ -167,13 +167,9 @@ def lookup(
         },
     )
     found = _nearest(
-        session,
-        query_embedding=query_embedding,
-        mode=mode,
-        scopes=scopes,
-        model_family=model_family,
+        session, query_embedding=query_embedding, mode=mode, scopes=scopes, model_family=model_family,
         size=size,
-    )
+    )  # fmt: skip
     return None if found is None else replace(found, path=LookupPath.INDEX)
 
 
@@ -379,25 +375,35 @@ def read_final_latent(session: Session, blobs: BlobStore, *, entry_id: uuid.UUID
         raise SourceVanished(f"cache entry {entry_id} was evicted; run the job as a miss") from None
 
 
-def scope_bytes_by_state(session: Session, *, scope: str) -> tuple[int, int]:
-    """(live bytes, dirty bytes) of a scope: entries' own bytes plus their states'. Dirty entries
-    still count: their blobs exist until the next eviction pass removes them."""
-    rows = session.execute(
-        text(
-            "SELECT e.state, sum(e.bytes + COALESCE(st.total, 0)) FROM cache_entries e "
-            "LEFT JOIN (SELECT s.entry_id, sum(s.bytes) AS total FROM cache_states s "
-            "JOIN cache_entries se ON se.id = s.entry_id WHERE se.scope = :scope GROUP BY s.entry_id) st "
-            "ON st.entry_id = e.id WHERE e.scope = :scope GROUP BY e.state"
-        ),
-        {"scope": scope},
-    ).all()
-    totals = {state: int(total or 0) for state, total in rows}
-    return totals.get(EntryState.LIVE.value, 0), totals.get(EntryState.DIRTY.value, 0)
+_DIRTY_BYTES = """
+SELECT COALESCE(sum(e.bytes + (SELECT COALESCE(sum(s.bytes), 0) FROM cache_states s
+                               WHERE s.entry_id = e.id)), 0)
+FROM cache_entries e WHERE e.scope = :scope AND e.state = 'dirty'
+"""
 
 
 def scope_bytes(session: Session, *, scope: str) -> int:
-    """Bytes a scope holds, live and dirty entries together (what the budget is compared with)."""
-    return sum(scope_bytes_by_state(session, scope=scope))
+    """Bytes a scope holds, live and dirty entries together (what the budget is compared with): one
+    row of cache_scope_bytes, which triggers keep (migration 0011)."""
+    total = session.scalar(text("SELECT bytes FROM cache_scope_bytes WHERE scope = :scope"), {"scope": scope})
+    return int(total or 0)
+
+
+def scope_bytes_by_state(session: Session, *, scope: str) -> tuple[int, int]:
+    """(live bytes, dirty bytes) of a scope, entries' own plus their states'; the dirty part reads only
+    the dirty entries (a partial index), whose blobs exist until the next eviction pass removes them."""
+    total = scope_bytes(session, scope=scope)
+    dirty = int(session.scalar(text(_DIRTY_BYTES), {"scope": scope}) or 0)
+    return total - dirty, dirty
+
+
+def recount_scope_bytes(session: Session, *, scope: str) -> int:
+    """The scope's bytes summed from its rows (reads the whole scope): what cache_scope_bytes must hold."""
+    query = (
+        "SELECT COALESCE((SELECT sum(bytes) FROM cache_entries WHERE scope = :scope), 0) "
+        "+ COALESCE((SELECT sum(bytes) FROM cache_states WHERE scope = :scope), 0)"
+    )
+    return int(session.scalar(text(query), {"scope": scope}) or 0)
 
 
 def live_entry_count(session: Session, *, scope: str, model_family: str | None = None) -> int:

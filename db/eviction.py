@@ -16,15 +16,16 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, func, select, text, tuple_, update
+from sqlalchemy import delete, func, insert, select, text, tuple_
 from sqlalchemy.orm import Session
 
 from core.usage import MIN_IDLE_SECONDS, EntryUsage, EvictionPlan, StateUsage
 from core.vocabulary import EntryState, EvictionPolicyName
-from db.models import CacheEntry, CacheState
+from db.blobs.keys import entry_prefix
+from db.models import BlobDeletion, CacheEntry, CacheScopeBytes, CacheState
 
 
 def db_now(session: Session) -> datetime:
@@ -310,25 +311,20 @@ def load_usage(session: Session, entry_ids: list[uuid.UUID]) -> list[EntryUsage]
     return entries
 
 
-_SCOPE_BYTES = """
-SELECT e.state, sum(e.bytes) FROM cache_entries e WHERE e.scope = :scope GROUP BY e.state
-UNION ALL SELECT 'states', sum(s.bytes) FROM cache_states s WHERE s.scope = :scope
-UNION ALL SELECT 'dirty states', sum(s.bytes) FROM cache_states s JOIN cache_entries e ON e.id = s.entry_id
-    WHERE e.scope = :scope AND e.state = 'dirty'
-"""
+@dataclass(frozen=True, slots=True)
+class Outbox:
+    """Blobs whose rows a transaction deleted, recorded in blob_deletions (ids) in that transaction:
+    deleted from the store after it commits, then forgotten (jobs.passes.eviction)."""
+
+    ids: list[int]
+    keys: list[str]
+    prefixes: list[str]
 
 
-def scope_bytes_by_state(session: Session, *, scope: str) -> tuple[int, int]:
-    """(live bytes, dirty bytes) of a scope, as db.cache.scope_bytes_by_state counts them, through
-    cache_states' own scope column: two scans without a join, ~3x faster at 100k entries."""
-    totals = {name: int(total or 0) for name, total in session.execute(text(_SCOPE_BYTES), {"scope": scope})}
-    dirty = totals.get(EntryState.DIRTY.value, 0) + totals.get("dirty states", 0)
-    live = totals.get(EntryState.LIVE.value, 0) + totals.get("states", 0) - totals.get("dirty states", 0)
-    return live, dirty
-
-
-def apply_plan(session: Session, plan: EvictionPlan) -> list[str]:
-    """Delete the planned states' rows and mark whole-entry victims dirty; return the blob keys to delete."""
+def apply_plan(session: Session, plan: EvictionPlan) -> Outbox:
+    """Delete the planned states' rows and the whole-entry victims' rows (their states first, one
+    statement a chunk), and record their blobs in the outbox. A DELETE touches no index (a row's index
+    entries wait for vacuum), where marking the entries dirty re-inserted each into the HNSW graph."""
     keys: list[str] = []
     pairs = [(victim.entry_id, victim.k) for victim in plan.states]
     for start in range(0, len(pairs), 1000):
@@ -340,13 +336,44 @@ def apply_plan(session: Session, plan: EvictionPlan) -> list[str]:
             ).all()
         )
     entries = list(plan.entries)
+    prefixes: list[str] = []
     for start in range(0, len(entries), 1000):
-        session.execute(
-            update(CacheEntry)
-            .where(CacheEntry.id.in_(entries[start : start + 1000]))
-            .values(state=EntryState.DIRTY.value)
-        )
-    return keys
+        chunk = entries[start : start + 1000]
+        states = delete(CacheState).where(CacheState.entry_id.in_(chunk)).returning(CacheState.blob_key)
+        keys.extend(session.scalars(states).all())
+        rows = delete(CacheEntry).where(CacheEntry.id.in_(chunk))
+        gone = session.execute(rows.returning(CacheEntry.id, CacheEntry.final_latent_key)).all()
+        prefixes.extend(entry_prefix(entry_id) for entry_id, _ in gone)
+        keys.extend(key for _, key in gone if key is not None)
+    under = tuple(prefixes)
+    return record_deletions(session, [key for key in keys if not key.startswith(under)], prefixes)
+
+
+def record_deletions(session: Session, keys: list[str], prefixes: list[str]) -> Outbox:
+    """Write these blob keys and prefixes to the outbox (blob_deletions) in the caller's transaction."""
+    rows = [{"blob_key": key, "is_prefix": False} for key in keys]
+    rows += [{"blob_key": prefix, "is_prefix": True} for prefix in prefixes]
+    ids = list(session.scalars(insert(BlobDeletion).returning(BlobDeletion.id), rows).all()) if rows else []
+    return Outbox(ids, keys, prefixes)
+
+
+def pending_deletions(session: Session, *, older_than_s: float, limit: int) -> Outbox:
+    """Outbox rows left behind (by a pass that crashed after its commit), oldest first."""
+    rows = session.execute(
+        select(BlobDeletion.id, BlobDeletion.blob_key, BlobDeletion.is_prefix)
+        .where(BlobDeletion.created_at < func.now() - timedelta(seconds=older_than_s))
+        .order_by(BlobDeletion.id)
+        .limit(limit)
+    ).all()
+    keys = [key for _, key, is_prefix in rows if not is_prefix]
+    prefixes = [key for _, key, is_prefix in rows if is_prefix]
+    return Outbox([row_id for row_id, _, _ in rows], keys, prefixes)
+
+
+def forget_deletions(session: Session, ids: list[int]) -> None:
+    """The store has deleted these outbox rows' blobs."""
+    for start in range(0, len(ids), 10_000):
+        session.execute(delete(BlobDeletion).where(BlobDeletion.id.in_(ids[start : start + 10_000])))
 
 
 def dirty_entries(session: Session, *, scope: str) -> tuple[list[uuid.UUID], list[str]]:
@@ -373,5 +400,9 @@ def delete_dirty_entries(session: Session, ids: list[uuid.UUID]) -> int:
 
 
 def cache_scopes(session: Session) -> list[str]:
-    """Every scope that holds entries (live or dirty)."""
-    return list(session.scalars(select(CacheEntry.scope).distinct().order_by(CacheEntry.scope)).all())
+    """Every scope that holds bytes (cache_scope_bytes: one row a scope, not a scan of the entries)."""
+    return list(
+        session.scalars(
+            select(CacheScopeBytes.scope).where(CacheScopeBytes.bytes > 0).order_by(CacheScopeBytes.scope)
+        ).all()
+    )

@@ -194,6 +194,28 @@ class CacheState(Base):
     entry: Mapped[CacheEntry] = relationship(back_populates="states")
 
 
+class CacheScopeBytes(Base):
+    """A scope's bytes (entries' own plus their states', live or dirty), kept by triggers on the two
+    cache tables in the rows' own transactions (migration 0011): the budget check reads one row."""
+
+    __tablename__ = "cache_scope_bytes"
+
+    scope: Mapped[str] = mapped_column(String(64), primary_key=True)
+    bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class BlobDeletion(Base):
+    """A blob (or every blob under a prefix) whose rows are gone: written in the transaction that
+    deleted them, removed once the blob store has deleted it (db/eviction.py; migration 0011)."""
+
+    __tablename__ = "blob_deletions"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    blob_key: Mapped[str] = mapped_column(Text)
+    is_prefix: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=_now())
+
+
 class IntervalStats(Base):
     """Per-interval aggregates for the pool monitor and /v1/stats (MoDM 5.3 reads these)."""
 

@@ -1,23 +1,22 @@
 """The eviction pass: keep a cache scope within its byte budget (Settings.cache_budget_bytes, per scope).
 
 A pass, under a per-scope advisory lock:
-1. finds its candidate entries (db.eviction.candidate_ids): under FIFO, LRU and LFU the prefix of the
-   policy's exact ranking, read in index order; under LCBFU and LRBU, whose scores move with the
-   clock, a random sample of the scope holding Settings.eviction_sample_factor x the bytes to free
-   (Redis' approximated LRU), or the whole scope ranked in SQL when it is small; then asks the pure
-   planner (plan_eviction) which of their units to forget. A pass reads in proportion to what it
-   frees, not to the scope (issue 17);
-2. deletes the evicted state rows and marks entries left without states dirty (invisible to
-   lookups), and COMMITS;
-3. only then deletes the evicted states' blobs;
-4. removes every dirty entry of the scope: its blobs first (delete_prefix of the entry's prefix),
-   then its row (the states' rows and the HNSW index entry go with it).
+1. reads the scope's bytes (cache_scope_bytes, kept by triggers: one row) and finds its candidate
+   entries (db.eviction.candidate_ids): under FIFO, LRU and LFU the prefix of the policy's exact
+   ranking, read in index order; under LCBFU and LRBU, whose scores move with the clock, a random
+   sample of the scope holding Settings.eviction_sample_factor x the bytes to free (Redis'
+   approximated LRU), or the whole scope ranked in SQL when it is small; then asks the pure planner
+   (plan_eviction) which of their units to forget. A pass costs in proportion to what it frees, not
+   to the scope (issue 17);
+2. deletes the evicted states' rows and the rows of entries left without states, records their blobs
+   in the outbox (blob_deletions) in the same transaction, and COMMITS;
+3. only then deletes those blobs, and then their outbox rows;
+4. removes the scope's dirty entries (a deleted job's, db/outputs.py): blobs first, then rows.
 
 Why this order never breaks a job: a job routed to an evicted state either finds no row or finds a
-live-looking row whose blob is already gone; db.cache.get_state / read_state_blob turn both into
-SourceVanished, and the job runs as a miss. A crash after step 2 leaks at most the evicted states'
-blobs, which sit under their entry's prefix and go when the entry does; a crash inside step 4
-leaves a dirty row, which the next pass removes.
+row whose blob is already gone; db.cache.get_state / read_state_blob turn both into SourceVanished,
+and the job runs as a miss. A crash after step 2 leaves outbox rows, which the next beat run drains
+(drain_deletions); a crash inside step 4 leaves a dirty row, which the next pass removes.
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ from sqlalchemy.orm import Session
 from core.settings import Settings
 from core.usage import EvictionPlan
 from core.vocabulary import EvictionPolicyName, HitPolicy
+from db import cache
 from db import eviction as eviction_sql
 from db.blobs.base import BlobStore
 from db.blobs.keys import entry_prefix
@@ -93,6 +93,33 @@ def remove_dirty_entries(settings: Settings, blobs: BlobStore, *, scope: str) ->
     return removed, deleted + len(outside)
 
 
+def delete_blobs(settings: Settings, blobs: BlobStore, outbox: eviction_sql.Outbox) -> int:
+    """Delete an outbox's blobs (their rows are gone and committed), then its rows; the keys deleted."""
+    if not outbox.ids:
+        return 0
+    blobs.delete(outbox.keys)
+    deleted = len(outbox.keys) + sum(blobs.delete_prefix(prefix) for prefix in outbox.prefixes)
+    with session_scope(settings) as session:
+        eviction_sql.forget_deletions(session, outbox.ids)
+    return deleted
+
+
+OUTBOX_GRACE_S = 300.0
+"""Outbox rows older than this were left by a pass that stopped between its commit and its deletions
+(a pass deletes its own within seconds); drain_deletions finishes them."""
+
+
+def drain_deletions(settings: Settings, blobs: BlobStore, *, batch: int = 10_000) -> int:
+    """Delete the blobs of outbox rows left behind by crashed passes; the keys deleted."""
+    total = 0
+    while True:
+        with session_scope(settings) as session:
+            outbox = eviction_sql.pending_deletions(session, older_than_s=OUTBOX_GRACE_S, limit=batch)
+        total += delete_blobs(settings, blobs, outbox)
+        if len(outbox.ids) < batch:
+            return total
+
+
 def _plan(
     session: Session,
     settings: Settings,
@@ -142,21 +169,21 @@ def evict_scope(
     final_k = final_latent_k(settings)
     with session_scope(settings) as session:
         eviction_sql.lock_scope(session, scope)
-        live, dirty = eviction_sql.scope_bytes_by_state(session, scope=scope)
+        live, dirty = cache.scope_bytes_by_state(session, scope=scope)
         to_free = live + incoming_bytes - budget  # dirty entries leave below, whatever the plan
-        keys: list[str] = []
+        outbox = eviction_sql.Outbox([], [], [])
         plan = EvictionPlan((), 0)
         found = eviction_sql.Candidates([], 0)
         if to_free > 0:
             to_free += int(headroom * budget)
             clock = now if now is not None else eviction_sql.db_now(session)
             found, plan = _plan(session, settings, scope, chosen, to_free, clock, final_k, rng)
-            keys = eviction_sql.apply_plan(session, plan)
-    # The rows' deletion is committed: from here on no lookup finds these states.
-    blobs.delete(keys)
+            outbox = eviction_sql.apply_plan(session, plan)
+    # The rows' deletion is committed: from here on no lookup finds these states or entries.
+    deleted_blobs = delete_blobs(settings, blobs, outbox)
     removed, deleted = remove_dirty_entries(settings, blobs, scope=scope)
     with session_scope(settings) as session:
-        after = sum(eviction_sql.scope_bytes_by_state(session, scope=scope))
+        after = cache.scope_bytes(session, scope=scope)
     return EvictionReport(
         scope=scope,
         policy=chosen,
@@ -165,8 +192,8 @@ def evict_scope(
         bytes_before=live + dirty,
         bytes_after=after,
         states_evicted=len(plan.states),
-        entries_removed=removed,
-        blob_keys_deleted=len(keys) + deleted,
+        entries_removed=len(outbox.prefixes) + removed,
+        blob_keys_deleted=deleted_blobs + deleted,
         candidates_read=found.rows_read,
         sampled=found.sampled,
     )
@@ -185,7 +212,7 @@ def ensure_room(
     costs one budget query. `report.fits` is False only when the incoming bytes alone pass the budget.
     """
     with session_scope(settings) as session:
-        used = sum(eviction_sql.scope_bytes_by_state(session, scope=scope))
+        used = cache.scope_bytes(session, scope=scope)
     if used + incoming_bytes <= settings.cache_budget_bytes:
         return EvictionReport(
             scope=scope,
@@ -203,6 +230,7 @@ def ensure_room(
 
 def evict_all_scopes(settings: Settings, blob_store: BlobStore) -> list[EvictionReport]:
     """One eviction pass over every scope (NIRVANA 5.4's cache-maintainer, run in the background)."""
+    drain_deletions(settings, blob_store)
     with session_scope(settings) as session:
         scopes = eviction_sql.cache_scopes(session)
     return [evict_scope(settings, blob_store, scope=scope) for scope in scopes]

@@ -29,6 +29,7 @@ def cache_command(
         help="Small-scope exact path bound (default REPRISE_LOOKUP_EXACT_MAX; 0: off).",
     ),
     compare_exact: list[int] = typer.Option([], "--compare-exact", help="Also measure with this exact_max."),
+    compare_ef: list[int] = typer.Option([], "--compare-ef", help="Also measure with this hnsw.ef_search."),
     bulk_build: bool = typer.Option(False, "--bulk-build", help="Fill, then build the index (dedicated DB)."),
     churn_rounds: int = typer.Option(
         0, "--churn-rounds", min=0, help="Then replace 10% of the largest scope this many times, re-measure."
@@ -41,7 +42,8 @@ def cache_command(
 
     result = measure_cache(
         get_settings(), entries=entries, queries=queries, scopes=scopes, exact_max=exact_max, seed=seed,
-        bulk_build=bulk_build, compare_exact=tuple(compare_exact), churn_rounds=churn_rounds,
+        bulk_build=bulk_build, compare_exact=tuple(compare_exact), compare_ef=tuple(compare_ef),
+        churn_rounds=churn_rounds,
     )  # fmt: skip
     typer.echo(format_table(result))
     if json_path is not None:

@@ -31,6 +31,8 @@ EXPECTED_TABLES = {
     "discriminators",  # issue 14: DiffServe's cascade
     "cascade_decisions",
     "read_tier_decisions",  # issue 15: the decode nodes' tuning decisions
+    "cache_scope_bytes",  # issue 17: per-scope byte counters, and the blob-deletion outbox
+    "blob_deletions",
 }
 
 
@@ -92,3 +94,29 @@ def test_dimension_mismatch_is_refused_with_the_variable_to_set(scratch_settings
     other = scratch_settings.model_copy(update={"text_embedding_dim": 384})
     with pytest.raises(EmbeddingDimensionMismatch, match="REPRISE_TEXT_EMBEDDING_DIM=16"):
         migrate.check_embedding_dims(other)
+
+
+def test_the_scope_byte_counters_start_from_the_rows_already_there(scratch_settings: Settings) -> None:
+    """Migration 0011 counts the bytes of a cache filled before it; its triggers take over from there."""
+    migrate.upgrade(scratch_settings, "0010")
+    entry = (
+        "INSERT INTO cache_entries (id, scope, model_family, prompt, text_embedding, bytes, steps, width, "
+        "height, created_at, last_access_at, access_count, state) VALUES (:id, :scope, 'f', 'p', :vector, "
+        ":bytes, 50, 512, 512, now(), now(), 0, 'live')"
+    )
+    state = (
+        "INSERT INTO cache_states (entry_id, k, blob_key, bytes, access_count, created_at, last_access_at) "
+        "VALUES (:id, 25, 'k', 70, 0, now(), now())"
+    )
+    vector = "[" + ",".join(["0.25"] * 16) + "]"
+    with engine_for(scratch_settings.sqlalchemy_url).begin() as conn:
+        for scope, size in (("a", 100), ("a", 200), ("b", 5)):
+            entry_id = uuid.uuid4()
+            conn.execute(text(entry), {"id": entry_id, "scope": scope, "vector": vector, "bytes": size})
+            conn.execute(text(state), {"id": entry_id})
+    migrate.upgrade(scratch_settings)
+    with engine_for(scratch_settings.sqlalchemy_url).begin() as conn:
+        conn.execute(text("DELETE FROM cache_states WHERE bytes = 70 AND entry_id IN "
+                          "(SELECT id FROM cache_entries WHERE bytes = 5)"))  # fmt: skip
+        counted: dict[str, int] = dict(conn.execute(text("SELECT scope, bytes FROM cache_scope_bytes")).all())
+    assert counted == {"a": 100 + 200 + 2 * 70, "b": 5}
