@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, text, tuple_
+from sqlalchemy import delete, func, insert, select, text
 from sqlalchemy.orm import Session
 
 from core.usage import MIN_IDLE_SECONDS, EntryUsage, EvictionPlan, StateUsage
@@ -313,7 +313,7 @@ def load_usage(session: Session, entry_ids: list[uuid.UUID]) -> list[EntryUsage]
 
 @dataclass(frozen=True, slots=True)
 class Outbox:
-    """Blobs whose rows a transaction deleted, recorded in blob_deletions (ids) in that transaction:
+    """Blobs whose rows a transaction deleted, recorded in blob_deletions (rows `ids`) in that transaction:
     deleted from the store after it commits, then forgotten (jobs.passes.eviction)."""
 
     ids: list[int]
@@ -321,28 +321,34 @@ class Outbox:
     prefixes: list[str]
 
 
+_DELETE_STATES = """
+DELETE FROM cache_states s USING unnest(CAST(:entry_ids AS uuid[]), CAST(:ks AS integer[])) AS v(entry_id, k)
+WHERE s.entry_id = v.entry_id AND s.k = v.k
+RETURNING s.blob_key
+"""
+_DELETE_ENTRY_STATES = (
+    "DELETE FROM cache_states WHERE entry_id = ANY(CAST(:ids AS uuid[])) RETURNING blob_key"
+)
+_DELETE_ENTRIES = (
+    "DELETE FROM cache_entries WHERE id = ANY(CAST(:ids AS uuid[])) RETURNING id, final_latent_key"
+)
+
+
 def apply_plan(session: Session, plan: EvictionPlan) -> Outbox:
-    """Delete the planned states' rows and the whole-entry victims' rows (their states first, one
-    statement a chunk), and record their blobs in the outbox. A DELETE touches no index (a row's index
-    entries wait for vacuum), where marking the entries dirty re-inserted each into the HNSW graph."""
-    keys: list[str] = []
-    pairs = [(victim.entry_id, victim.k) for victim in plan.states]
-    for start in range(0, len(pairs), 1000):
-        keys.extend(
-            session.scalars(
-                delete(CacheState)
-                .where(tuple_(CacheState.entry_id, CacheState.k).in_(pairs[start : start + 1000]))
-                .returning(CacheState.blob_key)
-            ).all()
-        )
-    entries = list(plan.entries)
+    """Delete the planned states' rows and the whole-entry victims' rows (their states first), and
+    record their blobs in the outbox: three statements, each with array parameters whatever the plan's
+    size. A DELETE touches no index (a row's index entries wait for vacuum), where marking the entries
+    dirty re-inserted each into the HNSW graph."""
+    holes = {
+        "entry_ids": [victim.entry_id for victim in plan.states],
+        "ks": [victim.k for victim in plan.states],
+    }
+    keys: list[str] = list(session.scalars(text(_DELETE_STATES), holes).all()) if plan.states else []
     prefixes: list[str] = []
-    for start in range(0, len(entries), 1000):
-        chunk = entries[start : start + 1000]
-        states = delete(CacheState).where(CacheState.entry_id.in_(chunk)).returning(CacheState.blob_key)
-        keys.extend(session.scalars(states).all())
-        rows = delete(CacheEntry).where(CacheEntry.id.in_(chunk))
-        gone = session.execute(rows.returning(CacheEntry.id, CacheEntry.final_latent_key)).all()
+    if plan.entries:
+        ids = {"ids": list(plan.entries)}
+        keys.extend(session.scalars(text(_DELETE_ENTRY_STATES), ids).all())
+        gone = session.execute(text(_DELETE_ENTRIES), ids).all()
         prefixes.extend(entry_prefix(entry_id) for entry_id, _ in gone)
         keys.extend(key for _, key in gone if key is not None)
     under = tuple(prefixes)
@@ -350,30 +356,30 @@ def apply_plan(session: Session, plan: EvictionPlan) -> Outbox:
 
 
 def record_deletions(session: Session, keys: list[str], prefixes: list[str]) -> Outbox:
-    """Write these blob keys and prefixes to the outbox (blob_deletions) in the caller's transaction."""
-    rows = [{"blob_key": key, "is_prefix": False} for key in keys]
-    rows += [{"blob_key": prefix, "is_prefix": True} for prefix in prefixes]
-    ids = list(session.scalars(insert(BlobDeletion).returning(BlobDeletion.id), rows).all()) if rows else []
-    return Outbox(ids, keys, prefixes)
+    """Write these blob keys and prefixes to the outbox (one blob_deletions row) in the caller's
+    transaction."""
+    if not keys and not prefixes:
+        return Outbox([], keys, prefixes)
+    row = insert(BlobDeletion).values(keys=keys, prefixes=prefixes).returning(BlobDeletion.id)
+    return Outbox([int(session.scalar(row) or 0)], keys, prefixes)
 
 
 def pending_deletions(session: Session, *, older_than_s: float, limit: int) -> Outbox:
-    """Outbox rows left behind (by a pass that crashed after its commit), oldest first."""
+    """Outbox rows left behind (by a pass that stopped after its commit), oldest first, merged."""
     rows = session.execute(
-        select(BlobDeletion.id, BlobDeletion.blob_key, BlobDeletion.is_prefix)
+        select(BlobDeletion.id, BlobDeletion.keys, BlobDeletion.prefixes)
         .where(BlobDeletion.created_at < func.now() - timedelta(seconds=older_than_s))
         .order_by(BlobDeletion.id)
         .limit(limit)
     ).all()
-    keys = [key for _, key, is_prefix in rows if not is_prefix]
-    prefixes = [key for _, key, is_prefix in rows if is_prefix]
+    keys = [key for _, row_keys, _ in rows for key in row_keys]
+    prefixes = [prefix for _, _, row_prefixes in rows for prefix in row_prefixes]
     return Outbox([row_id for row_id, _, _ in rows], keys, prefixes)
 
 
 def forget_deletions(session: Session, ids: list[int]) -> None:
     """The store has deleted these outbox rows' blobs."""
-    for start in range(0, len(ids), 10_000):
-        session.execute(delete(BlobDeletion).where(BlobDeletion.id.in_(ids[start : start + 10_000])))
+    session.execute(delete(BlobDeletion).where(BlobDeletion.id.in_(ids)))
 
 
 def dirty_entries(session: Session, *, scope: str) -> tuple[list[uuid.UUID], list[str]]:

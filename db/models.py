@@ -205,14 +205,14 @@ class CacheScopeBytes(Base):
 
 
 class BlobDeletion(Base):
-    """A blob (or every blob under a prefix) whose rows are gone: written in the transaction that
+    """Blobs (and every blob under some prefixes) whose rows are gone: written in the transaction that
     deleted them, removed once the blob store has deleted it (db/eviction.py; migration 0011)."""
 
     __tablename__ = "blob_deletions"
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
-    blob_key: Mapped[str] = mapped_column(Text)
-    is_prefix: Mapped[bool] = mapped_column(Boolean, default=False)
+    keys: Mapped[list[str]] = mapped_column(ARRAY(Text), default=list)
+    prefixes: Mapped[list[str]] = mapped_column(ARRAY(Text), default=list)  # every blob under each
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=_now())
 
 

@@ -109,8 +109,9 @@ OUTBOX_GRACE_S = 300.0
 (a pass deletes its own within seconds); drain_deletions finishes them."""
 
 
-def drain_deletions(settings: Settings, blobs: BlobStore, *, batch: int = 10_000) -> int:
-    """Delete the blobs of outbox rows left behind by crashed passes; the keys deleted."""
+def drain_deletions(settings: Settings, blobs: BlobStore, *, batch: int = 16) -> int:
+    """Delete the blobs of outbox rows (one a pass) left behind by crashed passes, `batch` rows at a
+    time; the keys deleted."""
     total = 0
     while True:
         with session_scope(settings) as session:

@@ -9,9 +9,9 @@ indexes a pass's deletions need.
   trigger. TRUNCATE of cache_entries empties the counters.
 - `blob_deletions`: an eviction pass deletes its victims' rows at once (a DELETE touches no index,
   where marking them dirty updated an indexed column and re-inserted each row into the HNSW graph,
-  ~2 ms a row) and records their blobs here in the same transaction; the blobs are deleted after the
-  commit, then these rows. A crash in between leaves the rows, which the next pass drains: nothing
-  leaks.
+  ~2 ms a row) and records their blobs here in the same transaction (one row a pass); the blobs are
+  deleted after the commit, then the row. A crash in between leaves the row, which beat's next
+  eviction run drains: nothing leaks.
 - `jobs.source_entry_id` references cache_entries ON DELETE SET NULL: without an index every deleted
   entry scanned the jobs table.
 - A partial index on dirty entries: a pass finds the (few) dirty entries without reading the scope.
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.dialects import postgresql
 
 revision = "0011"
 down_revision = "0010"
@@ -112,11 +113,12 @@ def upgrade() -> None:
     )
     op.execute(_BACKFILL)
 
+    # One row a pass: its keys and prefixes as arrays (a pass evicting 7,000 states writes one row).
     op.create_table(
         "blob_deletions",
         sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=True),
-        sa.Column("blob_key", sa.Text, nullable=False),
-        sa.Column("is_prefix", sa.Boolean, nullable=False, server_default=sa.false()),
+        sa.Column("keys", postgresql.ARRAY(sa.Text), nullable=False, server_default="{}"),
+        sa.Column("prefixes", postgresql.ARRAY(sa.Text), nullable=False, server_default="{}"),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
     )
     op.create_index(
