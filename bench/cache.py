@@ -37,10 +37,11 @@ from sqlalchemy import text
 from bench.cachefill import BENCH_FAMILY, BenchScope, bench_scopes, fill, near_duplicates, scope_vectors
 from core.settings import Settings
 from core.vocabulary import LookupMode
-from db import cache
+from db import cache, scope_bytes, scope_indexes
 from db.blobs.local import LocalBlobStore
 from db.engine import engine_for, session_scope
 from jobs.passes.eviction import EvictionReport, evict_scope
+from jobs.passes.scope_indexes import check_scope_indexes
 
 QUERY_NOISE_COSINE = 0.9  # a query's cosine to the entry it was drawn from
 CLASS_BOUNDS = (100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000)  # scope sizes: classes' upper bounds
@@ -72,6 +73,9 @@ class CacheBench:
     index_build_s: float = 0.0  # with bulk_build: the one HNSW build after the fill
     index_bytes: int = 0
     table_bytes: int = 0
+    scope_indexes: int = 0  # scopes given an index of their own (jobs.passes.scope_indexes), after the fill
+    scope_index_build_s: float = 0.0
+    scope_index_bytes: int = 0
     short: list[str] = field(default_factory=list)
     compare: list[dict[str, Any]] = field(default_factory=list)  # the same fill, other exact_max values
     churn: dict[str, Any] = field(default_factory=dict)  # lookups after churn, and after the rebuild
@@ -171,11 +175,8 @@ def measure_cache(
     `compare_exact`, `compare_ef`: the same fill's lookups again with other exact_max / ef_search values."""
     if entries < 1 or queries < 1 or scopes < 1:
         raise ValueError("entries, queries and scopes must be at least 1")
-    rng = np.random.default_rng(seed)
-    exact = settings.lookup_exact_max if exact_max is None else exact_max
-    run = uuid.uuid4().hex[:12]
-    layout = bench_scopes(run, entries, scopes)
-    build_s = 0.0
+    rng, exact = np.random.default_rng(seed), settings.lookup_exact_max if exact_max is None else exact_max
+    layout = bench_scopes(uuid.uuid4().hex[:12], entries, scopes)
     try:
         if bulk_build:
             _bulk_build(settings)
@@ -183,6 +184,7 @@ def measure_cache(
         probes = _fill_all(settings, layout, queries, rng)
         fill_s = time.perf_counter() - started
         build_s = _build_index(settings)
+        indexed = check_scope_indexes(settings)  # what beat's check-indexes pass does next
         cache.analyze(settings.sqlalchemy_url)
         ef = settings.hnsw_ef_search
         rows = _time_lookups(settings, probes, exact, ef)
@@ -205,12 +207,15 @@ def measure_cache(
             entries_removed=report.entries_removed, bytes_freed=report.bytes_before - report.bytes_after,
             fill_s=round(fill_s, 2), index_build_s=round(build_s, 2), index_bytes=index_bytes,
             table_bytes=table_bytes, short=_short(by_class), compare=compare, churn=churn,
+            scope_indexes=len(indexed.created) + indexed.kept, scope_index_build_s=indexed.build_s,
+            scope_index_bytes=_scope_index_bytes(settings),
         )  # fmt: skip
     finally:
         with session_scope(settings) as session:
             for scope in layout:
                 cache.drop_scope(session, scope.name)
         _build_index(settings)  # never leave the database without its index
+        _drop_bench_scope_indexes(settings)
 
 
 def _time_lookups(
@@ -340,10 +345,24 @@ def _sizes(settings: Settings) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
+def _scope_index_bytes(settings: Settings) -> int:
+    with session_scope(settings) as session:
+        return sum(index.index_bytes for index in scope_indexes.scope_indexes(session))
+
+
+def _drop_bench_scope_indexes(settings: Settings) -> None:
+    with session_scope(settings) as session:
+        bench = [
+            index.name for index in scope_indexes.scope_indexes(session) if index.scope.startswith("bench:")
+        ]
+    for name in bench:
+        scope_indexes.drop_scope_index(settings.sqlalchemy_url, name)
+
+
 def _time_eviction(settings: Settings, scope: str) -> tuple[EvictionReport, float]:
     """One eviction pass freeing 1% of the scope's bytes (blobs in a throwaway store), and its ms."""
     with session_scope(settings) as session:
-        used = cache.scope_bytes(session, scope=scope)
+        used = scope_bytes.scope_bytes(session, scope=scope)
     with tempfile.TemporaryDirectory(prefix="reprise-bench-") as blob_dir:
         started = time.perf_counter()
         report = evict_scope(
@@ -366,6 +385,11 @@ def format_table(result: CacheBench) -> str:
         ("recall@1 (vs exact)", f"{result.recall_at_1:.3f} over {result.queries} queries {result.paths}"),
         ("eviction pass (1% of budget)", f"{result.evict_pass_ms:.1f} ms ({result.eviction_policy})"),
         ("HNSW index", f"{result.index_bytes / 2**20:.1f} MiB (table {result.table_bytes / 2**20:.1f} MiB)"),
+        (
+            "scope indexes",
+            f"{result.scope_indexes}, {result.scope_index_bytes / 2**20:.1f} MiB, built in "
+            f"{result.scope_index_build_s:.0f} s",
+        ),
     ]
     rows += [
         (

@@ -20,6 +20,16 @@ class LookupSettings(BaseSettings):
         "scan gives up after max_scan_tuples). 0: always the index. Chosen by `reprise bench cache` "
         "(README, 'Admission at scale').",
     )
+    scope_index_min_entries: int = Field(
+        2000,
+        ge=0,
+        description="A scope holding at least this many live entries gets an HNSW index of its own (a "
+        "partial index built CONCURRENTLY by beat's check-indexes pass; dropped below half): at 1M "
+        "entries over 1001 scopes the shared index's filtered walk found the nearest entry of scopes of "
+        "2k to 100k entries 0.54 to 0.90 of the time (ef_search 40 to 160; README, 'Admission at "
+        "scale'). The default is lookup_exact_max's: every scope is searched exactly or by an index of "
+        "its own. 0: none.",
+    )
     hnsw_max_scan_tuples: int = Field(
         20000,
         ge=1,

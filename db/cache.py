@@ -143,31 +143,56 @@ def lookup(
     """The nearest live entry in `scopes` (and `model_family`; None: any family, for reuse of final
     images across models) by cosine distance, or None when there is none.
 
-    Scopes holding at most `exact_max` live entries are scanned exactly (their rows through the scope
-    index, sorted by distance: a few ms, and never an empty answer). Larger ones walk the HNSW index with
-    ef_search set for this transaction only (SET LOCAL hnsw.ef_search) and the filters applied while the
-    index is walked (hnsw.iterative_scan = strict_order, pgvector 0.8), up to `max_scan_tuples` tuples.
+    Each scope is searched on its own, the best answer wins. A scope holding at most `exact_max` live
+    entries is scanned exactly (its rows through the scope index, sorted by distance: a few ms, and never
+    an empty answer). A larger one walks its own HNSW index when beat has built one (db/scope_indexes.py),
+    else the shared one with the filters applied while it is walked (hnsw.iterative_scan = strict_order,
+    pgvector 0.8, up to `max_scan_tuples` tuples); ef_search is set for this transaction only.
     Image mode compares the query with cached image embeddings (MoDM 5.2); entries without one
     are skipped. `size` (width, height) keeps only entries generated at that size: a cached latent
     continues only a run of its own spatial shape.
     """
     if not 1 <= ef_search <= 1000:
         raise ValueError(f"ef_search must be in 1..1000 (pgvector's range), got {ef_search}")
-    if exact_max > 0 and scope_size_at_most(session, scopes, exact_max):
-        return lookup_exact(
-            session, query_embedding=query_embedding, mode=mode, scopes=scopes, model_family=model_family,
-            size=size,
-        )  # fmt: skip
+    best: LookupResult | None = None
+    for scope in dict.fromkeys(scopes):  # scope by scope: each may have an index of its own
+        if exact_max > 0 and scope_size_at_most(session, [scope], exact_max):
+            found = lookup_exact(
+                session, query_embedding=query_embedding, mode=mode, scopes=[scope],
+                model_family=model_family, size=size,
+            )  # fmt: skip
+        else:
+            found = _walk_index(
+                session, query_embedding, mode, scope, model_family, size, ef_search, max_scan_tuples
+            )
+        if found is not None and (best is None or found.similarity > best.similarity):
+            best = found
+    return best
+
+
+def _walk_index(
+    session: Session,
+    query_embedding: Embedding,
+    mode: LookupMode,
+    scope: str,
+    model_family: str | None,
+    size: tuple[int, int] | None,
+    ef_search: int,
+    max_scan_tuples: int,
+) -> LookupResult | None:
+    """One scope's nearest entry through an HNSW index: the scope's own (db/scope_indexes.py), which a
+    custom plan picks for its literal scope, or the shared one filtered while it is walked."""
     _set_local(
         session,
         {
             "hnsw.ef_search": str(int(ef_search)),
             "hnsw.iterative_scan": "strict_order",
             "hnsw.max_scan_tuples": str(int(max_scan_tuples)),
+            "plan_cache_mode": "force_custom_plan",  # a generic plan cannot match a partial index
         },
     )
     found = _nearest(
-        session, query_embedding=query_embedding, mode=mode, scopes=scopes, model_family=model_family,
+        session, query_embedding=query_embedding, mode=mode, scopes=[scope], model_family=model_family,
         size=size,
     )  # fmt: skip
     return None if found is None else replace(found, path=LookupPath.INDEX)
@@ -373,37 +398,6 @@ def read_final_latent(session: Session, blobs: BlobStore, *, entry_id: uuid.UUID
         return blobs.get(entry.final_latent_key)
     except BlobNotFound:
         raise SourceVanished(f"cache entry {entry_id} was evicted; run the job as a miss") from None
-
-
-_DIRTY_BYTES = """
-SELECT COALESCE(sum(e.bytes + (SELECT COALESCE(sum(s.bytes), 0) FROM cache_states s
-                               WHERE s.entry_id = e.id)), 0)
-FROM cache_entries e WHERE e.scope = :scope AND e.state = 'dirty'
-"""
-
-
-def scope_bytes(session: Session, *, scope: str) -> int:
-    """Bytes a scope holds, live and dirty entries together (what the budget is compared with): one
-    row of cache_scope_bytes, which triggers keep (migration 0011)."""
-    total = session.scalar(text("SELECT bytes FROM cache_scope_bytes WHERE scope = :scope"), {"scope": scope})
-    return int(total or 0)
-
-
-def scope_bytes_by_state(session: Session, *, scope: str) -> tuple[int, int]:
-    """(live bytes, dirty bytes) of a scope, entries' own plus their states'; the dirty part reads only
-    the dirty entries (a partial index), whose blobs exist until the next eviction pass removes them."""
-    total = scope_bytes(session, scope=scope)
-    dirty = int(session.scalar(text(_DIRTY_BYTES), {"scope": scope}) or 0)
-    return total - dirty, dirty
-
-
-def recount_scope_bytes(session: Session, *, scope: str) -> int:
-    """The scope's bytes summed from its rows (reads the whole scope): what cache_scope_bytes must hold."""
-    query = (
-        "SELECT COALESCE((SELECT sum(bytes) FROM cache_entries WHERE scope = :scope), 0) "
-        "+ COALESCE((SELECT sum(bytes) FROM cache_states WHERE scope = :scope), 0)"
-    )
-    return int(session.scalar(text(query), {"scope": scope}) or 0)
 
 
 def live_entry_count(session: Session, *, scope: str, model_family: str | None = None) -> int:

@@ -22,6 +22,7 @@ from jobs.passes.index_health import check_indexes
 from jobs.passes.reconcile import reconcile
 from jobs.passes.retention import purge_due_outputs
 from jobs.passes.retrain import retrain_predictors
+from jobs.passes.scope_indexes import check_scope_indexes
 from jobs.pools.actuator import PoolActuator
 from jobs.pools.diffserve import allocate_cascade
 from jobs.pools.rebalance import rebalance_pools
@@ -170,4 +171,6 @@ def rebalance_pools_task() -> None:
 
 @app.task(name=TaskName.CHECK_INDEXES.value)
 def check_indexes_task() -> None:
-    check_indexes(get_context().settings)
+    settings = get_context().settings
+    check_scope_indexes(settings)
+    check_indexes(settings)

@@ -30,8 +30,8 @@ from sqlalchemy.orm import Session
 from core.settings import Settings
 from core.usage import EvictionPlan
 from core.vocabulary import EvictionPolicyName, HitPolicy
-from db import cache
 from db import eviction as eviction_sql
+from db import scope_bytes
 from db.blobs.base import BlobStore
 from db.blobs.keys import entry_prefix
 from db.engine import session_scope
@@ -170,7 +170,7 @@ def evict_scope(
     final_k = final_latent_k(settings)
     with session_scope(settings) as session:
         eviction_sql.lock_scope(session, scope)
-        live, dirty = cache.scope_bytes_by_state(session, scope=scope)
+        live, dirty = scope_bytes.scope_bytes_by_state(session, scope=scope)
         to_free = live + incoming_bytes - budget  # dirty entries leave below, whatever the plan
         outbox = eviction_sql.Outbox([], [], [])
         plan = EvictionPlan((), 0)
@@ -184,7 +184,7 @@ def evict_scope(
     deleted_blobs = delete_blobs(settings, blobs, outbox)
     removed, deleted = remove_dirty_entries(settings, blobs, scope=scope)
     with session_scope(settings) as session:
-        after = cache.scope_bytes(session, scope=scope)
+        after = scope_bytes.scope_bytes(session, scope=scope)
     return EvictionReport(
         scope=scope,
         policy=chosen,
@@ -213,7 +213,7 @@ def ensure_room(
     costs one budget query. `report.fits` is False only when the incoming bytes alone pass the budget.
     """
     with session_scope(settings) as session:
-        used = cache.scope_bytes(session, scope=scope)
+        used = scope_bytes.scope_bytes(session, scope=scope)
     if used + incoming_bytes <= settings.cache_budget_bytes:
         return EvictionReport(
             scope=scope,

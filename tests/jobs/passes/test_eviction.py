@@ -16,7 +16,7 @@ from core.errors import SourceVanished
 from core.scopes import tenant_scope
 from core.settings import Settings
 from core.vocabulary import EntryState, EvictionPolicyName
-from db import cache
+from db import cache, scope_bytes
 from db.blobs import keys
 from db.blobs.local import LocalBlobStore
 from db.engine import session_scope
@@ -302,7 +302,7 @@ def test_a_pass_equals_the_pure_planner_over_the_whole_scope(
                 )
         usage = load_usage(session, ids)
     with session_scope(db_settings) as session:
-        live, _ = cache.scope_bytes_by_state(session, scope=scope)
+        live, _ = scope_bytes.scope_bytes_by_state(session, scope=scope)
     budget = int(live * 0.6)
     expected = plan_eviction(usage, live - budget, policy, now, final_latent_k=0)
 

@@ -13,7 +13,7 @@ from sqlalchemy import delete, func, select, update
 from core.scopes import tenant_scope
 from core.settings import Settings
 from core.vocabulary import EntryState, EvictionPolicyName
-from db import cache
+from db import cache, scope_bytes
 from db import eviction as eviction_sql
 from db.blobs import keys
 from db.blobs.local import LocalBlobStore
@@ -28,7 +28,9 @@ pytestmark = pytest.mark.integration
 def counted(settings: Settings, scope: str) -> tuple[int, int]:
     """(the counter, a recount of the rows)."""
     with session_scope(settings) as session:
-        return cache.scope_bytes(session, scope=scope), cache.recount_scope_bytes(session, scope=scope)
+        return scope_bytes.scope_bytes(session, scope=scope), scope_bytes.recount_scope_bytes(
+            session, scope=scope
+        )
 
 
 def test_the_counter_follows_inserts_updates_deletes_and_cascades(

@@ -17,7 +17,7 @@ from sqlalchemy import select
 from core.scopes import tenant_scope
 from core.settings import Settings
 from core.vocabulary import EntryState, EvictionPolicyName
-from db import cache
+from db import cache, scope_bytes
 from db import eviction as eviction_sql
 from db.blobs.local import LocalBlobStore
 from db.engine import session_scope
@@ -93,8 +93,8 @@ def test_index_order_keeps_the_exact_victims(
     ids = bulk_fill(db_settings, scope, 120, np.random.default_rng(7))
     with session_scope(db_settings) as session:
         usage = eviction_sql.load_usage(session, ids)
-        live, _ = cache.scope_bytes_by_state(session, scope=scope)
-        assert live == cache.recount_scope_bytes(session, scope=scope)
+        live, _ = scope_bytes.scope_bytes_by_state(session, scope=scope)
+        assert live == scope_bytes.recount_scope_bytes(session, scope=scope)
     budget = int(live * 0.85)
     expected = plan_eviction(usage, live - budget, policy, NOW, final_latent_k=0)
     before = units(db_settings, scope)
@@ -118,7 +118,7 @@ def test_a_sampled_pass_spares_the_valuable_half(
     valuable = set(range(0, 400, 2))
     ids = bulk_fill(db_settings, scope, 400, np.random.default_rng(3), valuable=valuable)
     with session_scope(db_settings) as session:
-        live, _ = cache.scope_bytes_by_state(session, scope=scope)
+        live, _ = scope_bytes.scope_bytes_by_state(session, scope=scope)
     budget = live - live // 20  # free 5%
     settings = db_settings.model_copy(
         update={
@@ -145,7 +145,7 @@ def test_a_small_scope_is_ranked_whole(db_settings: Settings, tmp_path: Path) ->
     scope = tenant_scope(uuid.uuid4())
     bulk_fill(db_settings, scope, 50, np.random.default_rng(5))
     with session_scope(db_settings) as session:
-        live, _ = cache.scope_bytes_by_state(session, scope=scope)
+        live, _ = scope_bytes.scope_bytes_by_state(session, scope=scope)
     settings = db_settings.model_copy(update={"cache_budget_bytes": live - 1, "eviction_exact_entries": 51})
     report = evict_scope(settings, LocalBlobStore(tmp_path), scope=scope, now=NOW, headroom=0.0)
     assert not report.sampled and report.states_evicted >= 1
