@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import NoDecode, SettingsConfigDict
 
+from core.admission_settings import AdmitSettings
 from core.cascade_settings import CascadeSettings
 from core.errors import SettingsError
 from core.eviction_settings import EvictionSettings
@@ -41,7 +42,7 @@ def _split_ints(value: Any) -> Any:
     return value
 
 
-class Settings(CascadeSettings, ReadSettings, OpsSettings, LookupSettings, EvictionSettings, BaseSettings):
+class Settings(CascadeSettings, ReadSettings, OpsSettings, LookupSettings, EvictionSettings, AdmitSettings):
     """Configuration of every Reprise process. Environment variables: REPRISE_<FIELD>."""
 
     model_config = SettingsConfigDict(  # env_ignore_empty: compose passes "" for an unset variable
@@ -262,9 +263,7 @@ class Settings(CascadeSettings, ReadSettings, OpsSettings, LookupSettings, Evict
         "authentication on a non-loopback address).",
     )
     queue_depth_limit: int = Field(
-        1000,
-        ge=1,
-        description="Admit-queue length above which new jobs get 503 + Retry-After (backpressure).",
+        1000, ge=1, description="Admit-queue length past which new jobs get 503 + Retry-After (backpressure)."
     )
     retry_after_s: int = Field(
         5, ge=1, le=3600, description="Retry-After seconds sent with 429 (in-flight limit) and 503 responses."

@@ -17,7 +17,7 @@ from core.params import GenerationParams, params_from_row
 from core.prompt_key import prompt_key
 from core.scopes import lookup_scopes, uses_shared_scope
 from core.settings import Settings
-from core.vocabulary import AdmissionOutcome, HitPolicy, JobStatus, LookupMode, Route
+from core.vocabulary import AdmissionOutcome, HitPolicy, JobStatus, Route
 from db import cache, predictor_store, stats
 from db import jobs as jobs_db
 from db.engine import session_scope
@@ -190,11 +190,9 @@ def _routed(settings: Settings, request: _Request, found: cache.LookupResult | N
 
 
 def embed_query(context: WorkerContext, prompt: str) -> npt.NDArray[np.float32]:
-    """The prompt in the lookup's space: text space (NIRVANA) or CLIP's joint space (MoDM)."""
-    if context.settings.lookup_mode is LookupMode.TEXT_TO_IMAGE:
-        vectors = context.image_embedder().embed_text([prompt])
-    else:
-        vectors = context.text_embedder().embed_text([prompt])
+    """The prompt in the lookup's space: text space (NIRVANA) or CLIP's joint space (MoDM); with the
+    prompts of the worker's other threads when it has several (WorkerContext.query_embedder)."""
+    vectors = context.query_embedder().embed_text([prompt])
     return np.asarray(vectors[0], dtype=np.float32)
 
 
@@ -219,7 +217,7 @@ def _predictor(
         )
         if version is None:
             return None, None
-        cached = context.predictors.get(key)
+        cached = context.predictors.get(key)  # threads may both load a new fit: the same one, stored twice
         if cached is not None and cached[0] == version:
             return version, cached[1]
         loaded = load_predictor(session, scope=scope, model_family=key[1], mode=settings.lookup_mode)

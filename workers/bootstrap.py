@@ -9,7 +9,8 @@ import socket
 from celery.signals import worker_process_init, worker_process_shutdown
 from celery.utils.nodenames import default_nodename, host_format
 
-from core.settings import get_settings
+from core.errors import SettingsError
+from core.settings import Settings, get_settings
 from core.vocabulary import GPU_ROLES, Role
 from jobs.celery_app import get_celery_app
 from jobs.queues import decode_queue
@@ -26,6 +27,22 @@ def worker_node_name(role: Role) -> str:
     return f"{role.value}-{os.getpid()}@{socket.gethostname()}"
 
 
+def pool_arguments(role: Role, settings: Settings, concurrency: int) -> list[str]:
+    """Celery's pool for `role`: prefork, `concurrency` processes (the parent enforces hard time limits by
+    killing a stuck child, the watchdog, and a crashed child's task is requeued: reject_on_worker_lost);
+    or, for an admit worker with REPRISE_ADMIT_THREADS > 1, the threads pool: that many threads in one
+    process, their prompts embedded together (WorkerContext.query_embedder), and no time limit enforced."""
+    if role is not Role.ADMIT or settings.admit_threads == 1:
+        return ["--pool=prefork", f"--concurrency={concurrency}"]
+    if concurrency != 1:
+        raise SettingsError(
+            f"an admit worker with REPRISE_ADMIT_THREADS={settings.admit_threads} runs its threads in one "
+            f"process, not --concurrency {concurrency}: start one worker per process, or set "
+            "REPRISE_ADMIT_THREADS=1 for the prefork pool"
+        )
+    return ["--pool=threads", f"--concurrency={settings.admit_threads}"]
+
+
 def run_worker(
     role: Role, *, name: str | None = None, concurrency: int = 1, metrics_port: int | None = None
 ) -> None:
@@ -37,6 +54,7 @@ def run_worker(
     settings = get_settings()
     hostname = host_format(default_nodename(name or worker_node_name(role)))
     role = starting_role(settings, worker_name=hostname, role=role)
+    pool = pool_arguments(role, settings, concurrency)
     os.environ[ROLE_ENV] = role.value  # read by the child processes' context
     role_switch.install(role)  # shared memory: created before the pool forks its children
     app = get_celery_app()
@@ -55,24 +73,16 @@ def run_worker(
     if role is Role.DECODE:  # a decode node consumes its own queue only (LatentBox 4.4's routing)
         os.environ[NODE_ENV] = hostname
         queues = decode_queue(hostname)
-    argv = [
-        "worker",
-        f"--queues={queues}",
-        f"--hostname={hostname}",
-        f"--concurrency={concurrency}",
-        # prefork: the parent enforces hard time limits by killing a stuck child (the watchdog),
-        # and a crashed child's task is requeued (reject_on_worker_lost).
-        "--pool=prefork",
-        "--loglevel=INFO",
-        "--task-events",
-        "--without-gossip",
-    ]
-    app.worker_main(argv)
+    if "--pool=threads" in pool:  # no pool child: this process runs the tasks, its models load now
+        _load_models_in_child()
+    argv = ["worker", f"--queues={queues}", f"--hostname={hostname}", *pool]
+    app.worker_main([*argv, "--loglevel=INFO", "--task-events", "--without-gossip"])
 
 
 @worker_process_init.connect
 def _load_models_in_child(**_: object) -> None:
-    """Load the role's models in each pool process once, before its first task."""
+    """Load the role's models in each pool process once, before its first task (in the worker's own
+    process when its pool is threads)."""
     role_name = os.environ.get(ROLE_ENV)
     if role_name is None:
         return
@@ -83,7 +93,9 @@ def _load_models_in_child(**_: object) -> None:
     context.switch_role(role)
     if role in GPU_ROLES:
         context.runtime()
-    if role in (Role.ADMIT, Role.LARGE, Role.SMALL):
+    if role is Role.ADMIT:
+        context.query_embedder()  # batched across threads when the admit worker has several
+    if role in (Role.LARGE, Role.SMALL):
         context.text_embedder()
     if role is Role.DECODE:
         from workers.decoding import start_heartbeat

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import redis
 
 from core.settings import Settings, get_settings
-from core.vocabulary import Role
+from core.vocabulary import LookupMode, Role
 from db.blobs.base import BlobStore
 from db.blobs.factory import blob_store_from_settings
 from jobs.celery_app import get_celery_app
@@ -26,7 +27,9 @@ if TYPE_CHECKING:
 
 
 class WorkerContext:
-    """Process-wide state of a worker. Not thread-safe: one task at a time (prefetch 1)."""
+    """Process-wide state of a worker. A prefork pool's process runs one task at a time (prefetch 1); an
+    admit worker with threads (settings.admit_threads) runs several, so the models are built under a lock
+    and its threads share one query embedder that batches their prompts."""
 
     def __init__(self, settings: Settings, role: Role, *, dispatcher: Dispatcher | None = None) -> None:
         self.settings = settings
@@ -36,7 +39,9 @@ class WorkerContext:
         self._runtime: DiffusionRuntime | None = None
         self._text_embedder: Any = None
         self._image_embedder: Any = None
+        self._query_embedder: Any = None
         self._judge: Any = None
+        self._building = threading.RLock()  # one build of each model, whichever thread asks first
         self.predictors: dict[tuple[str, str, str], Any] = {}  # (scope, family, mode) -> (version, model)
         self.cascade_cache: dict[str, tuple[float, Any]] = {}  # workers.cascade: name -> (read at, value)
         self.decode_node: Any = None  # workers.decoding: the decode role's node (its cache), on first use
@@ -80,32 +85,53 @@ class WorkerContext:
 
     def text_embedder(self) -> Any:
         """The embedder of prompts for text-to-text lookup (MiniLM or open_clip's text tower)."""
-        if self._text_embedder is None:
-            from workers.runtime.embedders import build_text_embedder
+        with self._building:
+            if self._text_embedder is None:
+                from workers.runtime.embedders import build_text_embedder
 
-            self._text_embedder = build_text_embedder(self.settings)
-        return self._text_embedder
+                self._text_embedder = build_text_embedder(self.settings)
+            return self._text_embedder
+
+    def query_embedder(self) -> Any:
+        """Admission's embedder of prompts, in the lookup's space: the text embedder (NIRVANA) or CLIP's
+        (MoDM). In an admit worker with threads, wrapped so that prompts arriving together are embedded
+        in one call (workers/runtime/embedders/batching.py, settings.embed_batch_*)."""
+        with self._building:
+            if self._query_embedder is None:
+                settings = self.settings
+                image = settings.lookup_mode is LookupMode.TEXT_TO_IMAGE
+                embedder = self.image_embedder() if image else self.text_embedder()
+                if self.role is Role.ADMIT and settings.admit_threads > 1 and settings.embed_batch_max > 1:
+                    from workers.runtime.embedders.batching import BatchingEmbedder
+
+                    embedder = BatchingEmbedder(
+                        embedder, max_batch=settings.embed_batch_max, max_wait_ms=settings.embed_batch_wait_ms
+                    )
+                self._query_embedder = embedder
+            return self._query_embedder
 
     def judge(self) -> Any:
         """The quality lab's judge (lab.judge.Judge) when this worker's model is one of the lab's, which
         it can read; None otherwise (real or tiny models: nothing judges their images here)."""
-        if self._judge is None:
-            source = self.settings.model_source("small" if self.role is Role.SMALL else "large")
-            if not source.startswith("lab:"):
-                return None
-            from lab.judge import Judge
-            from lab.models import ensure_lab_models
+        with self._building:
+            if self._judge is None:
+                source = self.settings.model_source("small" if self.role is Role.SMALL else "large")
+                if not source.startswith("lab:"):
+                    return None
+                from lab.judge import Judge
+                from lab.models import ensure_lab_models
 
-            self._judge = Judge.load(ensure_lab_models(self.settings).judge)
-        return self._judge
+                self._judge = Judge.load(ensure_lab_models(self.settings).judge)
+            return self._judge
 
     def image_embedder(self) -> Any:
         """open_clip: images, and prompts in the image space for text-to-image lookup (MoDM)."""
-        if self._image_embedder is None:
-            from workers.runtime.embedders import build_image_embedder
+        with self._building:
+            if self._image_embedder is None:
+                from workers.runtime.embedders import build_image_embedder
 
-            self._image_embedder = build_image_embedder(self.settings)
-        return self._image_embedder
+                self._image_embedder = build_image_embedder(self.settings)
+            return self._image_embedder
 
 
 ROLE_ENV = "REPRISE_WORKER_ROLE"  # set by workers.bootstrap in the main process, read by its children
