@@ -17,6 +17,7 @@ from core.vocabulary import LookupMode
 from db import cache, scope_indexes
 from db.engine import session_scope
 from db.models import CacheEntry
+from jobs.passes.index_health import check_indexes
 from jobs.passes.scope_indexes import check_scope_indexes
 
 pytestmark = pytest.mark.integration
@@ -105,3 +106,18 @@ def test_scope_names_are_quoted_and_only_scope_indexes_can_be_dropped(db_setting
         scope_indexes.drop_scope_index(
             db_settings.sqlalchemy_url, scope_indexes.scope_index_name(odd, "text_embedding")
         )
+
+
+def test_a_scope_index_bloated_by_churn_is_rebuilt(db_settings: Settings, scopes: tuple[str, str]) -> None:
+    large, _ = scopes
+    rng = np.random.default_rng(9)
+    fill(db_settings, large, synthetic_embeddings(6000, db_settings.text_embedding_dim, rng), rng)
+    settings = db_settings.model_copy(update={"scope_index_min_entries": 100, "index_rebuild_ratio": 1.5})
+    check_scope_indexes(settings)
+    own = scope_indexes.scope_index_name(large, "text_embedding")
+    with session_scope(settings) as session:  # churn: most of the scope replaced
+        session.execute(text(SHRINK), {"s": large, "n": 5000})
+    fill(settings, large, synthetic_embeddings(200, settings.text_embedding_dim, rng), rng)
+    report = {row.index: row for row in check_indexes(settings)}
+    assert report[own].rebuilt and report[own].rows == 1200
+    assert {row.index: row for row in check_indexes(settings)}[own].ratio < 1.5
