@@ -22,6 +22,7 @@ from sqlalchemy import ColumnElement, func, literal, select, text, update
 from sqlalchemy import delete as sa_delete
 from sqlalchemy import insert as sa_insert
 from sqlalchemy.orm import InstrumentedAttribute, Session
+from sqlalchemy.sql import Subquery
 
 from core.errors import BlobNotFound, SourceVanished
 from core.usage import INSERTION_USES
@@ -109,6 +110,12 @@ def _nearest(
         .limit(1)
         .subquery()
     )
+    return _with_states(session, best, LookupPath.INDEX)
+
+
+def _with_states(session: Session, best: Subquery, path: LookupPath) -> LookupResult | None:
+    """The entry of a one-row subquery (id, distance, scope, model_family, final_latent_key), with the
+    states it holds, read in the same statement."""
     ks = select(func.array_agg(CacheState.k)).where(CacheState.entry_id == best.c.id).scalar_subquery()
     row = session.execute(select(best, ks.label("ks"))).one_or_none()
     if row is None:
@@ -120,6 +127,7 @@ def _nearest(
         scope=row.scope,
         model_family=row.model_family,
         final_latent_key=row.final_latent_key,
+        path=path,
     )
 
 
@@ -191,11 +199,10 @@ def _walk_index(
             "plan_cache_mode": "force_custom_plan",  # a generic plan cannot match a partial index
         },
     )
-    found = _nearest(
+    return _nearest(
         session, query_embedding=query_embedding, mode=mode, scopes=[scope], model_family=model_family,
         size=size,
     )  # fmt: skip
-    return None if found is None else replace(found, path=LookupPath.INDEX)
 
 
 def scope_size_at_most(session: Session, scopes: Sequence[str], limit: int) -> bool:
@@ -258,26 +265,15 @@ def lookup_prompt(
     ]
     if model_family is not None:
         filters.append(CacheEntry.model_family == model_family)
+    columns = (CacheEntry.scope, CacheEntry.model_family, CacheEntry.final_latent_key)
     best = (
-        select(CacheEntry.id, CacheEntry.scope, CacheEntry.model_family, CacheEntry.final_latent_key)
+        select(CacheEntry.id, literal(0.0).label("distance"), *columns)
         .where(*filters)
         .order_by(CacheEntry.created_at.desc())
         .limit(1)
         .subquery()
     )
-    ks = select(func.array_agg(CacheState.k)).where(CacheState.entry_id == best.c.id).scalar_subquery()
-    row = session.execute(select(best, ks.label("ks"))).one_or_none()
-    if row is None:
-        return None
-    return LookupResult(
-        entry_id=row.id,
-        similarity=1.0,
-        stored_ks=tuple(sorted(int(k) for k in row.ks or ())),
-        scope=row.scope,
-        model_family=row.model_family,
-        final_latent_key=row.final_latent_key,
-        path=LookupPath.PROMPT,
-    )
+    return _with_states(session, best, LookupPath.PROMPT)
 
 
 def insert_entry(
