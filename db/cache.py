@@ -18,7 +18,7 @@ from enum import StrEnum
 
 import numpy as np
 import numpy.typing as npt
-from sqlalchemy import ColumnElement, func, literal, select, text, update
+from sqlalchemy import ColumnElement, Select, case, func, literal, select, text, update
 from sqlalchemy import delete as sa_delete
 from sqlalchemy import insert as sa_insert
 from sqlalchemy.orm import InstrumentedAttribute, Session
@@ -164,50 +164,43 @@ def lookup(
         raise ValueError(f"ef_search must be in 1..1000 (pgvector's range), got {ef_search}")
     best: LookupResult | None = None
     for scope in dict.fromkeys(scopes):  # scope by scope: each may have an index of its own
-        if exact_max > 0 and scope_size_at_most(session, [scope], exact_max):
-            found = lookup_exact(
-                session, query_embedding=query_embedding, mode=mode, scopes=[scope],
-                model_family=model_family, size=size,
-            )  # fmt: skip
-        else:
-            found = _walk_index(
-                session, query_embedding, mode, scope, model_family, size, ef_search, max_scan_tuples
-            )
+        exact = _choose_path(session, scope, exact_max, ef_search, max_scan_tuples)
+        found = _nearest(
+            session, query_embedding=query_embedding, mode=mode, scopes=[scope], model_family=model_family,
+            size=size,
+        )  # fmt: skip
+        if found is not None and exact:
+            found = replace(found, path=LookupPath.EXACT)
         if found is not None and (best is None or found.similarity > best.similarity):
             best = found
     return best
 
 
-def _walk_index(
-    session: Session,
-    query_embedding: Embedding,
-    mode: LookupMode,
-    scope: str,
-    model_family: str | None,
-    size: tuple[int, int] | None,
-    ef_search: int,
-    max_scan_tuples: int,
-) -> LookupResult | None:
-    """One scope's nearest entry through an HNSW index: the scope's own (db/scope_indexes.py), which a
+def _choose_path(session: Session, scope: str, exact_max: int, ef_search: int, max_scan_tuples: int) -> bool:
+    """One round trip before a scope's query: whether the scope is small enough for the exact path (a
+    count of at most exact_max + 1 rows), and this transaction's settings for either path. Exact: no
+    index scan (the scope's rows by a bitmap scan, sorted). Index: the scope's own HNSW index, which a
     custom plan picks for its literal scope, or the shared one filtered while it is walked."""
-    _set_local(
-        session,
-        {
-            "hnsw.ef_search": str(int(ef_search)),
-            "hnsw.iterative_scan": "strict_order",
-            "hnsw.max_scan_tuples": str(int(max_scan_tuples)),
-            "plan_cache_mode": "force_custom_plan",  # a generic plan cannot match a partial index
-        },
-    )
-    return _nearest(
-        session, query_embedding=query_embedding, mode=mode, scopes=[scope], model_family=model_family,
-        size=size,
-    )  # fmt: skip
+    bounded = _bounded_count([scope], exact_max).scalar_subquery()
+    small = (bounded <= exact_max) & (literal(exact_max) > 0)
+    settings = {
+        "hnsw.ef_search": str(int(ef_search)),
+        "hnsw.iterative_scan": "strict_order",
+        "hnsw.max_scan_tuples": str(int(max_scan_tuples)),
+        "plan_cache_mode": "force_custom_plan",  # a generic plan cannot match a partial index
+    }
+    row = session.execute(
+        select(
+            small,
+            func.set_config("enable_indexscan", case((small, "off"), else_="on"), True),
+            *(func.set_config(name, value, True) for name, value in settings.items()),
+        )
+    ).one()
+    return bool(row[0])
 
 
-def scope_size_at_most(session: Session, scopes: Sequence[str], limit: int) -> bool:
-    """Whether `scopes` hold at most `limit` live entries, counting no further than limit + 1 rows (the
-    scope index): a bounded question, whatever the scopes' size."""
+def _bounded_count(scopes: Sequence[str], limit: int) -> Select[int]:
+    """The live entries of `scopes`, counted no further than limit + 1 rows (the scope index)."""
     bounded = (
         select(literal(1))
         .select_from(CacheEntry)
@@ -215,7 +208,12 @@ def scope_size_at_most(session: Session, scopes: Sequence[str], limit: int) -> b
         .limit(limit + 1)
         .subquery()
     )
-    return int(session.execute(select(func.count()).select_from(bounded)).scalar_one()) <= limit
+    return select(func.count()).select_from(bounded)
+
+
+def scope_size_at_most(session: Session, scopes: Sequence[str], limit: int) -> bool:
+    """Whether `scopes` hold at most `limit` live entries: a bounded question, whatever their size."""
+    return int(session.execute(_bounded_count(scopes, limit)).scalar_one()) <= limit
 
 
 def lookup_exact(
