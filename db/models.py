@@ -184,6 +184,9 @@ class CacheState(Base):
     )
     # The entry's scope, filled on insert by a trigger (migration 0009) for the LRU and LFU indexes.
     scope: Mapped[str | None] = mapped_column(String(64), server_default=FetchedValue())
+    # The entry's sample_key, copied on insert by the same trigger (migration 0012): a sample's states
+    # lie in the same key range of one index as its entries (db/eviction.py).
+    sample_key: Mapped[float | None] = mapped_column(Float(precision=53), server_default=FetchedValue())
     k: Mapped[int] = mapped_column(Integer)
     blob_key: Mapped[str] = mapped_column(Text)
     bytes: Mapped[int] = mapped_column(BigInteger)

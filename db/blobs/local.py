@@ -93,11 +93,15 @@ class LocalBlobStore(BlobStore):
         return iter(sorted(keys))
 
     def delete(self, keys: Iterable[str]) -> None:
-        paths = [self._path(key) for key in keys]  # validate all before deleting any
+        # Plain strings, not Paths: an eviction pass deletes thousands of keys (issue 17).
+        root = str(self.root)
+        paths = [os.path.join(root, *check_key(key).split("/")) for key in keys]  # validate all first
         for path in paths:
-            with contextlib.suppress(FileNotFoundError, IsADirectoryError, NotADirectoryError):
-                path.unlink()
-                self._prune(path.parent)
+            try:
+                os.unlink(path)
+            except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+                continue  # gone already, or a folder (never a blob): nothing to delete
+            self._prune(Path(path).parent)
 
     def _prune(self, folder: Path) -> None:
         """Remove empty folders from folder up towards root; stop at the first non-empty one."""

@@ -143,7 +143,7 @@ def _plan(
         exact_entries=settings.eviction_exact_entries,
         rng=rng,
     )
-    usage = eviction_sql.load_usage(session, found.entry_ids)
+    usage = found.usage if found.usage is not None else eviction_sql.load_usage(session, found.entry_ids)
     return found, plan_eviction(usage, to_free, policy, now, final_latent_k=final_k)
 
 

@@ -107,8 +107,10 @@ def _entry_as_state(entry: EntryUsage, k: int) -> StateUsage:
     )
 
 
-def _order_key(score: float, item: StateUsage) -> tuple[float, datetime, int, bytes]:
-    return (score, item.created_at, item.k, item.entry_id.bytes)
+def _order_key(score: float, item: StateUsage) -> tuple[float, datetime, int, int]:
+    # A uuid's int orders as its bytes do (big-endian), as Postgres orders uuids: the SQL rankings'
+    # tie-break (db/eviction.py), without building 16 bytes per unit.
+    return (score, item.created_at, item.k, item.entry_id.int)
 
 
 def plan_eviction(
@@ -133,10 +135,13 @@ def plan_eviction(
         return _plan_whole_entries(entry_list, bytes_to_free)
 
     score = SCORES[policy]
-    units: list[tuple[tuple[float, datetime, int, bytes], EntryUsage, StateUsage | None]] = []
+    units: list[tuple[tuple[float, datetime, int, int], EntryUsage, StateUsage | None]] = []
     for entry in entry_list:
         if entry.states:
-            units.extend((_order_key(score(state, now), state), entry, state) for state in entry.states)
+            units.extend(
+                ((score(state, now), state.created_at, state.k, state.entry_id.int), entry, state)
+                for state in entry.states
+            )  # _order_key, inline: a pass plans over ~40,000 units (issue 17)
         else:
             as_state = _entry_as_state(entry, final_latent_k)
             units.append((_order_key(score(as_state, now), as_state), entry, None))

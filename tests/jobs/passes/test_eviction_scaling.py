@@ -16,12 +16,13 @@ from sqlalchemy import select
 
 from core.scopes import tenant_scope
 from core.settings import Settings
+from core.usage import EntryUsage, StateUsage
 from core.vocabulary import EntryState, EvictionPolicyName
 from db import cache, scope_bytes
 from db import eviction as eviction_sql
 from db.blobs.local import LocalBlobStore
 from db.engine import session_scope
-from db.models import CacheState
+from db.models import CacheEntry, CacheState
 from jobs.passes.eviction import evict_scope
 from jobs.policies.eviction import plan_eviction
 
@@ -137,8 +138,9 @@ def test_a_sampled_pass_spares_the_valuable_half(
     assert report.bytes_after <= budget
     evicted = before - units(db_settings, scope)
     assert evicted and not {entry_id for entry_id, _ in evicted} & {ids[i] for i in valuable}
-    # A sample of ~5 x 5% of the bytes (a quarter of the scope), not the scope.
-    assert report.candidates_read < 0.4 * len(ids)
+    # A sample of ~5 x 5% of the bytes (a quarter of the scope), not the scope: rows read are the
+    # sampled entries and their states (index ranges), well under the scope's entries and units.
+    assert report.candidates_read < 0.4 * (len(ids) + len(before))
 
 
 def test_a_small_scope_is_ranked_whole(db_settings: Settings, tmp_path: Path) -> None:
@@ -157,3 +159,40 @@ def test_states_inherit_their_entry_scope(db_settings: Settings) -> None:
     with session_scope(db_settings) as session:
         scopes = set(session.scalars(select(CacheState.scope).where(CacheState.entry_id == entry_id)))
     assert scopes == {scope}
+
+
+def test_a_sample_reads_every_state_of_its_entries(db_settings: Settings) -> None:
+    """A sample comes from two index ranges (migration 0012): each sampled entry arrives with exactly the
+    states and counters that load_usage reads from the tables, state-less entries included."""
+    scope = tenant_scope(uuid.uuid4())
+    ids = bulk_fill(db_settings, scope, 300, np.random.default_rng(5))
+    with session_scope(db_settings) as session:
+        keys = session.execute(
+            select(CacheState.sample_key, CacheEntry.sample_key)
+            .join(CacheEntry, CacheEntry.id == CacheState.entry_id)
+            .where(CacheState.scope == scope)
+        ).all()
+        live, _ = scope_bytes.scope_bytes_by_state(session, scope=scope)
+        found = eviction_sql.candidate_ids(
+            session, scope, EvictionPolicyName.LRBU, live // 20, NOW, 0,
+            sample_factor=5, exact_entries=10, rng=random.Random(2),
+        )  # fmt: skip
+        assert found.usage is not None
+        loaded = {entry.entry_id: entry for entry in eviction_sql.load_usage(session, found.entry_ids)}
+
+    assert keys and all(state_key == entry_key for state_key, entry_key in keys)
+    assert found.sampled and 0 < len(found.usage) < len(ids)
+    assert any(not entry.states for entry in found.usage)  # i % 7 == 3 has none
+
+    def by_k(entry: EntryUsage) -> list[StateUsage]:
+        return sorted(entry.states, key=lambda state: state.k)
+
+    for entry in found.usage:
+        reference = loaded[entry.entry_id]
+        assert (entry.bytes, entry.created_at, by_k(entry)) == (
+            reference.bytes, reference.created_at, by_k(reference)
+        )  # fmt: skip
+        if not entry.states:  # scored as a unit of its own: its counters are read
+            assert (entry.access_count, entry.last_access_at) == (
+                reference.access_count, reference.last_access_at
+            )  # fmt: skip
