@@ -37,7 +37,7 @@ names by digest. Format, version 1 (integers little-endian), the same frame for 
 
     both  = {"codec": "pcodec", "family", "dtype": "float16"|"float32", "shape": [C, F, H, W],
              "base_step": 10, "common_frames": [5, 9], "sections", "payload_bytes", "payload_crc32"}
-    base  = both; sections: diffs (C, len(common_frames), H, W)
+    base  = both + {"entry": <blake2b-128 hex of the states>}; sections: diffs (C, len(common), H, W)
     state = both + {"k": 15, "base_digest": <blake2b-128 hex of the base blob>, "key_map": [0, 0,
             5, ...], "alphas": [1.3, 1.2] (per common frame, unused if in extra_frames),
             "extra_frames": [12], "error_bound": null}; sections: frame0 (C, H, W), extras
@@ -56,6 +56,7 @@ import struct
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -130,6 +131,7 @@ class _State:
 def select_key_frames(latent: Array, threshold: float = DEFAULT_THRESHOLD) -> list[int]:
     """The intra-step map of a (C, F, H, W) latent (4.1.1): entry f is the key frame that frame f
     repeats, f itself for a key frame. Rule in the module docstring; threshold: Fig. 14a."""
+    _check_states({0: latent})
     vectors = np.moveaxis(np.asarray(latent, dtype=np.float64), 1, 0).reshape(latent.shape[1], -1)
     key_map, keys = [0], [0]
     for f in range(1, len(vectors)):
@@ -167,7 +169,8 @@ def encode_video_states(
     base_diff = _base_diff(latents[base_step], common)
     meta: dict[str, Any] = {"family": family, "dtype": base_diff.dtype.name, "base_step": base_step}
     meta |= {"shape": list(latents[base_step].shape), "common_frames": common}
-    base = _pack(MAGIC_BASE, meta, [("diffs", base_diff)])
+    entry = _digest(b"".join(latents[k].tobytes() for k in sorted(latents)))  # tells entries apart
+    base = _pack(MAGIC_BASE, meta | {"entry": entry}, [("diffs", base_diff)])
     meta |= {"base_digest": _digest(base), "error_bound": error_bound}
     blobs: dict[int, bytes] = {}
     for k, latent in latents.items():
@@ -317,7 +320,7 @@ def _check_states(states: Mapping[int, Array]) -> dict[int, Array]:
             raise LatentError(f"state {k} is {latent.shape} {latent.dtype}; every state must be {want}")
         if not np.isfinite(latent).all():
             raise LatentError(f"state {k} holds NaN or infinite values")
-    return dict(states)
+    return {k: x.astype(x.dtype.newbyteorder("="), copy=False) for k, x in states.items()}  # native order
 
 
 def _check_options(family: str, threshold: float, error_bound: float | None) -> None:
@@ -389,14 +392,10 @@ def _read_v1(body: memoryview, header_length: int, what: str) -> _Parsed:
     listed = _field(header, "sections", list)
     if not all(isinstance(s, list) and [type(v) for v in s] == [str, int] and s[1] >= 0 for s in listed):
         raise CodecError(f"{what} blob header field 'sections' is not a list of [name, length] pairs")
-    sections: dict[str, bytes] = {}
-    offset = 0
-    for name, length in listed:
-        sections[name] = payload[offset : offset + length]
-        offset += length
-    if offset != len(payload):
+    ends = list(accumulate((length for _, length in listed), initial=0))
+    if ends[-1] != len(payload):
         raise CodecError(f"{what} blob corrupt: its sections do not add up to its payload")
-    return header, sections
+    return header, {name: payload[a:b] for (name, _), a, b in zip(listed, ends[:-1], ends[1:], strict=True)}
 
 
 _DECODERS: dict[int, Callable[[memoryview, int, str], _Parsed]] = {1: _read_v1}
