@@ -43,7 +43,14 @@ class _Request:
 
 
 def admit(context: WorkerContext, job_id: uuid.UUID) -> AdmissionDecision | None:
-    """Decide and route one waiting job. Idempotent: a job already admitted is only re-routed."""
+    """Decide and route one waiting job. Idempotent: a job already admitted is only re-routed.
+    The job's log fields are bound for the call only: a thread of an admit pool, or a caller outside
+    Celery, keeps its own context afterwards."""
+    with logs.bound():
+        return _admit(context, job_id)
+
+
+def _admit(context: WorkerContext, job_id: uuid.UUID) -> AdmissionDecision | None:
     settings = context.settings
     with session_scope(settings) as session:
         job = jobs_db.job_by_id(session, job_id)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
+from core import logs
 from core.scopes import tenant_scope
 from core.settings import Settings
 from core.vocabulary import AdmissionOutcome, JobStatus, Role, Route
@@ -58,6 +59,17 @@ def test_a_job_with_nothing_cached_is_a_searched_miss_sent_to_the_large_pool(
     job = _job(task_settings, job_id)
     assert (job.route, job.k, job.admission_outcome) == ("miss", None, "searched_miss")
     assert set(job.admission_ms) >= {"embed", "lookup", "total"}
+
+
+def test_the_jobs_log_fields_leave_with_the_call(
+    task_settings: Settings, context_for: Callable[[Role], WorkerContext], dispatcher: RecordingDispatcher
+) -> None:
+    """An admit pool's thread (or any caller) keeps its own log context: the job's id and tenant are
+    bound for the call only."""
+    job_id = make_job(task_settings, make_tenant(task_settings), PROMPT)
+    with logs.bound(role="admit"):
+        assert admit(context_for(Role.ADMIT), job_id) is not None
+        assert logs.context() == {"role": "admit"}
 
 
 def test_a_paraphrase_of_a_cached_prompt_is_a_hit_with_the_tables_k(
