@@ -1,0 +1,40 @@
+"""A video job's parameters (issue 18, FlexCache): an image job's plus the number of frames and
+their rate, checked before any model work like core.params.
+
+VideoParams extends GenerationParams, so the denoising loop, prompt encoding and check_params
+take it unchanged; only the noise (one more axis, F) and the output (frames, a WebP) differ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.errors import InvalidInput
+from core.params import GenerationParams, Limits, check_params
+
+MAX_FRAMES = 128  # twice the paper's 64 (FlexCache 5); a latent of 128 frames at 320x512 is 5 MB
+MAX_FPS = 60
+
+
+@dataclass(frozen=True, slots=True)
+class VideoParams(GenerationParams):
+    """Defaults are FlexCache's (5, "Diffusion Model": VideoCrafter2 with FreeNoise): 320x512
+    (height x width), 64 frames in 4 seconds (16 fps), 50 steps (GenerationParams' default)."""
+
+    width: int = 512
+    height: int = 320
+    frames: int = 64
+    fps: int = 16
+
+    @property
+    def seconds(self) -> float:
+        return self.frames / self.fps
+
+
+def check_video_params(params: VideoParams, limits: Limits = Limits()) -> None:
+    """check_params, then the frames and their rate; raises an InvalidInput subclass naming the field."""
+    check_params(params, limits)
+    if not 1 <= params.frames <= MAX_FRAMES:
+        raise InvalidInput(f"frames must be in 1..{MAX_FRAMES}, got {params.frames}", field="frames")
+    if not 1 <= params.fps <= MAX_FPS:
+        raise InvalidInput(f"fps must be in 1..{MAX_FPS}, got {params.fps}", field="fps")
