@@ -1,4 +1,5 @@
-"""`reprise bench cache`, registered on the bench command group (reprise/commands/bench.py is full)."""
+"""`reprise bench cache` and `reprise bench video`, registered on the bench command group
+(reprise/commands/bench.py is full)."""
 
 from __future__ import annotations
 
@@ -44,6 +45,43 @@ def cache_command(
         get_settings(), entries=entries, queries=queries, scopes=scopes, exact_max=exact_max, seed=seed,
         bulk_build=bulk_build, compare_exact=tuple(compare_exact), compare_ef=tuple(compare_ef),
         churn_rounds=churn_rounds,
+    )  # fmt: skip
+    typer.echo(format_table(result))
+    if json_path is not None:
+        json_path.write_text(json.dumps(result.as_json(), indent=2) + "\n")
+        typer.echo(f"wrote {json_path}")
+
+
+@bench_app.command("video")
+def video_command(
+    trace: str = typer.Option(
+        "lab", "--trace", help="'lab' (the lab's world with motion) or a prompts file."
+    ),
+    requests: int = typer.Option(2000, "--requests", min=1, help="Requests in the simulated trace."),
+    budget_share: float = typer.Option(
+        0.1, "--budget-share", help="Cache budget: this share of the trace's misses, uncompressed."
+    ),
+    compression_prompts: int = typer.Option(
+        4, "--compression-prompts", min=1, help="Prompts run on the tiny video model for compression."
+    ),
+    frames: int = typer.Option(16, "--frames", min=1, help="Frames of those runs."),
+    seed: int = typer.Option(0, "--seed", help="Random seed."),
+    json_path: Path | None = typer.Option(None, "--json", help="Also write the results to this JSON file."),
+) -> None:
+    """FlexCache: compression and resume error on the tiny video model; hit rate, compute saved and
+    throughput of whole-prompt vs decoupled lookup on a video trace at the paper's costs (simulated)."""
+    import torch
+
+    from bench.video import format_table, measure_video
+    from workers.runtime.tiny_video import ensure_tiny_video_model
+    from workers.runtime.video import load_video_pipeline
+
+    settings = get_settings()
+    directory = ensure_tiny_video_model(settings.tiny_models_dir)
+    pipe = load_video_pipeline(str(directory), device=torch.device("cpu"), dtype=torch.float32)
+    result = measure_video(
+        settings, pipe, trace=trace, requests=requests, seed=seed, budget_share=budget_share,
+        compression_prompts=compression_prompts, frames=frames,
     )  # fmt: skip
     typer.echo(format_table(result))
     if json_path is not None:
