@@ -1,8 +1,9 @@
 """`reprise bench video`: FlexCache (issue 18) in figures.
 
 1. Compression (bench.videocompression): the tiny text-to-video model's own captured states, stored by
-   each technique, and the error of runs resumed from them. Random weights: the ratio measures the code
-   path, not a trained model's frames (see that module).
+   each technique, and the error of runs resumed from them, with i.i.d. noise or FreeNoise's windows
+   (`noise_window`, the paper's set-up, 5). Random weights: the ratio measures the code path, not a
+   trained model's frames (see that module).
 2. Hit rate, compute saved and throughput (bench.simvideo): a video prompt trace (bench.videotrace:
    the lab's world with motion, or a prompts file with motion added) through the simulator's video
    profile at the paper's costs, in FlexCache's configurations (6.2.2, Fig. 17):
@@ -49,6 +50,7 @@ class VideoBench:
     vanilla_throughput_rps: float
     trace: str
     requests: int
+    noise_window: int | None
     k_table: str
     budget_bytes: int
     configurations: dict[str, dict[str, Any]]
@@ -124,6 +126,7 @@ def measure_video(
     frames: int = 16,
     compression_steps: int = 50,
     compression_capture: tuple[int, ...] | None = None,
+    noise_window: int | None = None,
 ) -> VideoBench:
     """Both parts (module doc). `pipe`: a loaded video pipeline (workers.runtime.video); the compression
     runs take `compression_steps` steps and cache `compression_capture` (default: FlexCache's)."""
@@ -136,6 +139,7 @@ def measure_video(
         frames=frames,
         steps=compression_steps,
         capture=compression_capture,
+        noise_window=noise_window,
     )
     whole, parts = embed_trace(settings, prompts)
     budget = int(budget_share * requests * (len(costs.capture) * costs.state_bytes + costs.mask_bytes))
@@ -150,6 +154,7 @@ def measure_video(
         vanilla_throughput_rps=flex.vanilla_throughput_rps,
         trace=trace,
         requests=requests,
+        noise_window=noise_window,
         k_table=table.name,
         budget_bytes=budget,
         configurations={name: asdict(result) for name, result in runs.items()},

@@ -107,9 +107,10 @@ def measure_compression(
     threshold: float = DEFAULT_THRESHOLD,
     error_bound: float = DEFAULT_ERROR_BOUND,
     capture: tuple[int, ...] | None = None,
+    noise_window: int | None = None,
 ) -> CompressionFigures:
     """Run, compress and resume every prompt (module doc); `capture`: the steps cached (default
-    FlexCache's, workers.runtime.video.CAPTURE_STEPS)."""
+    FlexCache's, workers.runtime.video.CAPTURE_STEPS); `noise_window`: FreeNoise's (VideoParams)."""
     from workers.runtime.video import CAPTURE_STEPS, generate_video
 
     captured_steps = sorted(CAPTURE_STEPS if capture is None else capture)
@@ -120,7 +121,15 @@ def measure_compression(
     raw = lossless = 0
     key_shares: dict[int, list[float]] = {}
     for seed, prompt in enumerate(prompts):
-        params = VideoParams(prompt=prompt, seed=seed, steps=steps, frames=frames, width=size, height=size)
+        params = VideoParams(
+            prompt=prompt,
+            seed=seed,
+            steps=steps,
+            frames=frames,
+            width=size,
+            height=size,
+            noise_window=noise_window,
+        )
         full = generate_video(pipe, params, capture=captured_steps)
         states = {k: np.asarray(v, dtype=np.float32) for k, v in full.captured.items()}
         raw += sum(latent.nbytes for latent in states.values())

@@ -25,6 +25,7 @@ class VideoParams(GenerationParams):
     height: int = 320
     frames: int = 64
     fps: int = 16
+    noise_window: int | None = None  # FreeNoise's window (5: 16 frames for VideoCrafter2); None: i.i.d.
 
     @property
     def seconds(self) -> float:
@@ -38,3 +39,8 @@ def check_video_params(params: VideoParams, limits: Limits = Limits()) -> None:
         raise InvalidInput(f"frames must be in 1..{MAX_FRAMES}, got {params.frames}", field="frames")
     if not 1 <= params.fps <= MAX_FPS:
         raise InvalidInput(f"fps must be in 1..{MAX_FPS}, got {params.fps}", field="fps")
+    if params.noise_window is not None and not 1 <= params.noise_window <= params.frames:
+        raise InvalidInput(
+            f"noise_window must be in 1..frames ({params.frames}), got {params.noise_window}",
+            field="noise_window",
+        )

@@ -65,6 +65,9 @@ def video_command(
         4, "--compression-prompts", min=1, help="Prompts run on the tiny video model for compression."
     ),
     frames: int = typer.Option(16, "--frames", min=1, help="Frames of those runs."),
+    noise_window: int | None = typer.Option(
+        None, "--noise-window", min=1, help="FreeNoise's window for those runs (default: i.i.d. noise)."
+    ),
     seed: int = typer.Option(0, "--seed", help="Random seed."),
     json_path: Path | None = typer.Option(None, "--json", help="Also write the results to this JSON file."),
 ) -> None:
@@ -81,7 +84,7 @@ def video_command(
     pipe = load_video_pipeline(str(directory), device=torch.device("cpu"), dtype=torch.float32)
     result = measure_video(
         settings, pipe, trace=trace, requests=requests, seed=seed, budget_share=budget_share,
-        compression_prompts=compression_prompts, frames=frames,
+        compression_prompts=compression_prompts, frames=frames, noise_window=noise_window,
     )  # fmt: skip
     typer.echo(format_table(result))
     if json_path is not None:

@@ -33,6 +33,8 @@ def test_defaults_are_the_papers_and_a_video_job_is_a_generation_job() -> None:
         ({"frames": 0}, InvalidInput, "frames"),
         ({"frames": MAX_FRAMES + 1}, InvalidInput, "frames"),
         ({"fps": 0}, InvalidInput, "fps"),
+        ({"noise_window": 0}, InvalidInput, "noise_window"),
+        ({"noise_window": GOOD.frames + 1}, InvalidInput, "noise_window"),
         ({"width": 60}, SizeError, "width"),  # the image checks run first
     ],
 )

@@ -24,7 +24,14 @@ from workers.runtime.tiny_video import (
     ensure_tiny_video_model,
     tiny_video_model_dir,
 )
-from workers.runtime.video import VideoRun, decode_frames, encode_webp, generate_video, load_video_pipeline
+from workers.runtime.video import (
+    VideoRun,
+    decode_frames,
+    encode_webp,
+    generate_video,
+    load_video_pipeline,
+    seeded_video_noise,
+)
 
 WEIGHTS = "diffusion_pytorch_model.safetensors"
 FRAMES = 8
@@ -182,3 +189,19 @@ def test_encode_webp_refuses_what_is_not_frames() -> None:
         encode_webp(np.zeros((2, 8, 8, 3), dtype=np.float32), fps=8)
     with pytest.raises(ValueError, match="fps"):
         encode_webp(np.zeros((2, 8, 8, 3), dtype=np.uint8), fps=0)
+
+
+def test_freenoise_windows_repeat_the_first_windows_noise_shuffled() -> None:
+    """FreeNoise (FlexCache 5): every window after the first is a permutation of the first's frames;
+    without a window the frames' noise is independent, as before."""
+    params = _params(frames=10, noise_window=4, width=64, height=64)
+    noise = seeded_video_noise(params, 4, scale=8, device=torch.device("cpu"), dtype=torch.float32)[0]
+    first = [noise[:, f] for f in range(4)]
+    for f in range(4, 10):
+        assert sum(torch.equal(noise[:, f], frame) for frame in first) == 1
+    assert not torch.equal(noise[:, 4:8], noise[:, 0:4])  # shuffled, not copied (for this seed)
+    plain = seeded_video_noise(
+        replace(params, noise_window=None), 4, scale=8, device=torch.device("cpu"), dtype=torch.float32
+    )[0]
+    generator = torch.Generator("cpu").manual_seed(params.seed)
+    assert torch.equal(plain, torch.randn((1, 4, 10, 8, 8), generator=generator)[0])

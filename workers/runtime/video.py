@@ -139,11 +139,21 @@ def seeded_video_noise(
     params: VideoParams, channels: int, *, scale: int, device: torch.device, dtype: torch.dtype
 ) -> torch.Tensor:
     """Seeded Gaussian noise (1, C, F, H/scale, W/scale), drawn on the CPU so a seed gives the
-    same noise on every device (as denoising.seeded_noise for images)."""
+    same noise on every device (as denoising.seeded_noise for images).
+
+    With `params.noise_window` W, FreeNoise's noise rescheduling (Qiu et al. 2024, which FlexCache 5
+    runs VideoCrafter2 with for 64 frames): the first W frames' noise is drawn, and every later
+    window of W frames is a seeded shuffle of it, so distant frames share noise (long-range
+    content stays consistent, and frames repeat: what intra-step compression removes, 4.1.1)."""
     generator = torch.Generator("cpu").manual_seed(params.seed)
-    shape = (1, channels, params.frames, params.height // scale, params.width // scale)
-    noise = torch.randn(shape, generator=generator, dtype=torch.float32)
-    return noise.to(device, dtype)
+    window = params.frames if params.noise_window is None else params.noise_window
+    shape = (1, channels, window, params.height // scale, params.width // scale)
+    base = torch.randn(shape, generator=generator, dtype=torch.float32)
+    windows = [base]
+    for start in range(window, params.frames, window):
+        order = torch.randperm(window, generator=generator)
+        windows.append(base[:, :, order][:, :, : params.frames - start])
+    return torch.cat(windows, dim=2).to(device, dtype)
 
 
 def _capture_steps(capture: Collection[int] | None, start_step: int, steps: int) -> set[int]:
