@@ -164,8 +164,15 @@ def load_pipeline(source: str, *, device: torch.device, dtype: torch.dtype) -> A
             f"model {source} needs added conditioning ({pipe.unet.config.addition_embed_type}, e.g. SDXL), "
             "which the runtime does not support yet: configure a Stable Diffusion 1.x/2.x layout model"
         )
+    return ready_for_denoising(pipe, device=device, dtype=dtype)
+
+
+def ready_for_denoising(pipe: Any, *, device: torch.device, dtype: torch.dtype) -> Any:
+    """A loaded pipeline (image or video) made ready for the runtime's own loop: no progress bar, the
+    compute dtype (diffusers releases before the `dtype` keyword of from_pretrained ignore it), on the
+    device."""
     pipe.set_progress_bar_config(disable=True)
-    if pipe.unet.dtype != dtype:  # diffusers releases before the `dtype` keyword ignore it
+    if pipe.unet.dtype != dtype:
         pipe.to(dtype=dtype)
     return pipe.to(device)
 

@@ -36,6 +36,7 @@ from workers.runtime.denoising import (
     scheduler_template,
 )
 from workers.runtime.latents import to_numpy, vae_decode
+from workers.runtime.loading import ready_for_denoising
 from workers.runtime.results import Latent
 
 CAPTURE_STEPS = frozenset({5, 10, 15, 20, 25})
@@ -78,10 +79,7 @@ def load_video_pipeline(source: str, *, device: torch.device, dtype: torch.dtype
             f"model {source} has a {type(pipe.unet).__name__}: video jobs need a UNet3DConditionModel "
             "(the TextToVideoSDPipeline layout)"
         )
-    pipe.set_progress_bar_config(disable=True)
-    if pipe.unet.dtype != dtype:  # diffusers releases before the `dtype` keyword ignore it
-        pipe.to(dtype=dtype)
-    return pipe.to(device)
+    return ready_for_denoising(pipe, device=device, dtype=dtype)
 
 
 def generate_video(
