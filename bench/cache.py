@@ -63,6 +63,7 @@ class CacheBench:
     # context
     queries: int = 0
     ef_search: int = 0
+    ef_reference_entries: int = 0  # ef_search grows past this many entries in a scope's own index
     exact_max: int = 0
     max_scan_tuples: int = 0
     paths: dict[str, int] = field(default_factory=dict)
@@ -187,10 +188,10 @@ def measure_cache(
         build_s = _build_index(settings)
         indexed = check_scope_indexes(settings)  # what beat's check-indexes pass does next
         cache.analyze(settings.sqlalchemy_url)
-        ef = settings.hnsw_ef_search
-        rows = _time_lookups(settings, probes, exact, ef)
-        compare = [_variant(settings, probes, other, ef) for other in compare_exact]
-        compare += [_variant(settings, probes, exact, other) for other in compare_ef]
+        ef, reference = settings.hnsw_ef_search, settings.hnsw_ef_reference_entries
+        rows = _time_lookups(settings, probes, exact, ef, reference)
+        compare = [_variant(settings, probes, other, ef, reference) for other in compare_exact]
+        compare += [_variant(settings, probes, exact, other, 0) for other in compare_ef]  # ef fixed
         churn = _churn(settings, layout[0], probes, exact, churn_rounds, rng) if churn_rounds else {}
         report, evict_ms = _time_eviction(settings, layout[0].name)
         index_bytes, table_bytes = _sizes(settings)
@@ -202,7 +203,7 @@ def measure_cache(
             recall_at_1=round(sum(row[2] for row in rows) / len(rows), 4),
             evict_pass_ms=round(evict_ms, 3),
             entries=entries, dim=settings.text_embedding_dim, scopes=len(layout), by_class=by_class,
-            queries=len(rows), ef_search=settings.hnsw_ef_search, exact_max=exact,
+            queries=len(rows), ef_search=ef, ef_reference_entries=reference, exact_max=exact,
             max_scan_tuples=settings.hnsw_max_scan_tuples, paths=dict(Counter(row[3] for row in rows)),
             eviction_policy=settings.eviction_policy.value, states_evicted=report.states_evicted,
             entries_removed=report.entries_removed, bytes_freed=report.bytes_before - report.bytes_after,
@@ -220,7 +221,7 @@ def measure_cache(
 
 
 def _time_lookups(
-    settings: Settings, probes: list[_Probe], exact_max: int, ef_search: int
+    settings: Settings, probes: list[_Probe], exact_max: int, ef_search: int, ef_reference: int
 ) -> list[tuple[int, float, bool, str]]:
     """Per probe: its scope's size class, the lookup's ms, whether it found the exact scan's nearest
     entry, and the path it took."""
@@ -235,6 +236,7 @@ def _time_lookups(
                 scopes=(probe.scope.name,),
                 model_family=BENCH_FAMILY,
                 ef_search=ef_search,
+                ef_reference_entries=ef_reference,
                 exact_max=exact_max,
                 max_scan_tuples=settings.hnsw_max_scan_tuples,
             )
@@ -285,23 +287,27 @@ def _churn(
     before = index_mib(settings)
     for _ in range(rounds):
         churn_round(settings, scope, rng)
-    ef = settings.hnsw_ef_search
-    after_churn = {**_variant(settings, probes, exact, ef), "index_mib": index_mib(settings)}
+    ef, reference = settings.hnsw_ef_search, settings.hnsw_ef_reference_entries
+    after_churn = {**_variant(settings, probes, exact, ef, reference), "index_mib": index_mib(settings)}
     health = rebuild(settings)
-    after_rebuild = {**_variant(settings, probes, exact, ef), "index_mib": index_mib(settings)}
+    after_rebuild = {**_variant(settings, probes, exact, ef, reference), "index_mib": index_mib(settings)}
     return {
         "rounds": rounds, "share": 0.1, "index_mib_before": before, "after_churn": after_churn,
         "index_health": health, "after_rebuild": after_rebuild,
     }  # fmt: skip
 
 
-def _variant(settings: Settings, probes: list[_Probe], exact_max: int, ef_search: int) -> dict[str, Any]:
-    """The lookups again with another exact_max or ef_search: the choice, measured on one fill."""
-    rows = _time_lookups(settings, probes, exact_max, ef_search)
+def _variant(
+    settings: Settings, probes: list[_Probe], exact_max: int, ef_search: int, ef_reference: int
+) -> dict[str, Any]:
+    """The lookups again with another exact_max or ef_search (ef_reference 0: that ef for every scope,
+    whatever its size): the choice, measured on one fill."""
+    rows = _time_lookups(settings, probes, exact_max, ef_search, ef_reference)
     timings = [row[1] for row in rows]
     return {
         "exact_max": exact_max,
         "ef_search": ef_search,
+        "ef_reference_entries": ef_reference,
         "lookup_p50_ms": round(statistics.median(timings), 3),
         "lookup_p99_ms": round(float(np.percentile(timings, 99)), 3),
         "recall_at_1": round(sum(row[2] for row in rows) / len(rows), 4),

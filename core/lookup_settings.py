@@ -19,6 +19,15 @@ class LookupSettings(BaseSettings):
         "0.950 to 0.994 at 40, 0.992 to 1.000 at 80, 0.998 to 1.000 at 160, p50 +0.3 to 1 ms per "
         "doubling (README, 'Admission at scale').",
     )
+    hnsw_ef_reference_entries: int = Field(
+        100_000,
+        ge=0,
+        description="A scope whose own HNSW index holds more entries than this walks it with ef_search "
+        "grown in proportion (hnsw_ef_search x entries / this, at most 1000; db.lookup_path.scaled_ef): "
+        "recall@1 at ef_search 80 was 0.998 in one scope of 100k entries, 0.930 at 300k (0.970 at ef 160, "
+        "0.997 at 320) and 0.696 at 1M (`reprise bench cache --entries N --scopes 1 --compare-ef ...`, "
+        "README 'Admission at scale'). 0: hnsw_ef_search whatever the size.",
+    )
     lookup_exact_max: int = Field(
         2000,
         ge=0,

@@ -3,10 +3,23 @@ core.settings.Settings, read from the same REPRISE_* environment variables."""
 
 from __future__ import annotations
 
+import os
+
 from pydantic import Field
 from pydantic_settings import BaseSettings
 
 from core.vocabulary import LogFormat
+
+_MIB = 1024 * 1024
+
+
+def default_shared_buffers_mb() -> int:
+    """A quarter of the machine's physical memory, clamped to 128 MiB .. 8 GiB."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 128
+    return max(128, min(8192, total // 4 // _MIB))
 
 
 class OpsSettings(BaseSettings):
@@ -28,6 +41,14 @@ class OpsSettings(BaseSettings):
     )
     worker_metrics_address: str = Field(
         "127.0.0.1", description="Address of the workers' metrics listeners (0.0.0.0 in a container)."
+    )
+    pg_shared_buffers_mb: int | None = Field(
+        None,
+        ge=16,
+        description="shared_buffers of the embedded Postgres, in MiB. Unset: a quarter of this machine's "
+        "memory (Postgres' own advice for a dedicated server), between 128 MiB (its default) and 8 GiB: an "
+        "eviction pass over a million entries reads index and heap pages that 128 MiB no longer holds "
+        "(issue 17). Applied when the server starts.",
     )
     log_format: LogFormat = Field(
         LogFormat.AUTO,

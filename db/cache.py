@@ -18,7 +18,14 @@ from enum import StrEnum
 
 import numpy as np
 import numpy.typing as npt
-from sqlalchemy import ColumnElement, Select, case, func, literal, select, text, update
+from sqlalchemy import (
+    ColumnElement,
+    func,
+    literal,
+    select,
+    text,
+    update,
+)
 from sqlalchemy import delete as sa_delete
 from sqlalchemy import insert as sa_insert
 from sqlalchemy.orm import InstrumentedAttribute, Session
@@ -29,7 +36,9 @@ from core.usage import INSERTION_USES
 from core.vocabulary import EntryState, LookupMode
 from db.blobs.base import BlobStore
 from db.engine import engine_for
+from db.lookup_path import EF_SEARCH_MAX, ScopeEf, bounded_count, choose_path
 from db.models import CacheEntry, CacheState
+from db.scope_indexes import scope_index_name
 
 Embedding = npt.ArrayLike
 
@@ -147,6 +156,7 @@ def lookup(
     size: tuple[int, int] | None = None,
     exact_max: int = 0,
     max_scan_tuples: int = 20000,
+    ef_reference_entries: int = 0,
 ) -> LookupResult | None:
     """The nearest live entry in `scopes` (and `model_family`; None: any family, for reuse of final
     images across models) by cosine distance, or None when there is none.
@@ -155,16 +165,18 @@ def lookup(
     entries is scanned exactly (its rows through the scope index, sorted by distance: a few ms, and never
     an empty answer). A larger one walks its own HNSW index when beat has built one (db/scope_indexes.py),
     else the shared one with the filters applied while it is walked (hnsw.iterative_scan = strict_order,
-    pgvector 0.8, up to `max_scan_tuples` tuples); ef_search is set for this transaction only.
+    pgvector 0.8, up to `max_scan_tuples` tuples); ef_search is set for this transaction only, and
+    grows with the scope past `ef_reference_entries` when its own index is walked (see scaled_ef).
     Image mode compares the query with cached image embeddings (MoDM 5.2); entries without one
     are skipped. `size` (width, height) keeps only entries generated at that size: a cached latent
     continues only a run of its own spatial shape.
     """
-    if not 1 <= ef_search <= 1000:
-        raise ValueError(f"ef_search must be in 1..1000 (pgvector's range), got {ef_search}")
+    if not 1 <= ef_search <= EF_SEARCH_MAX:
+        raise ValueError(f"ef_search must be in 1..{EF_SEARCH_MAX} (pgvector's range), got {ef_search}")
     best: LookupResult | None = None
     for scope in dict.fromkeys(scopes):  # scope by scope: each may have an index of its own
-        exact = _choose_path(session, scope, exact_max, ef_search, max_scan_tuples)
+        ef = ScopeEf(ef_search, ef_reference_entries, scope_index_name(scope, _embedding_column(mode).key))
+        exact = choose_path(session, scope, exact_max, ef, max_scan_tuples)
         found = _nearest(
             session, query_embedding=query_embedding, mode=mode, scopes=[scope], model_family=model_family,
             size=size,
@@ -176,44 +188,9 @@ def lookup(
     return best
 
 
-def _choose_path(session: Session, scope: str, exact_max: int, ef_search: int, max_scan_tuples: int) -> bool:
-    """One round trip before a scope's query: whether the scope is small enough for the exact path (a
-    count of at most exact_max + 1 rows), and this transaction's settings for either path. Exact: no
-    index scan (the scope's rows by a bitmap scan, sorted). Index: the scope's own HNSW index, which a
-    custom plan picks for its literal scope, or the shared one filtered while it is walked."""
-    bounded = _bounded_count([scope], exact_max).scalar_subquery()
-    small = (bounded <= exact_max) & (literal(exact_max) > 0)
-    settings = {
-        "hnsw.ef_search": str(int(ef_search)),
-        "hnsw.iterative_scan": "strict_order",
-        "hnsw.max_scan_tuples": str(int(max_scan_tuples)),
-        "plan_cache_mode": "force_custom_plan",  # a generic plan cannot match a partial index
-    }
-    row = session.execute(
-        select(
-            small,
-            func.set_config("enable_indexscan", case((small, "off"), else_="on"), True),
-            *(func.set_config(name, value, True) for name, value in settings.items()),
-        )
-    ).one()
-    return bool(row[0])
-
-
-def _bounded_count(scopes: Sequence[str], limit: int) -> Select[int]:
-    """The live entries of `scopes`, counted no further than limit + 1 rows (the scope index)."""
-    bounded = (
-        select(literal(1))
-        .select_from(CacheEntry)
-        .where(CacheEntry.scope.in_(list(scopes)), CacheEntry.state == EntryState.LIVE.value)
-        .limit(limit + 1)
-        .subquery()
-    )
-    return select(func.count()).select_from(bounded)
-
-
 def scope_size_at_most(session: Session, scopes: Sequence[str], limit: int) -> bool:
     """Whether `scopes` hold at most `limit` live entries: a bounded question, whatever their size."""
-    return int(session.execute(_bounded_count(scopes, limit)).scalar_one()) <= limit
+    return int(session.execute(bounded_count(scopes, limit)).scalar_one()) <= limit
 
 
 def lookup_exact(

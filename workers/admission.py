@@ -162,6 +162,7 @@ def _decide(
             scopes=scopes,
             model_family=family,
             ef_search=settings.hnsw_ef_search,
+            ef_reference_entries=settings.hnsw_ef_reference_entries,
             size=size,
             exact_max=settings.lookup_exact_max,
             max_scan_tuples=settings.hnsw_max_scan_tuples,

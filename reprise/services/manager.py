@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from core.ops_settings import default_shared_buffers_mb
 from core.settings import Settings
 from reprise.services.common import ServiceStatus
 from reprise.services.postgres import EmbeddedPostgres, check_external_postgres
@@ -9,7 +10,11 @@ from reprise.services.redis import EmbeddedRedis, check_external_redis
 
 
 def embedded_postgres(settings: Settings) -> EmbeddedPostgres:
-    return EmbeddedPostgres(root=settings.data_dir.resolve() / "postgres", port=settings.pg_port)
+    return EmbeddedPostgres(
+        root=settings.data_dir.resolve() / "postgres",
+        port=settings.pg_port,
+        shared_buffers_mb=settings.pg_shared_buffers_mb or default_shared_buffers_mb(),
+    )
 
 
 def embedded_redis(settings: Settings) -> EmbeddedRedis:

@@ -58,6 +58,7 @@ class EmbeddedPostgres:
 
     root: Path
     port: int
+    shared_buffers_mb: int = 128  # Postgres' default
 
     @property
     def data(self) -> Path:
@@ -117,7 +118,8 @@ class EmbeddedPostgres:
                     "-l",
                     str(self.log),
                     "-o",
-                    f"-h 127.0.0.1 -p {self.port} -k {self.data}",
+                    f"-h 127.0.0.1 -p {self.port} -k {self.data} "
+                    f"-c shared_buffers={self.shared_buffers_mb}MB",
                     "start",
                 ],
                 user,

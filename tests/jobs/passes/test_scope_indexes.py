@@ -14,7 +14,7 @@ from sqlalchemy import delete, event, text
 from bench.cachefill import BENCH_FAMILY, fill, near_duplicates, synthetic_embeddings
 from core.settings import Settings
 from core.vocabulary import LookupMode
-from db import cache, scope_indexes
+from db import cache, lookup_path, scope_indexes
 from db.engine import session_scope
 from db.models import CacheEntry
 from jobs.passes.index_health import check_indexes
@@ -121,3 +121,32 @@ def test_a_scope_index_bloated_by_churn_is_rebuilt(db_settings: Settings, scopes
     report = {row.index: row for row in check_indexes(settings)}
     assert report[own].rebuilt and report[own].rows == 1200
     assert {row.index: row for row in check_indexes(settings)}[own].ratio < 1.5
+
+
+def walked_ef(settings: Settings, scope: str, query: np.ndarray, reference: int) -> int:
+    """The hnsw.ef_search a lookup in `scope` walked with (set for its transaction by db.lookup_path)."""
+    with session_scope(settings) as session:
+        cache.lookup(
+            session, query_embedding=query, mode=LookupMode.TEXT_TO_TEXT, scopes=[scope],
+            model_family=BENCH_FAMILY, ef_search=40, exact_max=0, ef_reference_entries=reference,
+        )  # fmt: skip
+        return int(session.scalar(text("SELECT current_setting('hnsw.ef_search')")) or 0)
+
+
+def test_ef_search_grows_with_the_size_of_the_scopes_own_index(
+    db_settings: Settings, scopes: tuple[str, str]
+) -> None:
+    large, small = scopes
+    rng = np.random.default_rng(6)
+    vectors = synthetic_embeddings(300, db_settings.text_embedding_dim, rng)
+    fill(db_settings, large, vectors, rng)
+    fill(db_settings, small, synthetic_embeddings(40, db_settings.text_embedding_dim, rng), rng)
+    query = near_duplicates(vectors[:1], 0.95, rng)[0]
+    assert walked_ef(db_settings, large, query, 100) == 40  # no index of its own yet: the base ef
+
+    check_scope_indexes(db_settings.model_copy(update={"scope_index_min_entries": 100}))
+    assert walked_ef(db_settings, large, query, 100) == lookup_path.scaled_ef(40, 300, 100) == 120
+    assert walked_ef(db_settings, large, query, 7) == lookup_path.EF_SEARCH_MAX  # 40 x 300 / 7, capped
+    assert walked_ef(db_settings, large, query, 300) == 40  # not past the reference
+    assert walked_ef(db_settings, large, query, 0) == 40  # 0: fixed
+    assert walked_ef(db_settings, small, query, 10) == 40  # the shared index's walk keeps the base ef
