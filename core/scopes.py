@@ -42,3 +42,16 @@ def lookup_scopes(tenant_id: uuid.UUID, *, shared_cache: bool) -> tuple[str, ...
 def insert_scope(tenant_id: uuid.UUID, *, shared_cache: bool) -> str:
     """The scope a job's result is cached in: the shared one when it may share, else its tenant's."""
     return SHARED_SCOPE if shared_cache else tenant_scope(tenant_id)
+
+
+VIDEO_PREFIX = "video:"
+
+
+def video_scope(scope: str) -> str:
+    """Where a scope's video entries live (issue 18): apart from its images, so an image lookup never
+    finds a video latent, and with their own byte budget and eviction policy (FlexCache's LRBU)."""
+    return VIDEO_PREFIX + scope
+
+
+def is_video_scope(scope: str) -> bool:
+    return scope.startswith(VIDEO_PREFIX)

@@ -21,6 +21,7 @@ from core.lookup_settings import LookupSettings
 from core.ops_settings import OpsSettings
 from core.read_settings import ReadSettings
 from core.schedulers import SchedulerName
+from core.video_settings import VideoSettings
 from core.vocabulary import (
     BUILTIN_FAMILIES,
     CUSTOM_FAMILY,
@@ -42,7 +43,9 @@ def _split_ints(value: Any) -> Any:
     return value
 
 
-class Settings(CascadeSettings, ReadSettings, OpsSettings, LookupSettings, EvictionSettings, AdmitSettings):
+class Settings(
+    VideoSettings, CascadeSettings, ReadSettings, OpsSettings, LookupSettings, EvictionSettings, AdmitSettings
+):
     """Configuration of every Reprise process. Environment variables: REPRISE_<FIELD>."""
 
     model_config = SettingsConfigDict(  # env_ignore_empty: compose passes "" for an unset variable
@@ -395,19 +398,17 @@ class Settings(CascadeSettings, ReadSettings, OpsSettings, LookupSettings, Evict
     @property
     def sqlalchemy_url(self) -> str:
         """The database URL in use: the configured one, or the embedded server's."""
-        if self.database_url is not None:
-            return self.database_url
-        return f"postgresql+psycopg://reprise@127.0.0.1:{self.pg_port}/reprise"
+        embedded = f"postgresql+psycopg://reprise@127.0.0.1:{self.pg_port}/reprise"
+        return self.database_url if self.database_url is not None else embedded
 
     @property
-    def broker_url(self) -> str:
+    def broker_url(self) -> str:  # the configured Redis, or the embedded one
         return self.redis_url if self.redis_url is not None else f"redis://127.0.0.1:{self.redis_port}/0"
 
     @property
     def effective_default_size(self) -> int:
-        if self.default_size is not None:
-            return self.default_size
-        return 64 if self.model_source("large") in BUILTIN_FAMILIES else 512
+        builtin = 64 if self.model_source("large") in BUILTIN_FAMILIES else 512
+        return self.default_size if self.default_size is not None else builtin
 
     @property
     def blob_root(self) -> Path:

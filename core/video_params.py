@@ -7,10 +7,11 @@ take it unchanged; only the noise (one more axis, F) and the output (frames, a W
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Protocol
 
 from core.errors import InvalidInput
-from core.params import GenerationParams, Limits, check_params
+from core.params import GenerationParams, Limits, ParamsRow, check_params, params_from_row
 
 MAX_FRAMES = 128  # twice the paper's 64 (FlexCache 5); a latent of 128 frames at 320x512 is 5 MB
 MAX_FPS = 60
@@ -44,3 +45,21 @@ def check_video_params(params: VideoParams, limits: Limits = Limits()) -> None:
             f"noise_window must be in 1..frames ({params.frames}), got {params.noise_window}",
             field="noise_window",
         )
+
+
+class VideoParamsRow(ParamsRow, Protocol):
+    """What a video job's row holds of its parameters (db.models.Job satisfies it)."""
+
+    frames: int | None
+    fps: int | None
+    noise_window: int | None
+
+
+def video_params_from_row(row: VideoParamsRow) -> VideoParams:
+    """A stored video job's parameters (the inverse of core.params.row_values, whose columns the
+    dataclass's fields name, frames, fps and noise_window included)."""
+    if row.frames is None or row.fps is None:
+        raise InvalidInput("a video job's row has no frames or fps", field="frames")
+    return VideoParams(
+        **asdict(params_from_row(row)), frames=row.frames, fps=row.fps, noise_window=row.noise_window
+    )

@@ -41,6 +41,13 @@ class EntryState(StrEnum):
     DIRTY = "dirty"  # every state evicted; removed with its blobs by the next eviction pass
 
 
+class JobKind(StrEnum):
+    """What a job generates (the request's `kind`): an image, or a video (issue 18, FlexCache)."""
+
+    IMAGE = "image"
+    VIDEO = "video"
+
+
 class DecodeMode(StrEnum):
     """When a job's image is decoded from its latent (the request's `decode`; LatentBox 4.1)."""
 

@@ -18,7 +18,8 @@ from sqlalchemy.orm import Session
 
 from core.errors import InflightLimitExceeded, InvalidInput
 from core.params import GenerationParams, row_values
-from core.vocabulary import DecodeMode, JobStatus
+from core.video_params import VideoParams
+from core.vocabulary import DecodeMode, JobKind, JobStatus
 from db.models import Job, Tenant
 
 ACTIVE_STATUSES = (JobStatus.STARTING.value, JobStatus.PROCESSING.value)
@@ -108,6 +109,7 @@ def create_job(*, session: Session, tenant: Tenant, new: NewJob) -> CreatedJob:
             tenant_id=tenant.id,
             status=JobStatus.STARTING.value,
             **row_values(params),
+            kind=JobKind.VIDEO.value if isinstance(params, VideoParams) else JobKind.IMAGE.value,
             cache_mode=new.cache_mode,
             decode_mode=new.decode_mode,
             webhook_url=new.webhook_url,

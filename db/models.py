@@ -31,7 +31,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from core.vocabulary import DecodeMode, EntryState, JobStatus
+from core.vocabulary import DecodeMode, EntryState, JobKind, JobStatus
 
 
 class Base(DeclarativeBase):
@@ -106,6 +106,12 @@ class Job(Base):
     idempotency_key: Mapped[str | None] = mapped_column(String(255))
     request_fingerprint: Mapped[str | None] = mapped_column(String(64))  # sha256 of the canonical body
 
+    # a video job (issue 18): kind 'video', its frames, rate and FreeNoise window
+    kind: Mapped[str] = mapped_column(String(8), default=JobKind.IMAGE.value, server_default="image")
+    frames: Mapped[int | None] = mapped_column(Integer)
+    fps: Mapped[int | None] = mapped_column(Integer)
+    noise_window: Mapped[int | None] = mapped_column(Integer)
+
     # what admission decided
     admission_outcome: Mapped[str | None] = mapped_column(String(16))
     predictor_said_hit: Mapped[bool | None] = mapped_column(Boolean)
@@ -116,6 +122,11 @@ class Job(Base):
         ForeignKey("cache_entries.id", ondelete="SET NULL")
     )
     admission_ms: Mapped[dict[str, float]] = mapped_column(JSONB, default=dict)  # stage -> ms
+    # A decoupled video hit (FlexCache 4.2.2): the background's entry; source_entry_id is the object's.
+    background_entry_id: Mapped[uuid.UUID | None] = mapped_column(
+        ForeignKey("cache_entries.id", ondelete="SET NULL")
+    )
+    video_hit: Mapped[str | None] = mapped_column(String(16))  # jobs.policies.video_hits.HitKind
 
     # what ran
     models_used: Mapped[list[str]] = mapped_column(ARRAY(Text), default=list)
@@ -134,6 +145,7 @@ class Job(Base):
     lease_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     final_latent_key: Mapped[str | None] = mapped_column(Text)
     image_keys: Mapped[dict[str, str]] = mapped_column(JSONB, default=dict)  # format -> blob key
+    video_key: Mapped[str | None] = mapped_column(Text)  # a video job's animated WebP
 
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=_now(), index=True)
     admitted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -160,6 +172,13 @@ class CacheEntry(Base):
     width: Mapped[int] = mapped_column(Integer, default=512)  # size of that generation: latents fit
     height: Mapped[int] = mapped_column(Integer, default=512)  # only runs of the same shape
     source_job_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    # A video entry (issue 18, in a "video:" scope): its frames, its prompt's object and background
+    # phrases' embeddings, the base blob its compressed states decode against and its object mask.
+    frames: Mapped[int | None] = mapped_column(Integer)
+    object_embedding: Mapped[Any | None] = mapped_column(Vector())
+    background_embedding: Mapped[Any | None] = mapped_column(Vector())
+    base_key: Mapped[str | None] = mapped_column(Text)
+    mask_key: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=_now())
     last_access_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=_now())
     access_count: Mapped[int] = mapped_column(Integer, default=0)

@@ -20,7 +20,8 @@ from core import logs
 from core.errors import GenerationCanceled, InvalidInput, LeaseBusy, SourceVanished
 from core.params import GenerationParams, params_from_row
 from core.scopes import uses_shared_scope
-from core.vocabulary import DecodeMode, HitPolicy, JobStatus, LookupMode, Route, WebhookEvent
+from core.video_params import video_params_from_row
+from core.vocabulary import DecodeMode, HitPolicy, JobKind, JobStatus, LookupMode, Route, WebhookEvent
 from db import cache, stats
 from db import cascade as cascade_db
 from db import jobs as jobs_db
@@ -57,6 +58,8 @@ class JobView:
     k: int | None
     source_entry_id: uuid.UUID | None
     decode_mode: str = DecodeMode.LAZY
+    kind: str = JobKind.IMAGE.value
+    background_entry_id: uuid.UUID | None = None  # a decoupled video hit's background source
 
     @property
     def route(self) -> str:
@@ -176,7 +179,7 @@ def claim_job(
             view = JobView(
                 id=job.id,
                 tenant_id=job.tenant_id,
-                params=params_from_row(job),
+                params=video_params_from_row(job) if job.kind == JobKind.VIDEO else params_from_row(job),
                 cache_mode=job.cache_mode,
                 shared_cache=uses_shared_scope(
                     tenant_opted_in=jobs_db.tenant_opted_in_to_sharing(session, job.tenant_id),
@@ -185,6 +188,8 @@ def claim_job(
                 k=job.k,
                 source_entry_id=job.source_entry_id,
                 decode_mode=job.decode_mode,
+                kind=job.kind,
+                background_entry_id=job.background_entry_id,
             )
             first_start = claim.first_start
             admitted_at = job.admitted_at

@@ -1,0 +1,41 @@
+"""The settings of video jobs (issue 18, FlexCache), a part of core.settings.Settings, read from the
+same REPRISE_* environment variables. The schedule (steps, capture_steps) is the image jobs': FlexCache
+keeps NIRVANA's key steps (2.2, 3.2)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings
+
+
+class VideoSettings(BaseSettings):
+    """REPRISE_VIDEO_*."""
+
+    video_model: str = Field(
+        "tiny-video",
+        description="The text-to-video pipeline video jobs run (diffusers' TextToVideoSDPipeline layout): a "
+        "Hugging Face id (e.g. ali-vilab/text-to-video-ms-1.7b), a local directory, or 'tiny-video', a "
+        "random tiny model the project builds offline (workers.runtime.tiny_video). Every GPU worker "
+        "loads it on its first video job.",
+    )
+    video_cache_budget_bytes: int = Field(
+        1 << 30,
+        ge=0,
+        description="Byte budget of each video scope (compressed states, bases, masks and final latents), "
+        "kept by LRBU (FlexCache 4.2.3) apart from the image budget.",
+    )
+    video_state_error_bound: float | None = Field(
+        1e-3,
+        gt=0,
+        description="Every element of a cached video state decodes within this of the captured one (a "
+        "quantised residual over FlexCache 4.1's linear model; db.video_codec). Unset: the paper's "
+        "model alone, 6.7x smaller, unbounded (README 'Video': 3.4x with 1e-3; resume error 6.5e-5 "
+        "against 0.026).",
+    )
+    video_key_frame_similarity: float = Field(
+        0.99,
+        gt=0,
+        le=1,
+        description="A frame within this cosine of the last key frame is stored as a repeat of it "
+        "(FlexCache 5, 'Cache compressor', Fig. 14a: 0.99).",
+    )
