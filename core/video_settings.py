@@ -39,3 +39,10 @@ class VideoSettings(BaseSettings):
         description="A frame within this cosine of the last key frame is stored as a repeat of it "
         "(FlexCache 5, 'Cache compressor', Fig. 14a: 0.99).",
     )
+
+    @property
+    def video_family(self) -> str:
+        """The latent family of video_model's latents: video entries are reused only by it (DESIGN: a
+        cache entry is keyed by its model family). The source itself names it: 'tiny-video', an id or a
+        directory."""
+        return self.video_model
