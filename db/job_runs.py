@@ -106,9 +106,12 @@ def record_admission(
     k: int | None,
     source_entry_id: uuid.UUID | None,
     admission_ms: dict[str, float] | None = None,
+    background_entry_id: uuid.UUID | None = None,
+    video_hit: str | None = None,
 ) -> bool:
-    """Write what admission decided, once, with its time per stage (embed, predict, lookup, total).
-    Returns False when the job is no longer waiting."""
+    """Write what admission decided, once, with its time per stage (embed, predict, lookup, total); a
+    video hit's kind and a decoupled one's background entry. Returns False when the job is no longer
+    waiting."""
     result = session.execute(
         update(Job)
         .where(Job.id == job_id, Job.status == JobStatus.STARTING.value, Job.cancel_requested.is_(False))
@@ -119,6 +122,8 @@ def record_admission(
             similarity=similarity,
             k=k,
             source_entry_id=source_entry_id,
+            background_entry_id=background_entry_id,
+            video_hit=video_hit,
             admission_ms=admission_ms or {},
             # The transaction's clock, as db.stats counts the admission: a reroute to miss corrects
             # the interval that holds admitted_at.

@@ -17,7 +17,8 @@ from core.params import GenerationParams, params_from_row
 from core.prompt_key import prompt_key
 from core.scopes import lookup_scopes, uses_shared_scope
 from core.settings import Settings
-from core.vocabulary import AdmissionOutcome, HitPolicy, JobStatus, Route
+from core.video_params import video_params_from_row
+from core.vocabulary import AdmissionOutcome, HitPolicy, JobKind, JobStatus, Route
 from db import cache, predictor_store, stats
 from db import jobs as jobs_db
 from db.engine import session_scope
@@ -29,6 +30,7 @@ from jobs.policies.predictor import MatchPredictor, likely_hit
 from jobs.queues import Queue
 from workers import metrics
 from workers.context import WorkerContext
+from workers.video_admission import VideoDecision, decide_video
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,7 @@ class _Request:
     params: GenerationParams
     cache_mode: str
     shared_cache: bool
+    kind: str = JobKind.IMAGE.value
 
 
 def admit(context: WorkerContext, job_id: uuid.UUID) -> AdmissionDecision | None:
@@ -66,15 +69,19 @@ def _admit(context: WorkerContext, job_id: uuid.UUID) -> AdmissionDecision | Non
         request = _Request(
             job_id=job.id,
             tenant_id=job.tenant_id,
-            params=params_from_row(job),
+            params=video_params_from_row(job) if job.kind == JobKind.VIDEO else params_from_row(job),
             cache_mode=job.cache_mode,
             shared_cache=uses_shared_scope(
                 tenant_opted_in=jobs_db.tenant_opted_in_to_sharing(session, job.tenant_id),
                 cache_mode=job.cache_mode,
             ),
+            kind=job.kind,
         )
     timer = StageTimer()
-    decision, predicted = _decide(context, request, timer)
+    video = _decide_video(context, request) if request.kind == JobKind.VIDEO else None
+    if video is not None:
+        timer.lap("video_lookup")  # three embeddings in one call, three lookups
+    decision, predicted = (video.decision, None) if video is not None else _decide(context, request, timer)
     timings = timer.finish()
     with session_scope(settings) as session:
         recorded = record_admission(
@@ -87,6 +94,8 @@ def _admit(context: WorkerContext, job_id: uuid.UUID) -> AdmissionDecision | Non
             k=decision.k,
             source_entry_id=decision.source_entry_id,
             admission_ms=timings,
+            background_entry_id=video.background_entry_id if video is not None else None,
+            video_hit=video.video_hit if video is not None and video.video_hit is not None else None,
         )
         if recorded:
             stats.record_admission(session, outcome=decision.outcome, k=decision.k)
@@ -102,6 +111,14 @@ def _admit(context: WorkerContext, job_id: uuid.UUID) -> AdmissionDecision | Non
         timings,
     )
     return decision
+
+
+def _decide_video(context: WorkerContext, request: _Request) -> VideoDecision:
+    """A video job (issue 18): FlexCache's three lookups (workers.video_admission), unless it asked for
+    no cache."""
+    if request.cache_mode == "off":
+        return VideoDecision(AdmissionDecision(AdmissionOutcome.CACHE_OFF, Route.MISS))
+    return decide_video(context, request.params, request.tenant_id, shared_cache=request.shared_cache)
 
 
 class StageTimer:

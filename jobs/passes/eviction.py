@@ -27,6 +27,7 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session
 
+from core.scopes import is_video_scope
 from core.settings import Settings
 from core.usage import EvictionPlan
 from core.vocabulary import EvictionPolicyName, HitPolicy
@@ -147,6 +148,18 @@ def _plan(
     return found, plan_eviction(usage, to_free, policy, now, final_latent_k=final_k)
 
 
+def scope_budget(settings: Settings, scope: str) -> int:
+    """A scope's byte budget: a video scope's is its own (issue 18), any other the image budget."""
+    return settings.video_cache_budget_bytes if is_video_scope(scope) else settings.cache_budget_bytes
+
+
+def scope_policy(settings: Settings, scope: str) -> EvictionPolicyName:
+    """A scope's eviction policy: LRBU for video scopes (FlexCache 4.2.3: it ranks a state by its
+    accesses and the steps it saves per byte and per second since its last use, which fits compressed
+    states of unequal sizes), the configured one for the others."""
+    return EvictionPolicyName.LRBU if is_video_scope(scope) else settings.eviction_policy
+
+
 def evict_scope(
     settings: Settings,
     blobs: BlobStore,
@@ -165,8 +178,8 @@ def evict_scope(
     own transactions; safe to run concurrently with lookups, uses, inserts and other passes (one pass
     per scope at a time).
     """
-    budget = settings.cache_budget_bytes if budget_bytes is None else budget_bytes
-    chosen = settings.eviction_policy if policy is None else policy
+    budget = scope_budget(settings, scope) if budget_bytes is None else budget_bytes
+    chosen = scope_policy(settings, scope) if policy is None else policy
     final_k = final_latent_k(settings)
     with session_scope(settings) as session:
         eviction_sql.lock_scope(session, scope)
@@ -214,11 +227,11 @@ def ensure_room(
     """
     with session_scope(settings) as session:
         used = scope_bytes.scope_bytes(session, scope=scope)
-    if used + incoming_bytes <= settings.cache_budget_bytes:
+    if used + incoming_bytes <= scope_budget(settings, scope):
         return EvictionReport(
             scope=scope,
-            policy=settings.eviction_policy,
-            budget_bytes=settings.cache_budget_bytes,
+            policy=scope_policy(settings, scope),
+            budget_bytes=scope_budget(settings, scope),
             incoming_bytes=incoming_bytes,
             bytes_before=used,
             bytes_after=used,
