@@ -28,6 +28,9 @@ from db.scope_indexes import scope_index_name
 MAX_SCAN_TUPLES = 20000  # pgvector 0.8's default hnsw.max_scan_tuples
 
 
+MAX_SCAN_TUPLES = 20000  # pgvector 0.8's default hnsw.max_scan_tuples
+
+
 class VideoIndex(StrEnum):
     """Which of an entry's embeddings a lookup compares (FlexCache keeps three indexes)."""
 
@@ -79,9 +82,8 @@ def nearest_video(
     ks = select(func.array_agg(CacheState.k)).where(CacheState.entry_id == CacheEntry.id).scalar_subquery()
     best: VideoMatch | None = None
     for scope in dict.fromkeys(scopes):
-        choose_path(
-            session, scope, exact_max, ScopeEf(ef_search, 0, scope_index_name(scope, index.value)), 20000
-        )
+        ef = ScopeEf(ef_search, 0, scope_index_name(scope, VideoIndex.WHOLE.value))  # ef fixed: small scopes
+        choose_path(session, scope, exact_max, ef, MAX_SCAN_TUPLES)
         row = session.execute(
             select(CacheEntry.id, distance.label("distance"), ks.label("ks"))
             .where(
