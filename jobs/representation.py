@@ -1,6 +1,10 @@
 """The public JSON form of a job, a "generation": one serializer for the API's responses and the
 webhooks' `data`, so that a receiver sees exactly what GET /v1/generations/{id} returns.
 
+A video job (issue 18) has `kind` "video" and the Video* forms of input, output, metrics and urls: the
+image forms plus frames, fps, noise_window; a `video` link instead of `image`; video_hit and
+background_entry. An image job's JSON is what it was before video jobs, plus `kind`.
+
 It lives in jobs/ (not api/) because the webhook worker needs it too and workers do not import api/.
 """
 
@@ -14,12 +18,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.params import params_from_row
-from core.vocabulary import DecodeMode, JobStatus
+from core.video_params import video_params_from_row
+from core.vocabulary import DecodeMode, JobKind, JobStatus
 from db.models import Job
 from jobs.estimates import Estimate, remaining_s
 
 ImageFormatName = Literal["png", "webp", "jpeg"]
 DEFAULT_IMAGE_FORMAT: ImageFormatName = "png"
+VideoHitName = Literal["whole", "decoupled"]  # jobs.policies.video_hits.HitKind's values
 
 
 class GenerationInput(BaseModel):
@@ -38,9 +44,24 @@ class GenerationInput(BaseModel):
     webhook_events_filter: list[str]
 
 
+class VideoGenerationInput(GenerationInput):
+    """A video job's input: an image job's, plus its frames (issue 18)."""
+
+    frames: int = Field(description="Frames in the video.")
+    fps: int = Field(description="Frames per second of the animated WebP.")
+    noise_window: int | None = Field(
+        description="FreeNoise's window in frames; null: independent noise per frame."
+    )
+
+
 class GenerationOutput(BaseModel):
     image: str = Field(description="URL of the image; add ?format=png|webp|jpeg for another format.")
     format: ImageFormatName
+
+
+class VideoGenerationOutput(BaseModel):
+    video: str = Field(description="URL of the video (GET /v1/generations/{id}/video).")
+    format: Literal["webp"] = Field(description="An animated WebP, looping, at the input's fps.")
 
 
 class CascadeStage(BaseModel):
@@ -91,12 +112,32 @@ class GenerationMetrics(BaseModel):
     run_time_s: float | None = Field(description="From the start of generation to completion.")
 
 
+class VideoGenerationMetrics(GenerationMetrics):
+    """A video job's metrics: on a hit, whether the whole prompt matched or an object and a background
+    were reused apart (FlexCache 4.2.2); source_entry is then the object's entry."""
+
+    video_hit: VideoHitName | None = Field(
+        description="whole: one cached video reused; decoupled: an object's and a background's; null: a miss."
+    )
+    background_entry: uuid.UUID | None = Field(
+        description="The background's cache entry, on a decoupled hit."
+    )
+
+
 class GenerationUrls(BaseModel):
     model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
 
     self_: str = Field(alias="self")
     cancel: str
     image: str
+
+
+class VideoGenerationUrls(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
+
+    self_: str = Field(alias="self")
+    cancel: str
+    video: str
 
 
 class GenerationProgress(BaseModel):
@@ -120,6 +161,10 @@ class GenerationQueue(BaseModel):
 
 class Generation(BaseModel):
     id: uuid.UUID
+    kind: JobKind = Field(
+        default=JobKind.IMAGE,
+        description="image or video: video jobs carry the Video* input, output, metrics and urls.",
+    )
     status: JobStatus
     progress: GenerationProgress | None = Field(
         default=None, description="While processing, and once succeeded; null before the first step."
@@ -127,14 +172,17 @@ class Generation(BaseModel):
     queue: GenerationQueue | None = Field(
         default=None, description="While starting, on GET and the event stream; null otherwise and in lists."
     )
-    input: GenerationInput
-    output: GenerationOutput | None = Field(description="Null until the job has succeeded.")
+    # A subclass first: pydantic serializes each value by its own model of the union.
+    input: VideoGenerationInput | GenerationInput
+    output: VideoGenerationOutput | GenerationOutput | None = Field(
+        description="Null until the job has succeeded."
+    )
     error: str | None
-    metrics: GenerationMetrics
+    metrics: VideoGenerationMetrics | GenerationMetrics
     created_at: datetime
     started_at: datetime | None
     completed_at: datetime | None
-    urls: GenerationUrls
+    urls: VideoGenerationUrls | GenerationUrls
 
 
 def _seconds(start: datetime | None, end: datetime | None) -> float | None:
@@ -146,6 +194,13 @@ def _seconds(start: datetime | None, end: datetime | None) -> float | None:
 def generation_urls(job_id: uuid.UUID, *, base_url: str) -> GenerationUrls:
     own = f"{base_url.rstrip('/')}/v1/generations/{job_id}"
     return GenerationUrls.model_validate({"self": own, "cancel": f"{own}/cancel", "image": f"{own}/image"})
+
+
+def video_urls(job_id: uuid.UUID, *, base_url: str) -> VideoGenerationUrls:
+    own = f"{base_url.rstrip('/')}/v1/generations/{job_id}"
+    return VideoGenerationUrls.model_validate(
+        {"self": own, "cancel": f"{own}/cancel", "video": f"{own}/video"}
+    )
 
 
 def _progress(job: Job) -> GenerationProgress | None:
@@ -172,48 +227,75 @@ def queue_object(estimate: Estimate) -> GenerationQueue:
 def generation_object(job: Job, *, base_url: str, queue: GenerationQueue | None = None) -> Generation:
     """The job as clients see it. `base_url` prefixes the URLs ('' gives relative URLs); `queue`: where
     a waiting job stands, when the caller looked (it costs queries)."""
-    urls = generation_urls(job.id, base_url=base_url)
-    output = None
-    if job.status == JobStatus.SUCCEEDED:
-        output = GenerationOutput(
-            image=f"{urls.image}?format={DEFAULT_IMAGE_FORMAT}", format=DEFAULT_IMAGE_FORMAT
-        )
-    route: Literal["hit", "miss"] | None = (
-        "hit" if job.route == "hit" else "miss" if job.route in ("miss", "heavy") else None
-    )
+    video = job.kind == JobKind.VIDEO
+    urls = video_urls(job.id, base_url=base_url) if video else generation_urls(job.id, base_url=base_url)
     return Generation(
         id=job.id,
+        kind=JobKind(job.kind or JobKind.IMAGE),
         status=JobStatus(job.status),
         progress=_progress(job),
         queue=queue if job.status == JobStatus.STARTING else None,
-        input=GenerationInput(
-            **asdict(params_from_row(job)),
-            cache=job.cache_mode,
-            decode=job.decode_mode,
-            webhook=job.webhook_url,
-            webhook_events_filter=list(job.webhook_events_filter or []),
-        ),
-        output=output,
+        input=_input(job),
+        output=_output(job, urls),
         error=job.error,
-        metrics=GenerationMetrics(
-            route=route,
-            similarity=job.similarity,
-            k=job.k,
-            source_entry=job.source_entry_id,
-            models=list(job.models_used or []),
-            denoiser_evaluations=dict(job.denoiser_evals or {}),
-            vae_decodes=job.vae_decodes or 0,
-            quality=job.quality,
-            cascade=_cascade_stage(job.cascade),
-            admission_ms=dict(job.admission_ms or {}),
-            queue_time_s=_seconds(job.created_at, job.started_at),
-            run_time_s=_seconds(job.started_at, job.finished_at),
-        ),
+        metrics=_metrics(job),
         created_at=job.created_at,
         started_at=job.started_at,
         completed_at=job.finished_at,
         urls=urls,
     )
+
+
+def _input(job: Job) -> VideoGenerationInput | GenerationInput:
+    request: dict[str, Any] = {
+        "cache": job.cache_mode,
+        "decode": job.decode_mode,
+        "webhook": job.webhook_url,
+        "webhook_events_filter": list(job.webhook_events_filter or []),
+    }
+    if job.kind == JobKind.VIDEO:
+        return VideoGenerationInput(**asdict(video_params_from_row(job)), **request)
+    return GenerationInput(**asdict(params_from_row(job)), **request)
+
+
+def _output(
+    job: Job, urls: VideoGenerationUrls | GenerationUrls
+) -> VideoGenerationOutput | GenerationOutput | None:
+    if job.status != JobStatus.SUCCEEDED:
+        return None
+    if isinstance(urls, VideoGenerationUrls):
+        return VideoGenerationOutput(video=urls.video, format="webp")
+    return GenerationOutput(image=f"{urls.image}?format={DEFAULT_IMAGE_FORMAT}", format=DEFAULT_IMAGE_FORMAT)
+
+
+def _metrics(job: Job) -> VideoGenerationMetrics | GenerationMetrics:
+    route: Literal["hit", "miss"] | None = (
+        "hit" if job.route == "hit" else "miss" if job.route in ("miss", "heavy") else None
+    )
+    metrics: dict[str, Any] = {
+        "route": route,
+        "similarity": job.similarity,
+        "k": job.k,
+        "source_entry": job.source_entry_id,
+        "models": list(job.models_used or []),
+        "denoiser_evaluations": dict(job.denoiser_evals or {}),
+        "vae_decodes": job.vae_decodes or 0,
+        "quality": job.quality,
+        "cascade": _cascade_stage(job.cascade),
+        "admission_ms": dict(job.admission_ms or {}),
+        "queue_time_s": _seconds(job.created_at, job.started_at),
+        "run_time_s": _seconds(job.started_at, job.finished_at),
+    }
+    if job.kind == JobKind.VIDEO:
+        return VideoGenerationMetrics(
+            **metrics, video_hit=_video_hit(job.video_hit), background_entry=job.background_entry_id
+        )
+    return GenerationMetrics(**metrics)
+
+
+def _video_hit(stored: str | None) -> VideoHitName | None:
+    """The row's video_hit (a HitKind value); None for a miss, or a value this version does not know."""
+    return "whole" if stored == "whole" else "decoupled" if stored == "decoupled" else None
 
 
 def _cascade_stage(data: dict[str, Any] | None) -> CascadeStage | None:
