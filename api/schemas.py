@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from core.video_params import MAX_FPS, MAX_FRAMES
 from core.vocabulary import EventFilter
 from jobs.representation import Generation
 
@@ -17,6 +18,10 @@ __all__ = ["Generation", "GenerationCreate", "GenerationList", "ProblemDetails",
 
 CacheMode = Literal["auto", "off", "shared"]
 DecodeMode = Literal["lazy", "eager"]
+KindName = Literal["image", "video"]
+VIDEO_FIELDS = ("frames", "fps", "noise_window")  # only with kind "video"
+DEFAULT_FRAMES = 16  # 2 seconds at DEFAULT_FPS: a short clip by default; FlexCache's 64 frames on request
+DEFAULT_FPS = 8
 EventFilterName = Literal["start", "completed"]
 
 
@@ -28,7 +33,8 @@ def _no_nul(value: str | None) -> str | None:
 
 
 class GenerationCreate(BaseModel):
-    """A text-to-image request. Sizes and steps are checked against the server's limits."""
+    """A text-to-image request, or with kind "video" a text-to-video one (issue 18). Sizes and steps are
+    checked against the server's limits."""
 
     model_config = ConfigDict(
         extra="forbid",
@@ -42,7 +48,8 @@ class GenerationCreate(BaseModel):
                     "height": 512,
                     "webhook": "https://example.com/hooks/reprise",
                     "webhook_events_filter": ["completed"],
-                }
+                },
+                {"prompt": "a red kite over a beach", "kind": "video", "frames": 16, "fps": 8},
             ]
         },
     )
@@ -73,6 +80,29 @@ class GenerationCreate(BaseModel):
         description="lazy: store only the latent; the first read of the image decodes it (LatentBox). "
         "eager: decode at completion and store the PNG, so the first read of the PNG is served at once.",
     )
+    kind: KindName = Field(
+        "image",
+        description="image: one picture (GET .../image); video: an animated WebP of `frames` frames "
+        "(GET .../video). Width and height default to REPRISE_DEFAULT_SIZE for both.",
+    )
+    frames: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_FRAMES,
+        description=f"Video only: frames, 1..{MAX_FRAMES}. Default {DEFAULT_FRAMES}.",
+    )
+    fps: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_FPS,
+        description=f"Video only: frames per second, 1..{MAX_FPS}. Default {DEFAULT_FPS}.",
+    )
+    noise_window: int | None = Field(
+        None,
+        ge=1,
+        description="Video only: FreeNoise's window in frames, 1..frames (noise repeats, shuffled, every "
+        "window, for longer consistent clips). Default: independent noise per frame.",
+    )
     webhook: str | None = Field(
         None,
         max_length=2048,
@@ -96,8 +126,12 @@ class GenerationCreate(BaseModel):
 
     def fingerprint(self) -> str:
         """sha256 of the request as understood (defaults filled in), to compare Idempotency-Key replays."""
-        # The default decode is left out, so a body sent before the field existed keeps its fingerprint.
-        body = self.model_dump(mode="json", exclude={"decode"} if self.decode == "lazy" else None)
+        # Defaults of fields added later are left out, so a body sent before they existed keeps its
+        # fingerprint: decode lazy, and kind image (whose video fields are unset: anything else is a 422).
+        left_out = {"decode"} if self.decode == "lazy" else set()
+        if self.kind == "image":
+            left_out |= {"kind", *VIDEO_FIELDS}
+        body = self.model_dump(mode="json", exclude=left_out)
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 

@@ -7,6 +7,7 @@ import logging
 import secrets
 import uuid
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response
@@ -19,11 +20,20 @@ from api.deps import AppState, BaseUrlDep, BearerDep, SessionDep, StateDep, Tena
 from api.metrics import ENQUEUE_FAILURES, IDEMPOTENT_REPLAYS, JOBS_CREATED, JOBS_REJECTED
 from api.problems import Problem
 from api.routing import ReleasingRoute
-from api.schemas import Generation, GenerationCreate, GenerationList, problem_responses
+from api.schemas import (
+    DEFAULT_FPS,
+    DEFAULT_FRAMES,
+    VIDEO_FIELDS,
+    Generation,
+    GenerationCreate,
+    GenerationList,
+    problem_responses,
+)
 from api.waiting import preferred_wait
 from core import logs
 from core.errors import InflightLimitExceeded, InvalidInput
 from core.params import GenerationParams, check_params
+from core.video_params import VideoParams, check_video_params
 from core.vocabulary import TERMINAL_STATUSES, JobStatus, WebhookEvent
 from db import jobs as jobs_db
 from db import outputs
@@ -57,6 +67,8 @@ def load_job(session: SessionDep, tenant: Tenant, job_id: str) -> Job:
 
 
 def _params(body: GenerationCreate, state: AppState) -> GenerationParams:
+    """The parameters asked for, defaults filled in and checked (InvalidInput naming the field): a
+    VideoParams for kind "video", whose size defaults are the images' (REPRISE_DEFAULT_SIZE)."""
     params = GenerationParams(
         prompt=body.prompt,
         negative_prompt=body.negative_prompt,
@@ -66,6 +78,18 @@ def _params(body: GenerationCreate, state: AppState) -> GenerationParams:
         height=body.height if body.height is not None else state.settings.effective_default_size,
         guidance=body.guidance,
     )
+    if body.kind == "video":
+        video = VideoParams(
+            **asdict(params),
+            frames=body.frames if body.frames is not None else DEFAULT_FRAMES,
+            fps=body.fps if body.fps is not None else DEFAULT_FPS,
+            noise_window=body.noise_window,
+        )
+        check_video_params(video, state.limits)
+        return video
+    for name in VIDEO_FIELDS:
+        if getattr(body, name) is not None:
+            raise InvalidInput(f'{name} is for video jobs only: send "kind": "video" with it', field=name)
     check_params(params, state.limits)
     return params
 
@@ -204,7 +228,7 @@ def _submit(
     if created:
         JOBS_CREATED.inc()
         with logs.bound(job_id=job.id, tenant=tenant.id):
-            log.info("job created: %d steps at %dx%d", job.steps, job.width, job.height)
+            log.info("%s job created: %d steps at %dx%d", job.kind, job.steps, job.width, job.height)
             _enqueue_admit(state, job.id)
     else:
         IDEMPOTENT_REPLAYS.inc()
