@@ -11,7 +11,7 @@ from api.deps import AppState
 from api.middleware import BodyLimitMiddleware, MetricsMiddleware
 from api.problems import install_problem_handlers
 from api.reads import ImageReader, NodeReader
-from api.routes import events, generations, health, images, stats
+from api.routes import events, generations, health, images, stats, videos
 from api.schemas import problem_media_types
 from core.settings import Settings, get_settings
 from db.blobs.base import BlobStore
@@ -20,7 +20,8 @@ from jobs.webhooks import Resolver, system_resolver
 
 DESCRIPTION = """Text-to-image generation as asynchronous jobs, with an approximate cache of earlier work.
 
-Submit with `POST /v1/generations`, then poll the job, or receive a signed webhook (Standard Webhooks).
+Submit with `POST /v1/generations` (`"kind": "video"` for an animated WebP), then poll the job, or
+receive a signed webhook (Standard Webhooks).
 Authenticate with `Authorization: Bearer <API key>`. Every error is `application/problem+json` (RFC 9457).
 """
 
@@ -44,7 +45,7 @@ def create_app(
     app.state.reprise = AppState(
         settings=settings, dispatcher_=dispatcher, blob_store_=blob_store, reader=reader, resolver=resolver
     )
-    routers = (generations.router, events.router, images.router, stats.router, health.router)
+    routers = (generations.router, events.router, images.router, videos.router, stats.router, health.router)
     for router in routers:
         app.include_router(router)
     install_problem_handlers(app, [r for router in routers for r in router.routes if isinstance(r, APIRoute)])

@@ -22,7 +22,7 @@ from api.routes.generations import authorized_job
 from api.routing import ReleasingRoute
 from api.schemas import problem_responses
 from core.errors import BlobNotFound, NoDecodeNode
-from core.vocabulary import ImageDelivery, JobStatus
+from core.vocabulary import ImageDelivery, JobKind, JobStatus
 from db import stats
 from db.engine import session_scope
 from db.images import ImageFormat
@@ -41,7 +41,7 @@ def _etag(job: Job, fmt: str) -> str:
     return f'W/"{job.id}.{fmt}"'
 
 
-def _matches(if_none_match: str | None, etag: str) -> bool:
+def etag_matches(if_none_match: str | None, etag: str) -> bool:
     if if_none_match is None:
         return False
     tags = {tag.strip().removeprefix("W/") for tag in if_none_match.split(",")}
@@ -78,14 +78,12 @@ async def get_generation_image(
     # No session dependency: a read may wait seconds on a decode, and a burst of waiting reads must
     # hold no database connection (each short step below opens and closes its own).
     job = await run_in_threadpool(authorized_job, state, credentials, job_id)
+    if job.kind == JobKind.VIDEO:
+        raise wrong_kind(job, "video")
     if job.status != JobStatus.SUCCEEDED:
-        raise Problem(
-            409,
-            f"generation {job.id} is {job.status}; its image exists once it has succeeded",
-            slug="not-ready",
-        )
+        raise not_ready(job, "image")
     etag = _etag(job, format)
-    if _matches(if_none_match, etag):
+    if etag_matches(if_none_match, etag):
         return Response(status_code=304, headers={"ETag": etag, "Cache-Control": IMMUTABLE})
     stored = (job.image_keys or {}).get(format)
     if stored is not None and (delivery or state.settings.image_delivery) == ImageDelivery.REDIRECT:
@@ -165,6 +163,24 @@ async def _stored(state: AppState, job: Job, key: str, fmt: str, etag: str) -> R
     await run_in_threadpool(_count_read, state)
     headers = {"ETag": etag, "Cache-Control": IMMUTABLE, "X-Reprise-Read": "stored"}
     return Response(content=data, media_type=ImageFormat(fmt).media_type, headers=headers)
+
+
+def not_ready(job: Job, output: str) -> Problem:
+    return Problem(
+        409,
+        f"generation {job.id} is {job.status}; its {output} exists once it has succeeded",
+        slug="not-ready",
+    )
+
+
+def wrong_kind(job: Job, route: Literal["image", "video"]) -> Problem:
+    """404 for the image of a video job or the video of an image job, naming the route that serves it."""
+    return Problem(
+        404,
+        f"generation {job.id} is not {'an image' if job.kind == JobKind.VIDEO else 'a video'} job; "
+        f"GET /v1/generations/{job.id}/{route}",
+        slug="wrong-kind",
+    )
 
 
 def _count_read(state: AppState) -> None:
