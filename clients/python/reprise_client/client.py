@@ -5,7 +5,8 @@ queue place) until it ends. Where there is no stream (an older server, a proxy t
 long-polls: each request asks the server to hold it until the job ends (`Prefer: wait=N`, Replicate's
 sync mode); a server that does not honour it (no `Preference-Applied`) is polled instead.
 `image` retries while the image is being decoded (202 with Retry-After) and follows a presigned
-redirect. Errors come back as ApiError with the server's problem+json.
+redirect; `create_video` submits a video job and `video` downloads its animated WebP. Errors come back
+as ApiError with the server's problem+json.
 """
 
 from __future__ import annotations
@@ -73,6 +74,11 @@ def _body(prompt: str, params: dict[str, Any]) -> dict[str, Any]:
     return {"prompt": prompt, **{key: value for key, value in params.items() if value is not None}}
 
 
+def _video_params(frames: int | None, fps: int | None, noise_window: int | None) -> dict[str, Any]:
+    """A video job's fields of the body (unset ones left to the server's defaults)."""
+    return {"kind": "video", "frames": frames, "fps": fps, "noise_window": noise_window}
+
+
 def _create_headers(idempotency_key: str | None, wait_s: int | None) -> dict[str, str]:
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
     if wait_s:
@@ -110,11 +116,28 @@ class Client:
         self, prompt: str, *, idempotency_key: str | None = None, wait_s: int | None = None, **params: Any
     ) -> Generation:
         """Submit a job (params: negative_prompt, seed, steps, width, height, guidance, cache, decode,
-        webhook, webhook_events_filter). With wait_s the server answers when the job ends, or then."""
+        webhook, webhook_events_filter; kind="video" with frames, fps, noise_window: see create_video).
+        With wait_s the server answers when the job ends, or then."""
         response = self.http.post(
             "/v1/generations", json=_body(prompt, params), headers=_create_headers(idempotency_key, wait_s)
         )
         return Generation.from_json(_checked(response).json())
+
+    def create_video(
+        self,
+        prompt: str,
+        *,
+        frames: int | None = None,
+        fps: int | None = None,
+        noise_window: int | None = None,
+        idempotency_key: str | None = None,
+        wait_s: int | None = None,
+        **params: Any,
+    ) -> Generation:
+        """Submit a video job: `frames` (1..128, server default 16) at `fps` (1..60, default 8), with
+        FreeNoise's `noise_window` (1..frames) or independent noise per frame; other params as create's."""
+        video = _video_params(frames, fps, noise_window)
+        return self.create(prompt, idempotency_key=idempotency_key, wait_s=wait_s, **params, **video)
 
     def get(self, job_id: str, *, wait_s: int | None = None) -> Generation:
         headers = {"Prefer": f"wait={wait_s}"} if wait_s else {}
@@ -186,6 +209,13 @@ class Client:
                 return _checked(response).content
             time.sleep(_retry_after(response))
 
+    def video(self, job_id: str, *, timeout: float = 120.0) -> bytes:
+        """A succeeded video job's animated WebP (follows a presigned redirect)."""
+        response = self.http.get(f"/v1/generations/{job_id}/video")
+        if response.status_code == 307:
+            return _checked(httpx.get(response.headers["location"], timeout=timeout)).content
+        return _checked(response).content
+
     def page(
         self, *, status: str | None = None, limit: int = 20, cursor_url: str | None = None
     ) -> GenerationPage:
@@ -232,6 +262,20 @@ class AsyncClient:
             "/v1/generations", json=_body(prompt, params), headers=_create_headers(idempotency_key, wait_s)
         )
         return Generation.from_json(_checked(response).json())
+
+    async def create_video(
+        self,
+        prompt: str,
+        *,
+        frames: int | None = None,
+        fps: int | None = None,
+        noise_window: int | None = None,
+        idempotency_key: str | None = None,
+        wait_s: int | None = None,
+        **params: Any,
+    ) -> Generation:
+        video = _video_params(frames, fps, noise_window)
+        return await self.create(prompt, idempotency_key=idempotency_key, wait_s=wait_s, **params, **video)
 
     async def get(self, job_id: str, *, wait_s: int | None = None) -> Generation:
         headers = {"Prefer": f"wait={wait_s}"} if wait_s else {}
@@ -299,6 +343,13 @@ class AsyncClient:
             if response.status_code != 202 or time.monotonic() >= deadline:
                 return _checked(response).content
             await asyncio.sleep(_retry_after(response))
+
+    async def video(self, job_id: str, *, timeout: float = 120.0) -> bytes:
+        response = await self.http.get(f"/v1/generations/{job_id}/video")
+        if response.status_code == 307:
+            async with httpx.AsyncClient(timeout=timeout) as bare:
+                return _checked(await bare.get(response.headers["location"])).content
+        return _checked(response).content
 
     async def page(
         self, *, status: str | None = None, limit: int = 20, cursor_url: str | None = None

@@ -40,7 +40,9 @@ class QueuePlace:
 
 @dataclass(frozen=True)
 class Generation:
-    """A job: its status, what was asked, what came out, and how."""
+    """A job: its status, what was asked, what came out, and how. `kind` is "image" or "video": a video
+    job's input has frames, fps and noise_window, its output and urls a `video` link instead of `image`,
+    its metrics video_hit and background_entry."""
 
     id: str
     status: str
@@ -54,6 +56,7 @@ class Generation:
     created_at: str | None = None
     started_at: str | None = None
     completed_at: str | None = None
+    kind: str = "image"
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -75,6 +78,7 @@ class Generation:
             created_at=body.get("created_at"),
             started_at=body.get("started_at"),
             completed_at=body.get("completed_at"),
+            kind=str(body.get("kind") or "image"),
             raw=body,
         )
 
