@@ -2,7 +2,11 @@
 
     entries/<entry_id>/final.latent     the final latent of a cache entry
     entries/<entry_id>/k005.latent      the intermediate latent at step k (zero-padded: lists sort by k)
+    entries/<entry_id>/k005.vstate      a video entry's compressed state at step k (db.video_codec)
+    entries/<entry_id>/base.vbase       a video entry's base, which its states decode against
+    entries/<entry_id>/mask.bits        a video entry's object mask, 1 bit a latent pixel
     jobs/<job_id>/image.<format>        an encoded image served for a job
+    jobs/<job_id>/video.webp            a video job's animated WebP
 
 All of one entry's blobs sit under `entry_prefix(entry_id)`, so deleting an entry is
 `store.delete_prefix(entry_prefix(entry_id))`; likewise a job's under `job_prefix(job_id)`.
@@ -19,6 +23,7 @@ import uuid
 ENTRIES = "entries"
 JOBS = "jobs"
 LATENT_SUFFIX = ".latent"
+VIDEO_STATE_SUFFIX = ".vstate"
 MAX_K = 999  # three digits keep lexicographic order = numeric order; Settings caps steps at 1000
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
@@ -49,6 +54,21 @@ def final_latent_key(entry_id: uuid.UUID | str) -> str:
     return f"{entry_prefix(entry_id)}final{LATENT_SUFFIX}"
 
 
+def video_state_key(entry_id: uuid.UUID | str, k: int) -> str:
+    """'entries/<entry_id>/k005.vstate': a video entry's compressed state after step k (1..999)."""
+    return state_key(entry_id, k).removesuffix(LATENT_SUFFIX) + VIDEO_STATE_SUFFIX
+
+
+def video_base_key(entry_id: uuid.UUID | str) -> str:
+    """'entries/<entry_id>/base.vbase': the base blob a video entry's states decode against."""
+    return f"{entry_prefix(entry_id)}base.vbase"
+
+
+def video_mask_key(entry_id: uuid.UUID | str) -> str:
+    """'entries/<entry_id>/mask.bits': a video entry's packed object mask (workers.runtime.stitching)."""
+    return f"{entry_prefix(entry_id)}mask.bits"
+
+
 def job_prefix(job_id: uuid.UUID | str) -> str:
     """'jobs/<job_id>/': the prefix shared by all of one job's blobs."""
     return f"{JOBS}/{_id_segment(job_id, 'job id')}/"
@@ -60,3 +80,8 @@ def image_key(job_id: uuid.UUID | str, fmt: str) -> str:
     if not _FORMAT.fullmatch(fmt_text):
         raise ValueError(f"image format {fmt_text!r} must be lowercase letters and digits, e.g. 'png'")
     return f"{job_prefix(job_id)}image.{fmt_text}"
+
+
+def video_key(job_id: uuid.UUID | str) -> str:
+    """'jobs/<job_id>/video.webp': a video job's animated WebP (Job.video_key)."""
+    return f"{job_prefix(job_id)}video.webp"
