@@ -1,4 +1,5 @@
-"""The eviction pass: keep a cache scope within its byte budget (Settings.cache_budget_bytes, per scope).
+"""The eviction pass: keep a cache scope within its byte budget (Settings.cache_budget_bytes, per scope;
+a video scope's is Settings.video_cache_budget_bytes, kept by LRBU: scope_budget).
 
 A pass, under a per-scope advisory lock:
 1. reads the scope's bytes (cache_scope_bytes, kept by triggers: one row) and finds its candidate
@@ -64,6 +65,19 @@ class EvictionReport:
     @property
     def fits(self) -> bool:
         return self.bytes_after + self.incoming_bytes <= self.budget_bytes
+
+
+VIDEO_EVICTION_POLICY = EvictionPolicyName.LRBU
+"""Video scopes are kept by LRBU (FlexCache 4.2.3: accesses x steps saved / (bytes x time since the last
+access), over single states), whatever REPRISE_EVICTION_POLICY names for images."""
+
+
+def scope_budget(settings: Settings, scope: str) -> tuple[int, EvictionPolicyName]:
+    """A scope's byte budget and eviction policy: a video scope's (issue 18) are settings'
+    video_cache_budget_bytes and VIDEO_EVICTION_POLICY; an image scope's, the configured ones."""
+    if is_video_scope(scope):
+        return settings.video_cache_budget_bytes, VIDEO_EVICTION_POLICY
+    return settings.cache_budget_bytes, settings.eviction_policy
 
 
 def final_latent_k(settings: Settings) -> int:
@@ -148,18 +162,6 @@ def _plan(
     return found, plan_eviction(usage, to_free, policy, now, final_latent_k=final_k)
 
 
-def scope_budget(settings: Settings, scope: str) -> int:
-    """A scope's byte budget: a video scope's is its own (issue 18), any other the image budget."""
-    return settings.video_cache_budget_bytes if is_video_scope(scope) else settings.cache_budget_bytes
-
-
-def scope_policy(settings: Settings, scope: str) -> EvictionPolicyName:
-    """A scope's eviction policy: LRBU for video scopes (FlexCache 4.2.3: it ranks a state by its
-    accesses and the steps it saves per byte and per second since its last use, which fits compressed
-    states of unequal sizes), the configured one for the others."""
-    return EvictionPolicyName.LRBU if is_video_scope(scope) else settings.eviction_policy
-
-
 def evict_scope(
     settings: Settings,
     blobs: BlobStore,
@@ -172,14 +174,16 @@ def evict_scope(
     headroom: float = EVICTION_HEADROOM,
     rng: random.Random | None = None,
 ) -> EvictionReport:
-    """One pass: when `scope` holds more than `budget_bytes - incoming_bytes` (defaults: the configured
-    budget and policy), evict down to that minus `headroom` x budget; then remove its dirty entries.
+    """One pass: when `scope` holds more than `budget_bytes - incoming_bytes` (defaults: the scope's
+    budget and policy, scope_budget), evict down to that minus `headroom` x budget; then remove its
+    dirty entries.
     `now` (default: the database's clock) feeds LCBFU and LRBU; `rng` draws their samples. Commits its
     own transactions; safe to run concurrently with lookups, uses, inserts and other passes (one pass
     per scope at a time).
     """
-    budget = scope_budget(settings, scope) if budget_bytes is None else budget_bytes
-    chosen = scope_policy(settings, scope) if policy is None else policy
+    default_budget, default_policy = scope_budget(settings, scope)
+    budget = default_budget if budget_bytes is None else budget_bytes
+    chosen = default_policy if policy is None else policy
     final_k = final_latent_k(settings)
     with session_scope(settings) as session:
         eviction_sql.lock_scope(session, scope)
@@ -220,18 +224,24 @@ def ensure_room(
     scope: str,
     incoming_bytes: int,
     headroom: float = EVICTION_HEADROOM,
+    budget_bytes: int | None = None,
+    policy: EvictionPolicyName | None = None,
 ) -> EvictionReport:
     """Before inserting `incoming_bytes` into `scope`: evict until they fit the budget (NIRVANA 5.4:
     "every insertion is preceded by an eviction" once the cache is full). A scope already with room
     costs one budget query. `report.fits` is False only when the incoming bytes alone pass the budget.
+    `budget_bytes` and `policy` default to the scope's (scope_budget).
     """
+    default_budget, default_policy = scope_budget(settings, scope)
+    budget = default_budget if budget_bytes is None else budget_bytes
+    chosen = default_policy if policy is None else policy
     with session_scope(settings) as session:
         used = scope_bytes.scope_bytes(session, scope=scope)
-    if used + incoming_bytes <= scope_budget(settings, scope):
+    if used + incoming_bytes <= budget:
         return EvictionReport(
             scope=scope,
-            policy=scope_policy(settings, scope),
-            budget_bytes=scope_budget(settings, scope),
+            policy=chosen,
+            budget_bytes=budget,
             incoming_bytes=incoming_bytes,
             bytes_before=used,
             bytes_after=used,
@@ -239,7 +249,10 @@ def ensure_room(
             entries_removed=0,
             blob_keys_deleted=0,
         )
-    return evict_scope(settings, blobs, scope=scope, incoming_bytes=incoming_bytes, headroom=headroom)
+    return evict_scope(
+        settings, blobs, scope=scope, incoming_bytes=incoming_bytes, headroom=headroom,
+        budget_bytes=budget, policy=chosen,
+    )  # fmt: skip
 
 
 def evict_all_scopes(settings: Settings, blob_store: BlobStore) -> list[EvictionReport]:
