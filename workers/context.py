@@ -24,6 +24,7 @@ from jobs.dispatch import CeleryDispatcher, Dispatcher
 
 if TYPE_CHECKING:
     from workers.runtime.runtime import DiffusionRuntime
+    from workers.runtime.video_runtime import VideoRuntime
 
 
 class WorkerContext:
@@ -37,6 +38,7 @@ class WorkerContext:
         self.blobs: BlobStore = blob_store_from_settings(settings)
         self._dispatcher = dispatcher
         self._runtime: DiffusionRuntime | None = None
+        self._video_runtime: VideoRuntime | None = None
         self._text_embedder: Any = None
         self._image_embedder: Any = None
         self._query_embedder: Any = None
@@ -82,6 +84,16 @@ class WorkerContext:
 
             self._runtime = DiffusionRuntime(self.settings, self.role)
         return self._runtime
+
+    def video_runtime(self) -> VideoRuntime:
+        """The text-to-video pipeline (settings.video_model), loaded on this process's first video job:
+        apart from the role's image model, which a role switch swaps and this one outlives."""
+        with self._building:
+            if self._video_runtime is None:
+                from workers.runtime.video_runtime import VideoRuntime
+
+                self._video_runtime = VideoRuntime(self.settings)
+            return self._video_runtime
 
     def text_embedder(self) -> Any:
         """The embedder of prompts for text-to-text lookup (MiniLM or open_clip's text tower)."""
