@@ -1,0 +1,265 @@
+"""The video task bodies (issue 18, FlexCache): a miss generates all T steps; a hit resumes from a cached
+state at step k, whole (one entry's) or stitched from an object entry and a background entry (4.2.2).
+
+They run inside the image bodies of workers.generation (which claim the job and hold its lease, and call
+these for a job of kind 'video'), with the same guarantees: cancel stops the denoising, invalid input
+fails the job, a run that lost its lease writes nothing, and every counted effect (the sources' uses,
+the interval statistics) commits with the completion, once per job. Both store the final latent (as
+images do), the animated WebP (jobs/<id>/video.webp, Job.video_key) and, unless the request turned the
+cache off, the states FlexCache saves (4.2.4: a miss all capture steps, a hit those after k) as a new
+video entry. A hit whose source vanished or no longer fits the job runs as a miss.
+
+This module does not import workers.generation, which imports it: the little it shares with the image
+bodies (the cancel poll, the reroute) is written again here, with the video model's name in metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from core.errors import CodecError, GenerationCanceled, InvalidInput, SourceVanished
+from core.video_params import VideoParams
+from core.vocabulary import JobStatus, Route, WebhookEvent
+from db import cache, stats
+from db.blobs import keys
+from db.codec import encode_latent
+from db.engine import session_scope
+from db.job_runs import complete, finish, is_cancel_requested, reroute_to_miss
+from db.video_codec import decode_video_state
+from db.video_entries import VideoSource, read_video_source
+from jobs.policies.video_hits import states_to_save
+from workers import metrics
+from workers.context import WorkerContext
+from workers.lease import LeaseKeeper
+from workers.notify import notify
+from workers.progress import ProgressReporter
+from workers.runtime.denoising import OnStep, ShouldStop
+from workers.runtime.results import GenerationResult, Latent
+from workers.runtime.stitching import stitch, unpack_mask
+from workers.video_cache_fill import insert_video_result
+
+if TYPE_CHECKING:
+    from workers.generation import JobView
+
+log = logging.getLogger(__name__)
+
+CANCEL_POLL_S = 0.25  # how often a running job re-reads its cancel flag (as workers.generation)
+
+Operation = Callable[[ShouldStop, OnStep], GenerationResult]
+
+
+def run_video_miss(context: WorkerContext, job: JobView, lease: LeaseKeeper) -> None:
+    """cache_miss for a video job: T steps from seeded noise, capturing every capture step (4.2.4)
+    when the job may fill the cache and runs the configured T (the steps the states are kept for)."""
+    params = _video_params(context, job)
+    if params is None:
+        return
+    runtime = context.video_runtime()
+    capture = states_to_save(None, context.settings.capture_steps) if _caches(context, job, params) else ()
+    result = _run(
+        context,
+        job,
+        lease,
+        lambda stop, on_step: runtime.generate(
+            params, capture=capture, should_stop=stop, on_step=on_step, role=context.role
+        ),
+    )
+    if result is not None:
+        _finish(context, job, lease, params, result, used=())
+
+
+def run_video_hit(context: WorkerContext, job: JobView, lease: LeaseKeeper) -> None:
+    """cache_hit for a video job: resume from the source entry's state at k (a whole hit), or from the
+    object entry's and the background entry's states at k stitched by their masks (a decoupled hit,
+    job.background_entry_id set: 4.2.2), for T - k steps; capture the steps after k (4.2.4)."""
+    params = _video_params(context, job)
+    if params is None:
+        return
+    if job.source_entry_id is None or job.k is None:
+        _reroute(context, job, "admitted as a hit without a source")
+        return
+    k, runtime = job.k, context.video_runtime()
+    entries = _source_entries(job.source_entry_id, job.background_entry_id)
+    try:
+        with session_scope(context.settings) as session:
+            sources = [read_video_source(session, context.blobs, entry_id=e, k=k) for e in entries]
+        problem = _mismatch(sources, params, runtime.family)
+        start = _start_latent(sources) if problem is None else None
+    except (SourceVanished, CodecError) as unusable:
+        problem, start = str(unusable), None
+    if start is None:
+        _reroute(context, job, problem or "no start latent")
+        return
+    capture = states_to_save(k, context.settings.capture_steps) if _caches(context, job, params) else ()
+    result = _run(
+        context,
+        job,
+        lease,
+        lambda stop, on_step: runtime.resume(
+            params, start, k, capture=capture, should_stop=stop, on_step=on_step, role=context.role
+        ),
+    )
+    if result is not None:
+        _finish(context, job, lease, params, result, used=[(entry, k) for entry in entries])
+
+
+# --- the hit's sources ----------------------------------------------------------------------------
+
+
+def _source_entries(source: uuid.UUID, background: uuid.UUID | None) -> list[uuid.UUID]:
+    """The entries a hit reads: the whole prompt's (or the object's), then the background's."""
+    return [source] if background is None or background == source else [source, background]
+
+
+def _mismatch(sources: Sequence[VideoSource], params: VideoParams, family: str) -> str | None:
+    """Why the sources cannot start this job (None when they can): a cached latent only continues a
+    run of its own family, schedule length, frames and size; stitching needs both entries' masks."""
+    for source in sources:
+        if source.model_family != family:
+            return f"latent family {source.model_family} is not {family}'s"
+        made = (source.steps, source.frames, source.width, source.height)
+        wanted = (params.steps, params.frames, params.width, params.height)
+        if made != wanted:
+            return f"source (steps, frames, width, height) {made} does not fit the job's {wanted}"
+    if len(sources) > 1 and any(source.mask is None for source in sources):
+        return "a decoupled hit's source keeps no object mask"
+    return None
+
+
+def _start_latent(sources: Sequence[VideoSource]) -> Latent:
+    """The latent the hit resumes from: the one source's state, or the object source's and the
+    background source's stitched (FlexCache 4.2.2: the object's where either mask is set)."""
+    with metrics.timed(metrics.CODEC_SECONDS, operation="decode"):
+        latents = [decode_video_state(source.state, source.base) for source in sources]
+    if len(latents) == 1:
+        return latents[0]
+    objects, backgrounds = latents[0], np.asarray(latents[1], dtype=latents[0].dtype)
+    shape = tuple(int(size) for size in objects.shape[1:])  # (F, h, w)
+    masks = [unpack_mask(source.mask or b"", shape) for source in sources]
+    return stitch(objects, masks[0], backgrounds, masks[1])
+
+
+# --- shared by both -------------------------------------------------------------------------------
+
+
+def _video_params(context: WorkerContext, job: JobView) -> VideoParams | None:
+    """The job's VideoParams; None (the job failed) when it is no video job."""
+    if isinstance(job.params, VideoParams):
+        return job.params
+    _end(context, job, JobStatus.FAILED, f"job {job.id} of kind {job.kind} has no video parameters")
+    return None
+
+
+def _caches(context: WorkerContext, job: JobView, params: VideoParams) -> bool:
+    """Whether the run keeps states: the request lets it fill the cache, and it runs the configured T,
+    the schedule the capture steps (and the lookups that resume them) are of."""
+    return job.cache_mode != "off" and params.steps == context.settings.steps
+
+
+def _run(
+    context: WorkerContext, job: JobView, lease: LeaseKeeper, operation: Operation
+) -> GenerationResult | None:
+    """Run the denoising with progress; None when it stopped (canceled: the job ends canceled; a lost
+    lease raises LeaseLost) or its input was invalid (the job fails). As workers.generation.run_operation."""
+    last_poll = [0.0]
+
+    def should_stop() -> bool:
+        if lease.lost:
+            return True
+        now = time.monotonic()
+        if now - last_poll[0] < CANCEL_POLL_S:
+            return False
+        last_poll[0] = now
+        with session_scope(context.settings) as session:
+            return is_cancel_requested(session, job.id)
+
+    try:
+        return operation(should_stop, ProgressReporter(context, job.id))
+    except GenerationCanceled:
+        lease.check()  # stopped for a lost lease: no cancel to record, the job runs again elsewhere
+        _end(context, job, JobStatus.CANCELED, None)
+    except InvalidInput as invalid:
+        _end(context, job, JobStatus.FAILED, f"invalid input: {invalid}")
+    return None
+
+
+def _finish(
+    context: WorkerContext,
+    job: JobView,
+    lease: LeaseKeeper,
+    params: VideoParams,
+    result: GenerationResult,
+    *,
+    used: Sequence[tuple[uuid.UUID, int]],
+) -> None:
+    """Store the final latent, the WebP and the new entry, then complete the job; the sources' uses
+    and the statistics commit with the completion, which only the lease holder's first one makes."""
+    lease.check()
+    with metrics.timed(metrics.CODEC_SECONDS, operation="encode"):
+        final_blob = encode_latent(result.final_latent, family=result.family, k=None)
+    final_key = keys.job_prefix(job.id) + "final.latent"
+    context.blobs.put(final_key, final_blob)
+    webp, _ = context.video_runtime().to_webp(result.final_latent, params.fps)
+    video_key = keys.video_key(job.id)
+    context.blobs.put(video_key, webp)
+    if job.cache_mode != "off":
+        insert_video_result(context, job, params, result, final_blob)
+    lease.check()
+    with session_scope(context.settings) as session:
+        completed = complete(
+            session, job.id, owner=context.owner, models_used=[result.model],
+            denoiser_evals=dict(result.denoiser_evals), final_latent_key=final_key, vae_decodes=1,
+            video_key=video_key,
+        )  # fmt: skip
+        if completed:
+            for entry_id, k in used:
+                cache.record_use(session, entry_id=entry_id, k=k)
+            stats.record_service(
+                session, role=context.role.value, service_ms=result.wall_s * 1e3, steps=result.steps_run,
+                denoiser_evals=result.denoiser_evals,
+            )  # fmt: skip
+            stats.record_decodes(session, generations=1, generation_decodes=1)
+    if completed:
+        _count_success(context, result)
+        notify(context, job.id, WebhookEvent.COMPLETED)
+    log.info(
+        "video job %s done on %s: %d steps from %d in %.2fs",
+        *(job.id, result.model, result.steps_run, result.start_step, result.wall_s),
+    )
+
+
+def _reroute(context: WorkerContext, job: JobView, reason: str) -> None:
+    """Run a hit as a miss: the job row, and the interval its admission was counted in, say miss."""
+    log.warning("video job %s: cached source unusable (%s); running it as a miss", job.id, reason)
+    _count(context, context.settings.video_model, Route.HIT.value, "rerouted")
+    with session_scope(context.settings) as session:
+        counted = reroute_to_miss(session, job.id, owner=context.owner)
+        if counted is not None:
+            stats.correct_hit_to_miss(session, k=counted.k, at=counted.admitted_at)
+    context.dispatcher.run_route(job.id, Route.MISS, context.settings)
+
+
+def _end(context: WorkerContext, job: JobView, status: JobStatus, error: str | None) -> None:
+    with session_scope(context.settings) as session:
+        changed = finish(session, job.id, status, error=error)
+    if changed:
+        _count(context, context.settings.video_model, job.route, status.value)
+        notify(context, job.id, WebhookEvent.COMPLETED)
+
+
+def _count(context: WorkerContext, model: str, route: str, outcome: str) -> None:
+    metrics.JOBS.labels(role=context.role.value, model=model, route=route, outcome=outcome).inc()
+
+
+def _count_success(context: WorkerContext, result: GenerationResult) -> None:
+    route = Route.HIT.value if result.start_step > 0 else Route.MISS.value
+    role = context.role.value
+    _count(context, result.model, route, JobStatus.SUCCEEDED.value)
+    metrics.SKIPPED_STEPS.labels(role=role, route=route).observe(result.start_step)
+    metrics.RUN_SECONDS.labels(role=role, model=result.model, route=route).observe(result.wall_s)
