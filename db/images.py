@@ -101,3 +101,21 @@ def record_image_key(session: Session, job_id: uuid.UUID, fmt: str, key: str) ->
         .where(Job.id == job_id)
         .values(image_keys=Job.image_keys.op("||")(func.jsonb_build_object(fmt, key)))
     )
+
+
+VIDEO_FORMAT_PREFIX = "video"
+
+
+def video_format(fps: int) -> str:
+    """The read path's name for a video job's output (issue 18): its animated WebP at `fps`, e.g.
+    'video8'. A decode node decodes such a read with the video model (workers.decoding); its tiers keep
+    the WebP under this name like an image format."""
+    if fps < 1:
+        raise ValueError(f"fps must be at least 1, got {fps}")
+    return f"{VIDEO_FORMAT_PREFIX}{fps}"
+
+
+def video_fps(fmt: str) -> int | None:
+    """The fps of a video_format name; None for an image format."""
+    digits = fmt.removeprefix(VIDEO_FORMAT_PREFIX)
+    return int(digits) if digits != fmt and digits.isdigit() and int(digits) >= 1 else None

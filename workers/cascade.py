@@ -19,7 +19,7 @@ from dataclasses import replace
 
 from PIL import Image
 
-from core.vocabulary import DiscriminatorFeatures, Route
+from core.vocabulary import DiscriminatorFeatures, JobKind, Route
 from db import cascade as cascade_db
 from db.engine import session_scope
 from jobs.policies.cascade import accepts, feature_kind_for
@@ -27,6 +27,7 @@ from workers.context import WorkerContext
 from workers.generation import JobView, claim_job, finish_run, generate_run, record_service, run_operation
 from workers.lease import LeaseKeeper
 from workers.runtime.discriminator import Discriminator, image_features
+from workers.video_generation import run_video_miss
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,10 @@ def light_job(context: WorkerContext, job_id: uuid.UUID) -> None:
     if job is None:
         return
     with LeaseKeeper(context.settings, job.id, owner=context.owner) as lease:
-        _light(context, job, lease)
+        if job.kind == JobKind.VIDEO:  # no light video model: a video miss runs the video model
+            run_video_miss(context, job, lease)
+        else:
+            _light(context, job, lease)
 
 
 def escalated_job(context: WorkerContext, job_id: uuid.UUID) -> None:

@@ -22,7 +22,7 @@ from db import stats
 from db.blobs import keys
 from db.codec import decode_latent
 from db.engine import session_scope
-from db.images import encode_image, parse_image_format, record_image_key
+from db.images import encode_image, parse_image_format, record_image_key, video_fps
 from db.reads import record_tier_decision
 from jobs.policies.tier_tuning import Decision
 from jobs.read_routing import ReadReply, ReadRequest, heartbeat, leave, publish_reply
@@ -71,10 +71,15 @@ def build_node(context: WorkerContext, name: str) -> DecodeNode:
     def decode(latent_bytes: bytes, fmt: str) -> bytes:
         with metrics.timed(metrics.CODEC_SECONDS, operation="decode"):
             latent = decode_latent(latent_bytes)
-        decoded = context.runtime().decode(latent.array, family=latent.family)
+        fps = video_fps(fmt)
+        if fps is not None:  # a video job's latent: its frames, an animated WebP (issue 18)
+            data, _ = context.video_runtime().to_webp(latent.array, fps)
+        else:
+            decoded = context.runtime().decode(latent.array, family=latent.family)
+            data = encode_image(decoded.image, parse_image_format(fmt))
         with session_scope(settings) as session:
             stats.record_decodes(session, read_decodes=1)
-        return encode_image(decoded.image, parse_image_format(fmt))
+        return data
 
     def keep_image(request: ReadRequest, image: bytes) -> None:
         key = keys.image_key(request.job_id, request.fmt)

@@ -42,6 +42,7 @@ from workers.progress import ProgressReporter
 from workers.runtime.denoising import OnStep, ShouldStop
 from workers.runtime.results import GenerationResult
 from workers.task_signals import current_queue
+from workers.video_generation import run_video_hit, run_video_miss
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,10 @@ def generate_job(context: WorkerContext, job_id: uuid.UUID) -> None:
     if job is None:
         return
     with LeaseKeeper(context.settings, job.id, owner=context.owner) as lease:
-        generate_run(context, job, lease)
+        if job.kind == JobKind.VIDEO:  # issue 18: the video model, on the same queue
+            run_video_miss(context, job, lease)
+        else:
+            generate_run(context, job, lease)
 
 
 def generate_run(
@@ -115,6 +119,9 @@ def reuse_job(context: WorkerContext, job_id: uuid.UUID) -> None:
 
 
 def _reuse(context: WorkerContext, job: JobView, lease: LeaseKeeper) -> None:
+    if job.kind == JobKind.VIDEO:  # issue 18: FlexCache's whole or stitched hit
+        run_video_hit(context, job, lease)
+        return
     if job.source_entry_id is None or job.k is None:
         _reroute(context, job, "admitted as a hit without a source")
         return

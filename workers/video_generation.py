@@ -5,9 +5,10 @@ They run inside the image bodies of workers.generation (which claim the job and 
 these for a job of kind 'video'), with the same guarantees: cancel stops the denoising, invalid input
 fails the job, a run that lost its lease writes nothing, and every counted effect (the sources' uses,
 the interval statistics) commits with the completion, once per job. Both store the final latent (as
-images do), the animated WebP (jobs/<id>/video.webp, Job.video_key) and, unless the request turned the
-cache off, the states FlexCache saves (4.2.4: a miss all capture steps, a hit those after k) as a new
-video entry. A hit whose source vanished or no longer fits the job runs as a miss.
+images do: the decode pool decodes it into the animated WebP on the first read, LatentBox 4.1; with
+"decode": "eager" the WebP is stored now, jobs/<id>/video.webp, Job.video_key) and, unless the
+request turned the cache off, the states FlexCache saves (4.2.4: a miss all capture steps, a hit those
+after k) as a new video entry. A hit whose source vanished or no longer fits the job runs as a miss.
 
 This module does not import workers.generation, which imports it: the little it shares with the image
 bodies (the cancel poll, the reroute) is written again here, with the video model's name in metrics.
@@ -25,7 +26,7 @@ import numpy as np
 
 from core.errors import CodecError, GenerationCanceled, InvalidInput, SourceVanished
 from core.video_params import VideoParams
-from core.vocabulary import JobStatus, Route, WebhookEvent
+from core.vocabulary import DecodeMode, JobStatus, Route, WebhookEvent
 from db import cache, stats
 from db.blobs import keys
 from db.codec import encode_latent
@@ -205,16 +206,18 @@ def _finish(
         final_blob = encode_latent(result.final_latent, family=result.family, k=None)
     final_key = keys.job_prefix(job.id) + "final.latent"
     context.blobs.put(final_key, final_blob)
-    webp, _ = context.video_runtime().to_webp(result.final_latent, params.fps)
-    video_key = keys.video_key(job.id)
-    context.blobs.put(video_key, webp)
+    video_key, decodes = None, 0
+    if job.decode_mode == DecodeMode.EAGER:  # else the decode pool decodes it on the first read
+        webp, _ = context.video_runtime().to_webp(result.final_latent, params.fps)
+        video_key, decodes = keys.video_key(job.id), 1
+        context.blobs.put(video_key, webp)
     if job.cache_mode != "off":
         insert_video_result(context, job, params, result, final_blob)
     lease.check()
     with session_scope(context.settings) as session:
         completed = complete(
             session, job.id, owner=context.owner, models_used=[result.model],
-            denoiser_evals=dict(result.denoiser_evals), final_latent_key=final_key, vae_decodes=1,
+            denoiser_evals=dict(result.denoiser_evals), final_latent_key=final_key, vae_decodes=decodes,
             video_key=video_key,
         )  # fmt: skip
         if completed:
@@ -224,7 +227,7 @@ def _finish(
                 session, role=context.role.value, service_ms=result.wall_s * 1e3, steps=result.steps_run,
                 denoiser_evals=result.denoiser_evals,
             )  # fmt: skip
-            stats.record_decodes(session, generations=1, generation_decodes=1)
+            stats.record_decodes(session, generations=1, generation_decodes=decodes)
     if completed:
         _count_success(context, result)
         notify(context, job.id, WebhookEvent.COMPLETED)

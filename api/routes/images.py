@@ -10,6 +10,7 @@ retry joins it or finds the image cached).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Query, Request, Response
@@ -94,10 +95,26 @@ async def get_generation_image(
     if job.final_latent_key is None and stored is None:
         raise _gone(job)
     target = ReadTarget(job.id, format, job.final_latent_key, stored)
+    served = Served(etag, ImageFormat(format).media_type, _gone(job))
+    return await read_through(request, state, target, served)
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """How a read's bytes are answered: their ETag and media type, and the problem once they are gone."""
+
+    etag: str
+    media_type: str
+    gone: Problem
+
+
+async def read_through(request: Request, state: AppState, target: ReadTarget, served: Served) -> Response:
+    """The read path's answer for a target (LatentBox 4): the owner node's tiers or its decode; the stored
+    bytes when no node is alive; 202 with Retry-After and Location while the decode runs past the wait."""
     outcome = await _read(state, target)
     if outcome is None:
-        if stored is not None:  # no decode node to ask: the stored image itself
-            return await _stored(state, job, stored, format, etag)
+        if target.image_key is not None:  # no decode node to ask: the stored bytes themselves
+            return await _stored(state, target.image_key, served)
         raise Problem(
             503,
             "no decode node is alive; retry shortly",
@@ -107,14 +124,14 @@ async def get_generation_image(
     if isinstance(outcome, Response):
         outcome.headers["Location"] = str(request.url)
         return outcome
-    return await _answered(state, job, outcome, format, etag)
+    return await _answered(state, outcome, served)
 
 
-async def _answered(state: AppState, job: Job, outcome: ReadOutcome, fmt: str, etag: str) -> Response:
-    """A node's answer as the response: the image with its headers, or the problem it reported."""
+async def _answered(state: AppState, outcome: ReadOutcome, served: Served) -> Response:
+    """A node's answer as the response: the bytes with their headers, or the problem it reported."""
     reply = outcome.reply
     if reply.status == "gone":
-        raise _gone(job)
+        raise served.gone
     if reply.status != "ok":
         raise Problem(
             503,
@@ -124,7 +141,7 @@ async def _answered(state: AppState, job: Job, outcome: ReadOutcome, fmt: str, e
         )
     await run_in_threadpool(_count_read, state)
     headers = {
-        "ETag": etag,
+        "ETag": served.etag,
         "Cache-Control": IMMUTABLE,
         "X-Reprise-Read": reply.tier,
         "X-Reprise-Node": reply.node,
@@ -133,7 +150,7 @@ async def _answered(state: AppState, job: Job, outcome: ReadOutcome, fmt: str, e
         headers["X-Reprise-Coalesced"] = "true"
     if reply.spilled:
         headers["X-Reprise-Spilled"] = "true"
-    return Response(content=reply.data, media_type=ImageFormat(fmt).media_type, headers=headers)
+    return Response(content=reply.data, media_type=served.media_type, headers=headers)
 
 
 async def _read(state: AppState, target: ReadTarget) -> ReadOutcome | Response | None:
@@ -155,14 +172,14 @@ async def _read(state: AppState, target: ReadTarget) -> ReadOutcome | Response |
     return outcome
 
 
-async def _stored(state: AppState, job: Job, key: str, fmt: str, etag: str) -> Response:
+async def _stored(state: AppState, key: str, served: Served) -> Response:
     try:
         data = await run_in_threadpool(state.blob_store.get, key)
     except BlobNotFound:
-        raise _gone(job) from None
+        raise served.gone from None
     await run_in_threadpool(_count_read, state)
-    headers = {"ETag": etag, "Cache-Control": IMMUTABLE, "X-Reprise-Read": "stored"}
-    return Response(content=data, media_type=ImageFormat(fmt).media_type, headers=headers)
+    headers = {"ETag": served.etag, "Cache-Control": IMMUTABLE, "X-Reprise-Read": "stored"}
+    return Response(content=data, media_type=served.media_type, headers=headers)
 
 
 def not_ready(job: Job, output: str) -> Problem:

@@ -1,25 +1,28 @@
 """GET /v1/generations/{id}/video: a video job's animated WebP (issue 18).
 
-The video worker writes the WebP at completion (jobs.video_key), so a read is one blob read: no decode
-node, no 202. Like an image it can be handed over as a 307 to a presigned URL (delivery=redirect, on
-S3), and never changes once it exists (a strong ETag, immutable caching).
+A video job stores its final latent; the first read decodes it into the animated WebP on the decode pool,
+through the images' read path (LatentBox 4: the owner node's tiers keep it, identical reads share one
+decode, 202 with Retry-After past REPRISE_DECODE_WAIT_S). With "decode": "eager" the worker stored the
+WebP at completion (jobs.video_key). A stored WebP can be handed over as a 307 to a presigned URL
+(delivery=redirect, on S3). It never changes once it exists (immutable caching).
 """
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Response
+from fastapi import APIRouter, Header, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import BearerDep, StateDep
 from api.problems import Problem
+from api.reads import ReadTarget
 from api.routes.generations import authorized_job
-from api.routes.images import IMMUTABLE, etag_matches, not_ready, wrong_kind
+from api.routes.images import IMMUTABLE, Served, etag_matches, not_ready, read_through, wrong_kind
 from api.routing import ReleasingRoute
 from api.schemas import problem_responses
-from core.errors import BlobNotFound
 from core.vocabulary import ImageDelivery, JobKind, JobStatus
+from db.images import video_format
 from db.models import Job
 
 router = APIRouter(prefix="/v1/generations", tags=["generations"], route_class=ReleasingRoute)
@@ -42,6 +45,7 @@ def _gone(job: Job) -> Problem:
     },
 )
 async def get_generation_video(
+    request: Request,
     job_id: str,
     credentials: BearerDep,
     state: StateDep,
@@ -58,18 +62,16 @@ async def get_generation_video(
         raise wrong_kind(job, "image")
     if job.status != JobStatus.SUCCEEDED:
         raise not_ready(job, "video")
-    etag = f'"{job.id}.webp"'  # strong: the stored bytes themselves, written once
+    etag = f'W/"{job.id}.webp"'  # weak: a decode on other hardware can move pixels (LatentBox 6.6)
     if etag_matches(if_none_match, etag):
         return Response(status_code=304, headers={"ETag": etag, "Cache-Control": IMMUTABLE})
-    key = job.video_key
-    if key is None or job.outputs_purged_at is not None:
+    fmt = video_format(job.fps or 1)
+    stored = job.video_key or (job.image_keys or {}).get(fmt)  # eager, or kept by a decode node
+    if job.outputs_purged_at is not None or (stored is None and job.final_latent_key is None):
         raise _gone(job)
-    if (delivery or state.settings.image_delivery) == ImageDelivery.REDIRECT:
-        url = state.blob_store.presigned_url(key, expires_s=state.settings.presign_ttl_s)
+    if stored is not None and (delivery or state.settings.image_delivery) == ImageDelivery.REDIRECT:
+        url = state.blob_store.presigned_url(stored, expires_s=state.settings.presign_ttl_s)
         if url is not None:
             return Response(status_code=307, headers={"Location": url, "Cache-Control": "no-store"})
-    try:
-        data = await run_in_threadpool(state.blob_store.get, key)
-    except BlobNotFound:
-        raise _gone(job) from None
-    return Response(content=data, media_type=WEBP, headers={"ETag": etag, "Cache-Control": IMMUTABLE})
+    target = ReadTarget(job.id, fmt, job.final_latent_key, stored)
+    return await read_through(request, state, target, Served(etag, WEBP, _gone(job)))

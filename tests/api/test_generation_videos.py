@@ -42,7 +42,7 @@ def test_a_succeeded_video_is_served_from_the_store_with_its_headers(
     response = client.get(f"/v1/generations/{job_id}/video", headers=tenant.auth_headers)
     assert response.status_code == 200 and response.content == WEBP
     assert response.headers["content-type"] == "image/webp"
-    assert response.headers["etag"] == f'"{job_id}.webp"'
+    assert response.headers["etag"] == f'W/"{job_id}.webp"'
     assert "immutable" in response.headers["cache-control"]
     again = client.get(
         f"/v1/generations/{job_id}/video",

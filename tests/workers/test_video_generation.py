@@ -90,8 +90,10 @@ def _entry(settings: Settings, entry_id: uuid.UUID) -> tuple[CacheEntry, dict[in
         return entry, {int(k): int(count) for k, count in rows}
 
 
-def _miss(context: WorkerContext, tenant: uuid.UUID, prompt: str) -> uuid.UUID:
-    job_id = _video_job(context.settings, tenant, prompt, route="miss", admission_outcome="searched_miss")
+def _miss(context: WorkerContext, tenant: uuid.UUID, prompt: str, **columns: object) -> uuid.UUID:
+    job_id = _video_job(
+        context.settings, tenant, prompt, route="miss", admission_outcome="searched_miss", **columns
+    )
     _run(context, job_id, run_video_miss)
     return job_id
 
@@ -105,7 +107,7 @@ def test_a_miss_stores_its_webp_and_caches_every_capture_step_in_the_video_scope
     context: WorkerContext, video_settings: Settings
 ) -> None:
     tenant = make_tenant(video_settings)
-    job = _job(video_settings, _miss(context, tenant, FOX))
+    job = _job(video_settings, _miss(context, tenant, FOX, decode_mode="eager"))  # the WebP now
     assert job.status == JobStatus.SUCCEEDED
     assert job.denoiser_evals == {video_settings.video_model: STEPS} and job.vae_decodes == 1
     assert job.video_key is not None
@@ -133,7 +135,8 @@ def test_a_whole_hit_resumes_t_minus_k_steps_and_caches_only_the_steps_after_k(
     _run(context, hit_id, run_video_hit)
 
     hit = _job(video_settings, hit_id)
-    assert hit.status == JobStatus.SUCCEEDED and hit.video_key is not None
+    assert hit.status == JobStatus.SUCCEEDED
+    assert hit.video_key is None and hit.vae_decodes == 0  # lazy: decoded on the first read
     assert hit.denoiser_evals == {video_settings.video_model: STEPS - K}
     _, new_states = _entry(video_settings, video_entry_id(hit_id))
     assert sorted(new_states) == [k for k in CAPTURE if k > K]
