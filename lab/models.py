@@ -72,7 +72,10 @@ class LabPaths:
 
     @property
     def complete(self) -> bool:
-        return (self.root / LAB_MARKER).is_file()
+        """Assembled, and every link still reaches its weights (not those of a checkout since removed
+        that shared the data directory)."""
+        links = [path for path in self.root.glob("*/*") if path.is_symlink()]
+        return (self.root / LAB_MARKER).is_file() and all(link.exists() for link in links)
 
 
 def weights_present(weights: Path = WEIGHTS_DIR) -> bool:
@@ -130,6 +133,8 @@ def ensure_lab_models(
     paths = LabPaths(root=lab_root(base, weights), weights=weights)
     if paths.complete:
         return paths
+    if paths.root.exists():  # links to weights that are gone: assemble again
+        shutil.rmtree(paths.root, ignore_errors=True)
     base.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{paths.root.name}.", dir=base))
     staging.chmod(0o755)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -138,3 +139,19 @@ def test_training_pins_the_cpu_kernels_and_gives_the_environment_back(
     monkeypatch.setattr(platform, "machine", lambda: "aarch64")
     with pinned_cpu_kernels() as kernels:
         assert kernels == {} and "ATEN_CPU_CAPABILITY" not in os.environ
+
+
+def test_an_assembly_whose_weights_are_gone_is_assembled_again(tmp_path: Path) -> None:
+    """Two checkouts sharing a data directory share the assembled pipelines, which link to the weights of
+    the one that assembled them: once that checkout is removed, the next start assembles them again."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    for copy in (first, second):
+        shutil.copytree(WEIGHTS_DIR, copy)
+    settings = load_settings()
+    paths = ensure_lab_models(settings, weights=first, out=tmp_path / "models")
+    assert (paths.root / "large" / "unet").resolve().is_relative_to(first)
+    shutil.rmtree(first)
+    assert not paths.complete
+    again = ensure_lab_models(settings, weights=second, out=tmp_path / "models")
+    assert again.root == paths.root and again.complete
+    assert (again.root / "large" / "unet").resolve().is_relative_to(second)
