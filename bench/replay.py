@@ -61,6 +61,8 @@ class ReplayOptions:
     seed_from_index: bool = True
     fetch_images: int = 0
     quality_sample: int = 0  # hits generated afresh for the quality drop; 0: quality not measured
+    video_frames: int | None = None  # video jobs of this many frames (issue 18); None: images
+    video_fps: int = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,6 +299,8 @@ class _Replayer:
             body["seed"] = request.prompt_idx
         if self.options.steps is not None:
             body["steps"] = self.options.steps
+        if self.options.video_frames is not None:
+            body |= {"kind": "video", "frames": self.options.video_frames, "fps": self.options.video_fps}
         return body
 
     async def _submit_and_wait(

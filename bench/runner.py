@@ -37,6 +37,7 @@ from bench.stack import (
     write_replay_json,
 )
 from bench.trace import Workload
+from bench.videostack import video_summary
 from core.settings import Settings
 from core.vocabulary import EvictionPolicyName
 
@@ -377,6 +378,7 @@ class ReplayCliOptions:
     json_path: Path | None = None
     plots: Path | None = None
     progress: bool = True
+    video_frames: int | None = None  # video jobs (issue 18): no image fetched, no quality sample
 
 
 def _api_key(settings: Settings, options: ReplayCliOptions) -> str:
@@ -407,8 +409,9 @@ def replay_main(settings: Settings, options: ReplayCliOptions) -> int:
         base_url=options.base_url,
         api_key=_api_key(settings, options),
         steps=options.steps,
-        fetch_images=options.fetch_images,
-        quality_sample=options.quality_sample,
+        fetch_images=0 if options.video_frames else options.fetch_images,
+        quality_sample=0 if options.video_frames else options.quality_sample,
+        video_frames=options.video_frames,
     )
     embedder = {
         **configured_embedder(settings).describe,
@@ -432,11 +435,12 @@ def replay_main(settings: Settings, options: ReplayCliOptions) -> int:
         )
     else:
         _note("stack: /v1/stats could not be read; the report records no pool configuration")
-    if options.json_path is not None:
-        if stack is not None:
-            write_replay_json(options.json_path, report.as_json(), stack)
-        else:
-            write_json(options.json_path, report)
+    body = report.as_json()
+    if options.video_frames:  # FlexCache's figures from the jobs (issue 18)
+        body["video"] = video_summary(r.job for r in records) | {"throughput_rps": report.throughput_rps}
+        _note(f"video: {body['video']}")
+    if options.json_path is not None:  # with the stack's record when /v1/stats could be read
+        write_replay_json(options.json_path, body, stack)
         _note(f"wrote {options.json_path}")
     if options.plots is not None:
         outcomes = [outcome_from_record(r) for r in records]

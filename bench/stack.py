@@ -164,10 +164,10 @@ def read_comparison(path: Path) -> list[dict[str, Any]]:
     return data if isinstance(data, list) else [data]
 
 
-def write_replay_json(path: Path, report: Mapping[str, Any], stack: StackRecord) -> None:
-    """A replay's report (bench.report's contract fields) with its `stack` record."""
+def write_replay_json(path: Path, report: Mapping[str, Any], stack: StackRecord | None) -> None:
+    """A replay's report (bench.report's contract fields) with its `stack` record (None: not read)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps({**report, "stack": stack.as_json()}, indent=2)
+    text = json.dumps({**report, **({"stack": stack.as_json()} if stack is not None else {})}, indent=2)
     path.write_text(text + "\n", encoding="utf-8")
 
 

@@ -147,6 +147,9 @@ def replay_command(
         min=1,
         help="Large + small workers, for the vanilla estimate (default: /v1/stats).",
     ),
+    video_frames: int | None = typer.Option(
+        None, "--video-frames", min=1, max=128, help="Submit video jobs of this many frames (issue 18)."
+    ),
     json_path: JsonOpt = None,
     plots: PlotsOpt = None,
     seed: SeedOpt = 0,
@@ -174,6 +177,7 @@ def replay_command(
                     gpu_workers=gpu_workers,
                     json_path=json_path,
                     plots=plots,
+                    video_frames=video_frames,
                 ),
             )
         )

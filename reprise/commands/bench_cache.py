@@ -90,3 +90,20 @@ def video_command(
     if json_path is not None:
         json_path.write_text(json.dumps(result.as_json(), indent=2) + "\n")
         typer.echo(f"wrote {json_path}")
+
+
+@bench_app.command("video-trace")
+def video_trace_command(
+    out: Path = typer.Option(..., "--out", help="The prompts file to write (one prompt a line)."),
+    trace: str = typer.Option("lab", "--trace", help="'lab' (the lab's world, moving) or a prompts file."),
+    requests: int = typer.Option(200, "--requests", min=1, help="Prompts to write."),
+    seed: int = typer.Option(0, "--seed", help="Random seed."),
+) -> None:
+    """Write the video trace `bench video` simulates, for `bench replay --video-frames N --trace FILE` to
+    send through a running stack (issue 18: the figures measured on the stack)."""
+    from bench.video import trace_prompts
+
+    if not out.parent.is_dir():
+        raise typer.BadParameter(f"{out.parent} is not a directory: create it or choose another --out")
+    out.write_text("".join(f"{prompt}\n" for prompt in trace_prompts(trace, requests, seed)))
+    typer.echo(f"wrote {requests} prompts to {out}")
