@@ -200,21 +200,21 @@ class Client:
 
     def image(self, job_id: str, *, format: str = "png", timeout: float = 120.0) -> bytes:
         """The image's bytes; waits out a decode in progress (202) and follows a presigned redirect."""
+        return self._download(f"/v1/generations/{job_id}/image", {"format": format}, timeout)
+
+    def video(self, job_id: str, *, timeout: float = 120.0) -> bytes:
+        """A succeeded video job's animated WebP; waits out its decode (202), follows a presigned redirect."""
+        return self._download(f"/v1/generations/{job_id}/video", {}, timeout)
+
+    def _download(self, path: str, params: dict[str, str], timeout: float) -> bytes:
         deadline = time.monotonic() + timeout
         while True:
-            response = self.http.get(f"/v1/generations/{job_id}/image", params={"format": format})
+            response = self.http.get(path, params=params)
             if response.status_code == 307:
                 return _checked(httpx.get(response.headers["location"], timeout=timeout)).content
             if response.status_code != 202 or time.monotonic() >= deadline:
                 return _checked(response).content
             time.sleep(_retry_after(response))
-
-    def video(self, job_id: str, *, timeout: float = 120.0) -> bytes:
-        """A succeeded video job's animated WebP (follows a presigned redirect)."""
-        response = self.http.get(f"/v1/generations/{job_id}/video")
-        if response.status_code == 307:
-            return _checked(httpx.get(response.headers["location"], timeout=timeout)).content
-        return _checked(response).content
 
     def page(
         self, *, status: str | None = None, limit: int = 20, cursor_url: str | None = None
@@ -334,22 +334,21 @@ class AsyncClient:
         _checked(await self.http.delete(f"/v1/generations/{job_id}"))
 
     async def image(self, job_id: str, *, format: str = "png", timeout: float = 120.0) -> bytes:
+        return await self._download(f"/v1/generations/{job_id}/image", {"format": format}, timeout)
+
+    async def video(self, job_id: str, *, timeout: float = 120.0) -> bytes:
+        return await self._download(f"/v1/generations/{job_id}/video", {}, timeout)
+
+    async def _download(self, path: str, params: dict[str, str], timeout: float) -> bytes:
         deadline = time.monotonic() + timeout
         while True:
-            response = await self.http.get(f"/v1/generations/{job_id}/image", params={"format": format})
+            response = await self.http.get(path, params=params)
             if response.status_code == 307:
                 async with httpx.AsyncClient(timeout=timeout) as bare:
                     return _checked(await bare.get(response.headers["location"])).content
             if response.status_code != 202 or time.monotonic() >= deadline:
                 return _checked(response).content
             await asyncio.sleep(_retry_after(response))
-
-    async def video(self, job_id: str, *, timeout: float = 120.0) -> bytes:
-        response = await self.http.get(f"/v1/generations/{job_id}/video")
-        if response.status_code == 307:
-            async with httpx.AsyncClient(timeout=timeout) as bare:
-                return _checked(await bare.get(response.headers["location"])).content
-        return _checked(response).content
 
     async def page(
         self, *, status: str | None = None, limit: int = 20, cursor_url: str | None = None
