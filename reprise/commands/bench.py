@@ -99,6 +99,10 @@ MonitorPeriodOpt = Annotated[
     float | None,
     typer.Option("--monitor-period-s", min=1.0, help="Seconds between decisions (default: settings, 60)."),
 ]
+VideoFramesOpt = Annotated[
+    int | None,
+    typer.Option("--video-frames", min=1, max=128, help="Submit video jobs of this many frames (issue 18)."),
+]
 CompareOpt = Annotated[Path | None, typer.Option("--compare", help="A replay's JSON to validate against.")]
 JobsOpt = Annotated[int, typer.Option("--jobs", min=1, help="Simulations to run in parallel processes.")]
 ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bar on stderr.")]
@@ -147,9 +151,7 @@ def replay_command(
         min=1,
         help="Large + small workers, for the vanilla estimate (default: /v1/stats).",
     ),
-    video_frames: int | None = typer.Option(
-        None, "--video-frames", min=1, max=128, help="Submit video jobs of this many frames (issue 18)."
-    ),
+    video_frames: VideoFramesOpt = None,
     json_path: JsonOpt = None,
     plots: PlotsOpt = None,
     seed: SeedOpt = 0,
