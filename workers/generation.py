@@ -7,7 +7,6 @@ or finds the job ended, so a job is generated and completed once.
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from PIL import Image
 from sqlalchemy.orm import Session
 
 from core import logs
-from core.errors import GenerationCanceled, InvalidInput, LeaseBusy, SourceVanished
+from core.errors import LeaseBusy, SourceVanished
 from core.params import GenerationParams, params_from_row
 from core.scopes import uses_shared_scope
 from core.video_params import video_params_from_row
@@ -30,7 +29,7 @@ from db.cascade import LightStage
 from db.codec import decode_latent, encode_latent
 from db.engine import session_scope
 from db.images import ImageFormat, encode_image, record_image_key
-from db.job_runs import Claim, ClaimOutcome, claim_run, complete, finish, is_cancel_requested, reroute_to_miss
+from db.job_runs import Claim, ClaimOutcome, claim_run, complete, finish, reroute_to_miss
 from db.models import Job
 from lab.captions import parse
 from workers import metrics
@@ -38,15 +37,13 @@ from workers.cache_fill import insert_entry
 from workers.context import WorkerContext
 from workers.lease import LeaseKeeper
 from workers.notify import notify
-from workers.progress import ProgressReporter
+from workers.operation import run_denoising
 from workers.runtime.denoising import OnStep, ShouldStop
 from workers.runtime.results import GenerationResult
 from workers.task_signals import current_queue
 from workers.video_generation import run_video_hit, run_video_miss
 
 log = logging.getLogger(__name__)
-
-CANCEL_POLL_S = 0.25  # how often a running job re-reads its cancel flag
 
 
 @dataclass(frozen=True)
@@ -218,28 +215,10 @@ def run_operation(
     operation: Callable[[ShouldStop, OnStep], GenerationResult],
 ) -> GenerationResult | None:
     """Run the denoising, reporting its progress; it stops when the job is canceled or the lease is lost
-    (LeaseLost)."""
-    settings = context.settings
-    last_poll = [0.0]
-
-    def should_stop() -> bool:
-        if lease.lost:
-            return True
-        now = time.monotonic()
-        if now - last_poll[0] < CANCEL_POLL_S:
-            return False
-        last_poll[0] = now
-        with session_scope(settings) as session:
-            return is_cancel_requested(session, job.id)
-
-    try:
-        return operation(should_stop, ProgressReporter(context, job.id))
-    except GenerationCanceled:
-        lease.check()  # stopped for a lost lease: no cancel to record, the job runs again elsewhere
-        _end(context, job, JobStatus.CANCELED, None)
-    except InvalidInput as invalid:
-        _end(context, job, JobStatus.FAILED, f"invalid input: {invalid}")
-    return None
+    (LeaseLost). workers.operation.run_denoising, ending the job as an image job."""
+    return run_denoising(
+        context, job.id, lease, operation, lambda status, error: _end(context, job, status, error)
+    )
 
 
 def finish_run(

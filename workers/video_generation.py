@@ -17,21 +17,20 @@ bodies (the cancel poll, the reroute) is written again here, with the video mode
 from __future__ import annotations
 
 import logging
-import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from core.errors import CodecError, GenerationCanceled, InvalidInput, SourceVanished
+from core.errors import CodecError, SourceVanished
 from core.video_params import VideoParams
 from core.vocabulary import DecodeMode, JobStatus, Route, WebhookEvent
 from db import cache, stats
 from db.blobs import keys
 from db.codec import encode_latent
 from db.engine import session_scope
-from db.job_runs import complete, finish, is_cancel_requested, reroute_to_miss
+from db.job_runs import complete, finish, reroute_to_miss
 from db.video_codec import decode_video_state
 from db.video_entries import VideoSource, read_video_source
 from jobs.policies.video_hits import states_to_save
@@ -39,8 +38,7 @@ from workers import metrics
 from workers.context import WorkerContext
 from workers.lease import LeaseKeeper
 from workers.notify import notify
-from workers.progress import ProgressReporter
-from workers.runtime.denoising import OnStep, ShouldStop
+from workers.operation import Operation, run_denoising
 from workers.runtime.results import GenerationResult, Latent
 from workers.runtime.stitching import stitch, unpack_mask
 from workers.video_cache_fill import insert_video_result
@@ -49,10 +47,6 @@ if TYPE_CHECKING:
     from workers.generation import JobView
 
 log = logging.getLogger(__name__)
-
-CANCEL_POLL_S = 0.25  # how often a running job re-reads its cancel flag (as workers.generation)
-
-Operation = Callable[[ShouldStop, OnStep], GenerationResult]
 
 
 def run_video_miss(context: WorkerContext, job: JobView, lease: LeaseKeeper) -> None:
@@ -166,28 +160,10 @@ def _caches(context: WorkerContext, job: JobView, params: VideoParams) -> bool:
 def _run(
     context: WorkerContext, job: JobView, lease: LeaseKeeper, operation: Operation
 ) -> GenerationResult | None:
-    """Run the denoising with progress; None when it stopped (canceled: the job ends canceled; a lost
-    lease raises LeaseLost) or its input was invalid (the job fails). As workers.generation.run_operation."""
-    last_poll = [0.0]
-
-    def should_stop() -> bool:
-        if lease.lost:
-            return True
-        now = time.monotonic()
-        if now - last_poll[0] < CANCEL_POLL_S:
-            return False
-        last_poll[0] = now
-        with session_scope(context.settings) as session:
-            return is_cancel_requested(session, job.id)
-
-    try:
-        return operation(should_stop, ProgressReporter(context, job.id))
-    except GenerationCanceled:
-        lease.check()  # stopped for a lost lease: no cancel to record, the job runs again elsewhere
-        _end(context, job, JobStatus.CANCELED, None)
-    except InvalidInput as invalid:
-        _end(context, job, JobStatus.FAILED, f"invalid input: {invalid}")
-    return None
+    """Run the denoising with progress (workers.operation.run_denoising), ending the job as a video job."""
+    return run_denoising(
+        context, job.id, lease, operation, lambda status, error: _end(context, job, status, error)
+    )
 
 
 def _finish(
