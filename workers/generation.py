@@ -29,7 +29,7 @@ from db.cascade import LightStage
 from db.codec import decode_latent, encode_latent
 from db.engine import session_scope
 from db.images import ImageFormat, encode_image, record_image_key
-from db.job_runs import Claim, ClaimOutcome, claim_run, complete, finish, reroute_to_miss
+from db.job_runs import Claim, ClaimOutcome, claim_run, complete
 from db.models import Job
 from lab.captions import parse
 from workers import metrics
@@ -37,7 +37,7 @@ from workers.cache_fill import insert_entry
 from workers.context import WorkerContext
 from workers.lease import LeaseKeeper
 from workers.notify import notify
-from workers.operation import run_denoising
+from workers.operation import count_success, end_job, reroute, run_denoising
 from workers.runtime.denoising import OnStep, ShouldStop
 from workers.runtime.results import GenerationResult
 from workers.task_signals import current_queue
@@ -272,7 +272,7 @@ def finish_run(
             record_service(session, context, result)
             stats.record_decodes(session, generations=1, generation_decodes=decodes)
     if completed:
-        _count_success(context, result)
+        count_success(context, result)
         notify(context, job.id, WebhookEvent.COMPLETED)
     log.info(
         "job %s done on %s: %d steps from %d in %.2fs",
@@ -333,31 +333,8 @@ def _pixels(
 
 
 def _reroute(context: WorkerContext, job: JobView, reason: str) -> None:
-    """Run a hit as a miss: the job row, and the interval its admission was counted in, say miss."""
-    log.warning("job %s: cached source unusable (%s); running it as a miss", job.id, reason)
-    _count(context, context.runtime().model_name, Route.HIT.value, "rerouted")
-    with session_scope(context.settings) as session:
-        counted = reroute_to_miss(session, job.id, owner=context.owner)
-        if counted is not None:
-            stats.correct_hit_to_miss(session, k=counted.k, at=counted.admitted_at)
-    context.dispatcher.run_route(job.id, Route.MISS, context.settings)
+    reroute(context, job.id, context.runtime().model_name, reason)
 
 
 def _end(context: WorkerContext, job: JobView, status: JobStatus, error: str | None) -> None:
-    with session_scope(context.settings) as session:
-        changed = finish(session, job.id, status, error=error)
-    if changed:
-        _count(context, context.runtime().model_name, job.route, status.value)
-        notify(context, job.id, WebhookEvent.COMPLETED)
-
-
-def _count(context: WorkerContext, model: str, route: str, outcome: str) -> None:
-    metrics.JOBS.labels(role=context.role.value, model=model, route=route, outcome=outcome).inc()
-
-
-def _count_success(context: WorkerContext, result: GenerationResult) -> None:
-    route = Route.HIT.value if result.start_step > 0 else Route.MISS.value
-    role = context.role.value
-    _count(context, result.model, route, JobStatus.SUCCEEDED.value)
-    metrics.SKIPPED_STEPS.labels(role=role, route=route).observe(result.start_step)
-    metrics.RUN_SECONDS.labels(role=role, model=result.model, route=route).observe(result.wall_s)
+    end_job(context, job.id, model=context.runtime().model_name, route=job.route, status=status, error=error)

@@ -1,21 +1,28 @@
-"""One denoising run of a job, stopped by its cancel flag or a lost lease: what the image and the video
-task bodies (workers.generation, workers.video_generation) share."""
+"""What the image and the video task bodies (workers.generation, workers.video_generation) share: one
+denoising run stopped by the job's cancel flag or a lost lease, the reroute of a hit whose source is gone,
+the end of a job that did not complete, and the jobs' metrics."""
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable
 
 from core.errors import GenerationCanceled, InvalidInput
-from core.vocabulary import JobStatus
+from core.vocabulary import JobStatus, Route, WebhookEvent
+from db import stats
 from db.engine import session_scope
-from db.job_runs import is_cancel_requested
+from db.job_runs import finish, is_cancel_requested, reroute_to_miss
+from workers import metrics
 from workers.context import WorkerContext
 from workers.lease import LeaseKeeper
+from workers.notify import notify
 from workers.progress import ProgressReporter
 from workers.runtime.denoising import OnStep, ShouldStop
 from workers.runtime.results import GenerationResult
+
+log = logging.getLogger(__name__)
 
 CANCEL_POLL_S = 0.25  # how often a running job re-reads its cancel flag
 
@@ -48,3 +55,37 @@ def run_denoising(
     except InvalidInput as invalid:
         end(JobStatus.FAILED, f"invalid input: {invalid}")
     return None
+
+
+def reroute(context: WorkerContext, job_id: uuid.UUID, model: str, reason: str) -> None:
+    """Run a hit as a miss: the job row, and the interval its admission was counted in, say miss."""
+    log.warning("job %s: cached source unusable (%s); running it as a miss", job_id, reason)
+    count_job(context, model, Route.HIT.value, "rerouted")
+    with session_scope(context.settings) as session:
+        counted = reroute_to_miss(session, job_id, owner=context.owner)
+        if counted is not None:
+            stats.correct_hit_to_miss(session, k=counted.k, at=counted.admitted_at)
+    context.dispatcher.run_route(job_id, Route.MISS, context.settings)
+
+
+def end_job(
+    context: WorkerContext, job_id: uuid.UUID, *, model: str, route: str, status: JobStatus, error: str | None
+) -> None:
+    """End a job that did not complete (canceled, failed), once, and tell its webhook."""
+    with session_scope(context.settings) as session:
+        changed = finish(session, job_id, status, error=error)
+    if changed:
+        count_job(context, model, route, status.value)
+        notify(context, job_id, WebhookEvent.COMPLETED)
+
+
+def count_job(context: WorkerContext, model: str, route: str, outcome: str) -> None:
+    metrics.JOBS.labels(role=context.role.value, model=model, route=route, outcome=outcome).inc()
+
+
+def count_success(context: WorkerContext, result: GenerationResult) -> None:
+    route = Route.HIT.value if result.start_step > 0 else Route.MISS.value
+    role = context.role.value
+    count_job(context, result.model, route, JobStatus.SUCCEEDED.value)
+    metrics.SKIPPED_STEPS.labels(role=role, route=route).observe(result.start_step)
+    metrics.RUN_SECONDS.labels(role=role, model=result.model, route=route).observe(result.wall_s)

@@ -25,12 +25,12 @@ import numpy as np
 
 from core.errors import CodecError, SourceVanished
 from core.video_params import VideoParams
-from core.vocabulary import DecodeMode, JobStatus, Route, WebhookEvent
+from core.vocabulary import DecodeMode, JobStatus, WebhookEvent
 from db import cache, stats
 from db.blobs import keys
 from db.codec import encode_latent
 from db.engine import session_scope
-from db.job_runs import complete, finish, reroute_to_miss
+from db.job_runs import complete
 from db.video_codec import decode_video_state
 from db.video_entries import VideoSource, read_video_source
 from jobs.policies.video_hits import states_to_save
@@ -38,7 +38,7 @@ from workers import metrics
 from workers.context import WorkerContext
 from workers.lease import LeaseKeeper
 from workers.notify import notify
-from workers.operation import Operation, run_denoising
+from workers.operation import Operation, count_success, end_job, reroute, run_denoising
 from workers.runtime.results import GenerationResult, Latent
 from workers.runtime.stitching import stitch, unpack_mask
 from workers.video_cache_fill import insert_video_result
@@ -205,7 +205,7 @@ def _finish(
             )  # fmt: skip
             stats.record_decodes(session, generations=1, generation_decodes=decodes)
     if completed:
-        _count_success(context, result)
+        count_success(context, result)
         notify(context, job.id, WebhookEvent.COMPLETED)
     log.info(
         "video job %s done on %s: %d steps from %d in %.2fs",
@@ -214,31 +214,8 @@ def _finish(
 
 
 def _reroute(context: WorkerContext, job: JobView, reason: str) -> None:
-    """Run a hit as a miss: the job row, and the interval its admission was counted in, say miss."""
-    log.warning("video job %s: cached source unusable (%s); running it as a miss", job.id, reason)
-    _count(context, context.settings.video_model, Route.HIT.value, "rerouted")
-    with session_scope(context.settings) as session:
-        counted = reroute_to_miss(session, job.id, owner=context.owner)
-        if counted is not None:
-            stats.correct_hit_to_miss(session, k=counted.k, at=counted.admitted_at)
-    context.dispatcher.run_route(job.id, Route.MISS, context.settings)
+    reroute(context, job.id, context.settings.video_model, reason)
 
 
 def _end(context: WorkerContext, job: JobView, status: JobStatus, error: str | None) -> None:
-    with session_scope(context.settings) as session:
-        changed = finish(session, job.id, status, error=error)
-    if changed:
-        _count(context, context.settings.video_model, job.route, status.value)
-        notify(context, job.id, WebhookEvent.COMPLETED)
-
-
-def _count(context: WorkerContext, model: str, route: str, outcome: str) -> None:
-    metrics.JOBS.labels(role=context.role.value, model=model, route=route, outcome=outcome).inc()
-
-
-def _count_success(context: WorkerContext, result: GenerationResult) -> None:
-    route = Route.HIT.value if result.start_step > 0 else Route.MISS.value
-    role = context.role.value
-    _count(context, result.model, route, JobStatus.SUCCEEDED.value)
-    metrics.SKIPPED_STEPS.labels(role=role, route=route).observe(result.start_step)
-    metrics.RUN_SECONDS.labels(role=role, model=result.model, route=route).observe(result.wall_s)
+    end_job(context, job.id, model=context.settings.video_model, route=job.route, status=status, error=error)
