@@ -32,6 +32,11 @@ class VideoSettings(BaseSettings):
         "model alone, 6.7x smaller, unbounded (README 'Video': 3.4x with 1e-3; resume error 6.5e-5 "
         "against 0.026).",
     )
+    video_decoupled_lookup: bool = Field(
+        True,
+        description="Look a video prompt up by its object and background phrases too (FlexCache 4.2.1); "
+        "false: by the whole prompt only (NIRVANA's lookup, the paper's ablation, 6.2.2).",
+    )
     video_key_frame_similarity: float = Field(
         0.99,
         gt=0,

@@ -50,7 +50,8 @@ def decide_video(
     if params.steps != settings.steps:
         return VideoDecision(AdmissionDecision(AdmissionOutcome.CACHE_OFF, Route.MISS))
     parts = split_prompt(params.prompt)
-    phrases = [params.prompt, *((parts.object, parts.background) if parts.decoupled else ())]
+    decoupled = parts.decoupled and settings.video_decoupled_lookup
+    phrases = [params.prompt, *((parts.object, parts.background) if decoupled else ())]
     vectors = np.asarray(context.text_embedder().embed_text(phrases), dtype=np.float32)
     scopes = [video_scope(scope) for scope in lookup_scopes(tenant_id, shared_cache=shared_cache)]
     shape = VideoShape(settings.video_family, params.frames, params.width, params.height)

@@ -4,12 +4,19 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
+from typing import cast
 
-from core.settings import load_settings
+import numpy as np
+import pytest
+
+from core.settings import Settings, load_settings
+from core.video_params import VideoParams
 from core.vocabulary import AdmissionOutcome, Route
 from db.video_lookup import VideoMatch
 from jobs.policies.video_hits import HitKind
-from workers.video_admission import routed, video_table
+from workers.context import WorkerContext
+from workers.video_admission import decide_video, routed, video_table
 
 SETTINGS = load_settings()
 STORED = (2, 4, 6, 8)
@@ -58,3 +65,36 @@ def test_below_the_table_is_a_searched_miss_with_its_best_similarity() -> None:
         decision.decision.outcome is AdmissionOutcome.SEARCHED_MISS and decision.decision.route is Route.MISS
     )
     assert decision.decision.similarity == 0.6 and decision.video_hit is None
+
+
+class _RecordingEmbedder:
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self.calls: list[list[str]] = []
+
+    def embed_text(self, texts: list[str]) -> np.ndarray:
+        self.calls.append(list(texts))
+        return np.ones((len(texts), self.dim), dtype=np.float32)
+
+
+@dataclass
+class _Context:
+    settings: Settings
+    embedder: _RecordingEmbedder
+
+    def text_embedder(self) -> _RecordingEmbedder:
+        return self.embedder
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("decoupled", [True, False])
+def test_the_phrases_are_embedded_with_the_prompt_unless_decoupling_is_off(
+    db_settings: Settings, decoupled: bool
+) -> None:
+    settings = db_settings.model_copy(update={"video_decoupled_lookup": decoupled})
+    context = _Context(settings, _RecordingEmbedder(settings.text_embedding_dim))
+    params = VideoParams(prompt="a red fox running on a sandy beach", steps=settings.steps, frames=8)
+    decision = decide_video(cast(WorkerContext, context), params, uuid.uuid4(), shared_cache=False)
+    assert decision.decision.outcome is AdmissionOutcome.SEARCHED_MISS  # a new tenant's empty scope
+    phrases = ["a red fox running on a sandy beach", "a red fox running", "a sandy beach"]
+    assert context.embedder.calls == [phrases if decoupled else phrases[:1]]  # one call for all three
