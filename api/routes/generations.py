@@ -228,7 +228,7 @@ def _submit(
     if created:
         JOBS_CREATED.inc()
         with logs.bound(job_id=job.id, tenant=tenant.id):
-            log.info("%s job created: %d steps at %dx%d", job.kind, job.steps, job.width, job.height)
+            log.info("job created: %s, %d steps at %dx%d", job.kind, job.steps, job.width, job.height)
             _enqueue_admit(state, job.id)
     else:
         IDEMPOTENT_REPLAYS.inc()

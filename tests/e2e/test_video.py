@@ -17,7 +17,8 @@ from db.engine import session_scope
 from db.models import CacheEntry, CacheState, Job
 from db.tenants import TenantCredentials
 from jobs.policies.k_selection import choose_k
-from tests.e2e.conftest import Stack, make_tenant
+from jobs.webhooks import verify
+from tests.e2e.conftest import Stack, WebhookReceiver, make_tenant
 from tests.e2e.test_stack import TERMINAL, submit, wait_status
 from workers.video_admission import video_table
 
@@ -32,8 +33,9 @@ def tenant(stack: Stack) -> TenantCredentials:
     return make_tenant(stack.settings, f"video-{uuid.uuid4().hex[:8]}")
 
 
-def video(stack: Stack, tenant: TenantCredentials, prompt: str, seed: int) -> dict[str, Any]:
-    job = submit(stack, tenant, {"prompt": prompt, "seed": seed, "kind": "video", "frames": FRAMES, "fps": 4})
+def video(stack: Stack, tenant: TenantCredentials, prompt: str, seed: int, **extra: str) -> dict[str, Any]:
+    body = {"prompt": prompt, "seed": seed, "kind": "video", "frames": FRAMES, "fps": 4, **extra}
+    job = submit(stack, tenant, body)
     done = wait_status(stack, tenant, job["id"], TERMINAL, timeout_s=300.0)
     assert done["status"] == "succeeded", done
     return done
@@ -62,10 +64,12 @@ def entry_of(stack: Stack, job_id: str) -> tuple[CacheEntry, list[int]]:
         return entry, ks
 
 
-def test_video_miss_whole_hit_and_decoupled_hit(stack: Stack, tenant: TenantCredentials) -> None:
+def test_video_miss_whole_hit_and_decoupled_hit(
+    stack: Stack, tenant: TenantCredentials, webhook_receiver: WebhookReceiver
+) -> None:
     # 1. Misses: each runs T steps, stores an animated WebP, and caches its states at every capture step
     #    in the tenant's video scope, with its object and background phrases' embeddings when it has both.
-    fox = video(stack, tenant, "a red fox running in a snowy forest", seed=1)
+    fox = video(stack, tenant, "a red fox running in a snowy forest", seed=1, webhook=webhook_receiver.url)
     bus = video(stack, tenant, "a yellow bus driving on a sandy beach", seed=2)
     coin = video(stack, tenant, "a spinning golden coin", seed=3)  # no background phrase
     for done in (fox, bus, coin):
@@ -81,6 +85,9 @@ def test_video_miss_whole_hit_and_decoupled_hit(stack: Stack, tenant: TenantCred
     assert webp.headers["content-type"] == "image/webp"
     assert webp.content[:4] == b"RIFF" and webp.content[8:12] == b"WEBP" and b"ANIM" in webp.content[:64]
     image = httpx.get(f"{url}/image", headers=tenant.auth_headers, timeout=30)  # a video job has no image
+    delivery = webhook_receiver.wait_for(fox["id"], "generation.completed")  # signed, as an image job's
+    verify(tenant.webhook_secret, delivery.headers, delivery.body)
+    assert delivery.json()["data"]["kind"] == "video" and delivery.json()["data"]["output"]["video"]
     assert image.status_code == 404 and image.headers["content-type"] == "application/problem+json"
 
     # 2. The fox on the bus's beach: the object phrase matches the fox's entry, the background phrase the
