@@ -71,10 +71,11 @@ class NewState:
     bytes: int
 
 
-def _vector(embedding: Embedding) -> npt.NDArray[np.float32]:
+def as_vector(embedding: Embedding) -> npt.NDArray[np.float32]:
+    """An embedding as the float32 vector pgvector takes; ValueError for an empty or non-finite one."""
     vector = np.asarray(embedding, dtype=np.float32).ravel()
     if vector.size == 0 or not np.all(np.isfinite(vector)):
-        raise ValueError("a query embedding must be a non-empty vector of finite numbers")
+        raise ValueError("an embedding must be a non-empty vector of finite numbers")
     return vector
 
 
@@ -96,7 +97,7 @@ def _nearest(
     if not scopes:
         return None
     column = _embedding_column(mode)
-    distance = column.cosine_distance(_vector(query_embedding))
+    distance = column.cosine_distance(as_vector(query_embedding))
     filters: list[ColumnElement[bool]] = [
         CacheEntry.scope.in_(list(scopes)),
         CacheEntry.state == EntryState.LIVE.value,
@@ -283,8 +284,8 @@ def insert_entry(
         model_family=model_family,
         prompt=prompt,
         prompt_key=prompt_key,
-        text_embedding=_vector(text_embedding),
-        image_embedding=None if image_embedding is None else _vector(image_embedding),
+        text_embedding=as_vector(text_embedding),
+        image_embedding=None if image_embedding is None else as_vector(image_embedding),
         final_latent_key=final_latent_key,
         bytes=final_bytes,
         steps=steps,

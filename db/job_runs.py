@@ -183,11 +183,10 @@ def complete(
     final_latent_key: str,
     vae_decodes: int = 0,
     quality: float | None = None,
-    video_key: str | None = None,
 ) -> bool:
     """Mark the run succeeded, with the VAE decodes its generation ran and the judge's quality of its
-    image (where the lab's models run); a video job's animated WebP under `video_key`. Only the lease
-    holder's completion counts; returns whether it did."""
+    image (where the lab's models run). Only the lease holder's completion counts; returns whether it
+    did."""
     result = session.execute(
         update(Job)
         .where(Job.id == job_id, Job.lease_owner == owner, Job.status == JobStatus.PROCESSING.value)
@@ -198,7 +197,6 @@ def complete(
             final_latent_key=final_latent_key,
             vae_decodes=vae_decodes,
             quality=quality,
-            video_key=video_key,
             finished_at=utcnow(),
             lease_until=None,
         )

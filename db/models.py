@@ -145,7 +145,6 @@ class Job(Base):
     lease_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     final_latent_key: Mapped[str | None] = mapped_column(Text)
     image_keys: Mapped[dict[str, str]] = mapped_column(JSONB, default=dict)  # format -> blob key
-    video_key: Mapped[str | None] = mapped_column(Text)  # a video job's animated WebP
 
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=_now(), index=True)
     admitted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

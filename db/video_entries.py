@@ -17,8 +17,6 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import numpy as np
-import numpy.typing as npt
 from sqlalchemy.orm import Session
 
 from core.errors import BlobNotFound, SourceVanished
@@ -26,7 +24,7 @@ from core.scopes import is_video_scope
 from core.usage import INSERTION_USES
 from core.vocabulary import EntryState
 from db.blobs.base import BlobStore
-from db.cache import Embedding, get_live_entry, get_state
+from db.cache import Embedding, as_vector, get_live_entry, get_state
 from db.models import CacheEntry, CacheState
 
 
@@ -76,9 +74,9 @@ def insert_video_entry(
     _check_entry(scope, steps, states, frames, width, height, bytes)
     entry = CacheEntry(
         id=entry_id, scope=scope, model_family=model_family, prompt=prompt, prompt_key=prompt_key,
-        text_embedding=_vector(text_embedding),
-        object_embedding=None if object_embedding is None else _vector(object_embedding),
-        background_embedding=None if background_embedding is None else _vector(background_embedding),
+        text_embedding=as_vector(text_embedding),
+        object_embedding=None if object_embedding is None else as_vector(object_embedding),
+        background_embedding=None if background_embedding is None else as_vector(background_embedding),
         image_embedding=None, final_latent_key=final_latent_key, base_key=base_key, mask_key=mask_key,
         bytes=bytes, steps=steps, frames=frames, width=width, height=height, source_job_id=source_job_id,
         access_count=INSERTION_USES, state=EntryState.LIVE.value,
@@ -131,11 +129,3 @@ def read_video_source(session: Session, blobs: BlobStore, *, entry_id: uuid.UUID
         steps=entry.steps,
         model_family=entry.model_family,
     )
-
-
-def _vector(embedding: Embedding) -> npt.NDArray[np.float32]:
-    """An embedding as the float32 vector pgvector takes, refusing an empty or non-finite one."""
-    vector = np.asarray(embedding, dtype=np.float32).ravel()
-    if vector.size == 0 or not np.all(np.isfinite(vector)):
-        raise ValueError("an embedding must be a non-empty vector of finite numbers")
-    return vector

@@ -11,16 +11,16 @@ The object and background columns have no HNSW index: their search reads the sco
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-import numpy as np
 import numpy.typing as npt
 from sqlalchemy import func, select
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from core.vocabulary import EntryState
+from db.cache import as_vector
 from db.lookup_path import ScopeEf, choose_path
 from db.models import CacheEntry, CacheState
 from db.scope_indexes import scope_index_name
@@ -74,33 +74,55 @@ def nearest_video(
     exact_max: int = 2000,
 ) -> VideoMatch | None:
     """The best match in `scopes` by one index, or None when no entry of that shape has the embedding."""
-    vector = np.asarray(embedding, dtype=np.float32).ravel()
-    if vector.size == 0 or not np.all(np.isfinite(vector)):
-        raise ValueError("a query embedding must be a non-empty vector of finite numbers")
-    column = _column(index)
-    distance = column.cosine_distance(vector)
-    ks = select(func.array_agg(CacheState.k)).where(CacheState.entry_id == CacheEntry.id).scalar_subquery()
-    best: VideoMatch | None = None
+    found = nearest_videos(
+        session, {index: embedding}, scopes=scopes, shape=shape, ef_search=ef_search, exact_max=exact_max
+    )
+    return found[index]
+
+
+def nearest_videos(
+    session: Session,
+    embeddings: Mapping[VideoIndex, npt.ArrayLike],
+    *,
+    scopes: Sequence[str],
+    shape: VideoShape,
+    ef_search: int = 80,
+    exact_max: int = 2000,
+) -> dict[VideoIndex, VideoMatch | None]:
+    """The best match in `scopes` by each index given: the path of a scope is chosen once (one round
+    trip), then one query an index."""
+    best: dict[VideoIndex, VideoMatch | None] = dict.fromkeys(embeddings)
     for scope in dict.fromkeys(scopes):
         ef = ScopeEf(ef_search, 0, scope_index_name(scope, VideoIndex.WHOLE.value))  # ef fixed: small scopes
         choose_path(session, scope, exact_max, ef, MAX_SCAN_TUPLES)
-        row = session.execute(
-            select(CacheEntry.id, distance.label("distance"), ks.label("ks"))
-            .where(
-                CacheEntry.scope == scope,
-                CacheEntry.state == EntryState.LIVE.value,
-                CacheEntry.model_family == shape.model_family,
-                CacheEntry.frames == shape.frames,
-                CacheEntry.width == shape.width,
-                CacheEntry.height == shape.height,
-                column.is_not(None),
-            )
-            .order_by(distance)
-            .limit(1)
-        ).one_or_none()
-        if row is None:
-            continue
-        found = VideoMatch(row.id, 1.0 - float(row.distance), tuple(sorted(int(k) for k in row.ks or ())))
-        if best is None or found.similarity > best.similarity:
-            best = found
+        for index, embedding in embeddings.items():
+            found = _nearest_in_scope(session, index, embedding, scope, shape)
+            current = best[index]
+            if found is not None and (current is None or found.similarity > current.similarity):
+                best[index] = found
     return best
+
+
+def _nearest_in_scope(
+    session: Session, index: VideoIndex, embedding: npt.ArrayLike, scope: str, shape: VideoShape
+) -> VideoMatch | None:
+    column = _column(index)
+    distance = column.cosine_distance(as_vector(embedding))
+    ks = select(func.array_agg(CacheState.k)).where(CacheState.entry_id == CacheEntry.id).scalar_subquery()
+    row = session.execute(
+        select(CacheEntry.id, distance.label("distance"), ks.label("ks"))
+        .where(
+            CacheEntry.scope == scope,
+            CacheEntry.state == EntryState.LIVE.value,
+            CacheEntry.model_family == shape.model_family,
+            CacheEntry.frames == shape.frames,
+            CacheEntry.width == shape.width,
+            CacheEntry.height == shape.height,
+            column.is_not(None),
+        )
+        .order_by(distance)
+        .limit(1)
+    ).one_or_none()
+    if row is None:
+        return None
+    return VideoMatch(row.id, 1.0 - float(row.distance), tuple(sorted(int(k) for k in row.ks or ())))

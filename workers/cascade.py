@@ -24,8 +24,9 @@ from db import cascade as cascade_db
 from db.engine import session_scope
 from jobs.policies.cascade import accepts, feature_kind_for
 from workers.context import WorkerContext
-from workers.generation import JobView, claim_job, finish_run, generate_run, record_service, run_operation
+from workers.generation import JobView, claim_job, finish_run, generate_run, run_operation
 from workers.lease import LeaseKeeper
+from workers.operation import record_service
 from workers.runtime.discriminator import Discriminator, image_features
 from workers.video_generation import run_video_miss
 

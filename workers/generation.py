@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from PIL import Image
-from sqlalchemy.orm import Session
 
 from core import logs
 from core.errors import LeaseBusy, SourceVanished
@@ -26,7 +25,7 @@ from db import cascade as cascade_db
 from db import jobs as jobs_db
 from db.blobs import keys
 from db.cascade import LightStage
-from db.codec import decode_latent, encode_latent
+from db.codec import decode_latent
 from db.engine import session_scope
 from db.images import ImageFormat, encode_image, record_image_key
 from db.job_runs import Claim, ClaimOutcome, claim_run, complete
@@ -37,7 +36,14 @@ from workers.cache_fill import insert_entry
 from workers.context import WorkerContext
 from workers.lease import LeaseKeeper
 from workers.notify import notify
-from workers.operation import count_success, end_job, reroute, run_denoising
+from workers.operation import (
+    count_success,
+    end_job,
+    record_service,
+    reroute,
+    run_denoising,
+    store_final_latent,
+)
 from workers.runtime.denoising import OnStep, ShouldStop
 from workers.runtime.results import GenerationResult
 from workers.task_signals import current_queue
@@ -237,10 +243,7 @@ def finish_run(
     lease writes nothing (LeaseLost). `cascade`: the job's light stage, kept by the discriminator (this
     run is the light one) or escalated (this run is the heavy one: both models are the job's)."""
     lease.check()
-    with metrics.timed(metrics.CODEC_SECONDS, operation="encode"):
-        final_blob = encode_latent(result.final_latent, family=result.family, k=None)
-    final_key = keys.job_prefix(job.id) + "final.latent"
-    context.blobs.put(final_key, final_blob)
+    final_key, final_blob = store_final_latent(context, job.id, result)
     image, decodes = _pixels(context, job, result, cache_it=cache_it)
     if cache_it:
         insert_entry(context, job, result, final_blob, image)
@@ -277,17 +280,6 @@ def finish_run(
     log.info(
         "job %s done on %s: %d steps from %d in %.2fs",
         *(job.id, result.model, result.steps_run, result.start_step, result.wall_s),
-    )
-
-
-def record_service(session: Session, context: WorkerContext, result: GenerationResult) -> None:
-    """The run's service time and steps in the interval statistics (the pool controllers read them)."""
-    stats.record_service(
-        session,
-        role=context.role.value,
-        service_ms=result.wall_s * 1e3,
-        steps=result.steps_run,
-        denoiser_evals=result.denoiser_evals,
     )
 
 

@@ -9,9 +9,13 @@ import time
 import uuid
 from collections.abc import Callable
 
+from sqlalchemy.orm import Session
+
 from core.errors import GenerationCanceled, InvalidInput
 from core.vocabulary import JobStatus, Route, WebhookEvent
 from db import stats
+from db.blobs import keys
+from db.codec import encode_latent
 from db.engine import session_scope
 from db.job_runs import finish, is_cancel_requested, reroute_to_miss
 from workers import metrics
@@ -55,6 +59,28 @@ def run_denoising(
     except InvalidInput as invalid:
         end(JobStatus.FAILED, f"invalid input: {invalid}")
     return None
+
+
+def store_final_latent(
+    context: WorkerContext, job_id: uuid.UUID, result: GenerationResult
+) -> tuple[str, bytes]:
+    """The run's final latent, encoded (pcodec) and stored under the job: its key and blob."""
+    with metrics.timed(metrics.CODEC_SECONDS, operation="encode"):
+        blob = encode_latent(result.final_latent, family=result.family, k=None)
+    key = keys.job_prefix(job_id) + "final.latent"
+    context.blobs.put(key, blob)
+    return key, blob
+
+
+def record_service(session: Session, context: WorkerContext, result: GenerationResult) -> None:
+    """The run's service time and steps in the interval statistics (the pool controllers read them)."""
+    stats.record_service(
+        session,
+        role=context.role.value,
+        service_ms=result.wall_s * 1e3,
+        steps=result.steps_run,
+        denoiser_evals=result.denoiser_evals,
+    )
 
 
 def reroute(context: WorkerContext, job_id: uuid.UUID, model: str, reason: str) -> None:

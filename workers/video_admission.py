@@ -56,16 +56,13 @@ def decide_video(
     scopes = [video_scope(scope) for scope in lookup_scopes(tenant_id, shared_cache=shared_cache)]
     shape = VideoShape(settings.video_family, params.frames, params.width, params.height)
     indexes = (VideoIndex.WHOLE, VideoIndex.OBJECT, VideoIndex.BACKGROUND)[: len(phrases)]
-    found: list[VideoMatch | None] = []
     with session_scope(settings) as session:
-        for index, vector in zip(indexes, vectors, strict=True):
-            match = video_lookup.nearest_video(
-                session, index=index, embedding=vector, scopes=scopes, shape=shape,
-                ef_search=settings.hnsw_ef_search, exact_max=settings.lookup_exact_max,
-            )  # fmt: skip
-            found.append(match)
-    found += [None] * (3 - len(found))
-    return routed(settings, params.steps, found[0], found[1], found[2])
+        found = video_lookup.nearest_videos(
+            session, dict(zip(indexes, vectors, strict=True)), scopes=scopes, shape=shape,
+            ef_search=settings.hnsw_ef_search, exact_max=settings.lookup_exact_max,
+        )  # fmt: skip
+    whole, obj, background = (found.get(index) for index in VideoIndex)
+    return routed(settings, params.steps, whole, obj, background)
 
 
 def video_table(settings: Settings) -> ThresholdTable:

@@ -6,12 +6,13 @@ these for a job of kind 'video'), with the same guarantees: cancel stops the den
 fails the job, a run that lost its lease writes nothing, and every counted effect (the sources' uses,
 the interval statistics) commits with the completion, once per job. Both store the final latent (as
 images do: the decode pool decodes it into the animated WebP on the first read, LatentBox 4.1; with
-"decode": "eager" the WebP is stored now, jobs/<id>/video.webp, Job.video_key) and, unless the
-request turned the cache off, the states FlexCache saves (4.2.4: a miss all capture steps, a hit those
-after k) as a new video entry. A hit whose source vanished or no longer fits the job runs as a miss.
+"decode": "eager" the WebP is stored now, one of the job's image_keys under db.images.video_format)
+and, unless the request turned the cache off, the states FlexCache saves (4.2.4: a miss all capture
+steps, a hit those after k) as a new video entry. A hit whose source vanished or no longer fits the job
+runs as a miss.
 
-This module does not import workers.generation, which imports it: the little it shares with the image
-bodies (the cancel poll, the reroute) is written again here, with the video model's name in metrics.
+What it shares with the image bodies (the denoising run, the reroute, the end of a job, the final latent,
+the metrics) is workers.operation's: workers.generation imports this module, not the other way round.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from core.video_params import VideoParams
 from core.vocabulary import DecodeMode, JobStatus, WebhookEvent
 from db import cache, stats
 from db.blobs import keys
-from db.codec import encode_latent
 from db.engine import session_scope
+from db.images import record_image_key, video_format
 from db.job_runs import complete
 from db.video_codec import decode_video_state
 from db.video_entries import VideoSource, read_video_source
@@ -38,7 +39,15 @@ from workers import metrics
 from workers.context import WorkerContext
 from workers.lease import LeaseKeeper
 from workers.notify import notify
-from workers.operation import Operation, count_success, end_job, reroute, run_denoising
+from workers.operation import (
+    Operation,
+    count_success,
+    end_job,
+    record_service,
+    reroute,
+    run_denoising,
+    store_final_latent,
+)
 from workers.runtime.results import GenerationResult, Latent
 from workers.runtime.stitching import stitch, unpack_mask
 from workers.video_cache_fill import insert_video_result
@@ -178,31 +187,26 @@ def _finish(
     """Store the final latent, the WebP and the new entry, then complete the job; the sources' uses
     and the statistics commit with the completion, which only the lease holder's first one makes."""
     lease.check()
-    with metrics.timed(metrics.CODEC_SECONDS, operation="encode"):
-        final_blob = encode_latent(result.final_latent, family=result.family, k=None)
-    final_key = keys.job_prefix(job.id) + "final.latent"
-    context.blobs.put(final_key, final_blob)
-    video_key, decodes = None, 0
+    final_key, final_blob = store_final_latent(context, job.id, result)
+    fmt, webp_key = video_format(params.fps), None
     if job.decode_mode == DecodeMode.EAGER:  # else the decode pool decodes it on the first read
-        webp, _ = context.video_runtime().to_webp(result.final_latent, params.fps)
-        video_key, decodes = keys.video_key(job.id), 1
-        context.blobs.put(video_key, webp)
+        webp_key = keys.image_key(job.id, fmt)
+        context.blobs.put(webp_key, context.video_runtime().to_webp(result.final_latent, params.fps)[0])
     if job.cache_mode != "off":
         insert_video_result(context, job, params, result, final_blob)
     lease.check()
     with session_scope(context.settings) as session:
+        if webp_key is not None:
+            record_image_key(session, job.id, fmt, webp_key)
+        decodes = int(webp_key is not None)
         completed = complete(
             session, job.id, owner=context.owner, models_used=[result.model],
             denoiser_evals=dict(result.denoiser_evals), final_latent_key=final_key, vae_decodes=decodes,
-            video_key=video_key,
         )  # fmt: skip
         if completed:
             for entry_id, k in used:
                 cache.record_use(session, entry_id=entry_id, k=k)
-            stats.record_service(
-                session, role=context.role.value, service_ms=result.wall_s * 1e3, steps=result.steps_run,
-                denoiser_evals=result.denoiser_evals,
-            )  # fmt: skip
+            record_service(session, context, result)
             stats.record_decodes(session, generations=1, generation_decodes=decodes)
     if completed:
         count_success(context, result)

@@ -3,8 +3,9 @@
 A video job stores its final latent; the first read decodes it into the animated WebP on the decode pool,
 through the images' read path (LatentBox 4: the owner node's tiers keep it, identical reads share one
 decode, 202 with Retry-After past REPRISE_DECODE_WAIT_S). With "decode": "eager" the worker stored the
-WebP at completion (jobs.video_key). A stored WebP can be handed over as a 307 to a presigned URL
-(delivery=redirect, on S3). It never changes once it exists (immutable caching).
+WebP at completion. Either way a stored WebP is one of the job's image_keys, under
+db.images.video_format(fps), and can be handed over as a 307 to a presigned URL (delivery=redirect, on
+S3). It never changes once it exists (immutable caching).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ async def get_generation_video(
     if etag_matches(if_none_match, etag):
         return Response(status_code=304, headers={"ETag": etag, "Cache-Control": IMMUTABLE})
     fmt = video_format(job.fps or 1)
-    stored = job.video_key or (job.image_keys or {}).get(fmt)  # eager, or kept by a decode node
+    stored = (job.image_keys or {}).get(fmt)  # stored at completion (eager), or kept by a decode node
     if job.outputs_purged_at is not None or (stored is None and job.final_latent_key is None):
         raise _gone(job)
     if stored is not None and (delivery or state.settings.image_delivery) == ImageDelivery.REDIRECT:

@@ -6,7 +6,7 @@
     entries/<entry_id>/base.vbase       a video entry's base, which its states decode against
     entries/<entry_id>/mask.bits        a video entry's object mask, 1 bit a latent pixel
     jobs/<job_id>/image.<format>        an encoded image served for a job
-    jobs/<job_id>/video.webp            a video job's animated WebP
+    jobs/<job_id>/image.video<fps>      a video job's animated WebP (db.images.video_format)
 
 All of one entry's blobs sit under `entry_prefix(entry_id)`, so deleting an entry is
 `store.delete_prefix(entry_prefix(entry_id))`; likewise a job's under `job_prefix(job_id)`.
@@ -80,8 +80,3 @@ def image_key(job_id: uuid.UUID | str, fmt: str) -> str:
     if not _FORMAT.fullmatch(fmt_text):
         raise ValueError(f"image format {fmt_text!r} must be lowercase letters and digits, e.g. 'png'")
     return f"{job_prefix(job_id)}image.{fmt_text}"
-
-
-def video_key(job_id: uuid.UUID | str) -> str:
-    """'jobs/<job_id>/video.webp': a video job's animated WebP (Job.video_key)."""
-    return f"{job_prefix(job_id)}video.webp"

@@ -2,7 +2,8 @@
 
 - jobs: `kind` ('image' or 'video'), a video's `frames`, `fps` and `noise_window`; a decoupled hit's
   second source, `background_entry_id` (source_entry_id gives the object); `video_hit` (whole or
-  decoupled); `video_key`, the animated WebP's blob.
+  decoupled). Its animated WebP, once decoded (on the first read, or at completion with "decode":
+  "eager"), is one of its image_keys, under db.images.video_format(fps).
 - cache_entries: a video entry's `frames`; the embeddings of its prompt's object and background phrases
   (jobs.policies.decoupling; NULL when the prompt names no background), looked up separately (FlexCache
   4.2.1); `base_key`, the blob every compressed state of the entry is rebuilt against (db.video_codec,
@@ -53,7 +54,6 @@ def upgrade() -> None:
         ),
     )
     op.add_column("jobs", sa.Column("video_hit", sa.String(16), nullable=True))
-    op.add_column("jobs", sa.Column("video_key", sa.Text(), nullable=True))
     op.add_column("cache_entries", sa.Column("frames", sa.Integer(), nullable=True))
     op.add_column("cache_entries", sa.Column("object_embedding", Vector(dim), nullable=True))
     op.add_column("cache_entries", sa.Column("background_embedding", Vector(dim), nullable=True))
@@ -64,7 +64,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     for name in ("mask_key", "base_key", "background_embedding", "object_embedding", "frames"):
         op.drop_column("cache_entries", name)
-    for name in ("video_key", "video_hit", "background_entry_id", "noise_window", "fps", "frames"):
+    for name in ("video_hit", "background_entry_id", "noise_window", "fps", "frames"):
         op.drop_column("jobs", name)
     op.drop_constraint("ck_jobs_kind", "jobs")
     op.drop_column("jobs", "kind")

@@ -31,7 +31,7 @@ def finished_video(
     """A video job as the video worker leaves it: succeeded, its WebP in the blob store."""
     job_id = new_job(client, who)
     blobs.put(f"jobs/{job_id}/video.webp", WEBP)
-    set_job(job_id, status="succeeded", video_key=f"jobs/{job_id}/video.webp")
+    set_job(job_id, status="succeeded", image_keys={"video8": f"jobs/{job_id}/video.webp"})
     return job_id
 
 
@@ -98,12 +98,15 @@ def test_a_video_no_longer_stored_is_a_410(
     client: TestClient, tenant: TenantCredentials, set_job: Callable[..., None], case: str
 ) -> None:
     job_id = new_job(client, tenant)
-    values: dict[str, Any] = {
+    cases: dict[str, dict[str, Any]] = {
         "no key": {},
-        "blob missing": {"video_key": f"jobs/{job_id}/video.webp"},
-        "purged": {"video_key": f"jobs/{job_id}/video.webp", "outputs_purged_at": "2026-01-01T00:00:00Z"},
-    }[case]
-    set_job(job_id, status="succeeded", **values)
+        "blob missing": {"image_keys": {"video8": f"jobs/{job_id}/video.webp"}},
+        "purged": {
+            "image_keys": {"video8": f"jobs/{job_id}/video.webp"},
+            "outputs_purged_at": "2026-01-01T00:00:00Z",
+        },
+    }
+    set_job(job_id, status="succeeded", **cases[case])
     problem = problem_of(client.get(f"/v1/generations/{job_id}/video", headers=tenant.auth_headers), 410)
     assert problem["type"] == "urn:reprise:problem:video-gone"
 

@@ -144,7 +144,7 @@ def test_a_finished_video_job_links_its_video_and_reports_its_hit(
     client: TestClient, tenant: TenantCredentials, set_job: Callable[..., None]
 ) -> None:
     job_id = post(client, tenant, {"kind": "video", "frames": 8}).json()["id"]
-    set_job(job_id, status="succeeded", route="hit", k=10, video_hit="whole", video_key="jobs/x/video.webp")
+    set_job(job_id, status="succeeded", route="hit", k=10, video_hit="whole")
     job = client.get(f"/v1/generations/{job_id}", headers=tenant.auth_headers).json()
     assert job["output"] == {"video": f"http://testserver/v1/generations/{job_id}/video", "format": "webp"}
     assert (job["metrics"]["route"], job["metrics"]["video_hit"], job["metrics"]["background_entry"]) == (

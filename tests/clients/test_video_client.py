@@ -105,7 +105,7 @@ def test_the_client_against_the_api(
         None,
     )
     blob_store.put(f"jobs/{job.id}/video.webp", WEBP)
-    set_job(job.id, status="succeeded", video_key=f"jobs/{job.id}/video.webp")
+    set_job(job.id, status="succeeded", image_keys={"video4": f"jobs/{job.id}/video.webp"})
     assert client.get(job.id).output == {
         "video": f"{app_client.base_url}/v1/generations/{job.id}/video",
         "format": "webp",

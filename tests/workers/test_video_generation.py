@@ -21,6 +21,7 @@ from core.usage import INSERTION_USES
 from core.vocabulary import JobStatus, Role, Route
 from db.codec import decode_latent
 from db.engine import session_scope
+from db.images import video_format
 from db.models import CacheEntry, CacheState, Job
 from jobs.dispatch import route_task
 from tests.support.dispatch import RecordingDispatcher
@@ -49,6 +50,9 @@ def video_settings(task_settings: Settings) -> Settings:
 @pytest.fixture
 def context(video_settings: Settings, dispatcher: RecordingDispatcher) -> WorkerContext:
     return WorkerContext(video_settings, Role.LARGE, dispatcher=dispatcher)
+
+
+WEBP = video_format(8)  # the read path's name of the jobs' WebP (8 fps)
 
 
 def _video_job(settings: Settings, tenant: uuid.UUID, prompt: str, **columns: object) -> uuid.UUID:
@@ -110,8 +114,9 @@ def test_a_miss_stores_its_webp_and_caches_every_capture_step_in_the_video_scope
     job = _job(video_settings, _miss(context, tenant, FOX, decode_mode="eager"))  # the WebP now
     assert job.status == JobStatus.SUCCEEDED
     assert job.denoiser_evals == {video_settings.video_model: STEPS} and job.vae_decodes == 1
-    assert job.video_key is not None
-    with Image.open(io.BytesIO(context.blobs.get(job.video_key))) as webp:
+    webp_key = job.image_keys.get(WEBP)
+    assert webp_key is not None
+    with Image.open(io.BytesIO(context.blobs.get(webp_key))) as webp:
         assert (webp.format, webp.size, getattr(webp, "n_frames", 1)) == ("WEBP", (64, 64), FRAMES)
     entry, states = _entry(video_settings, video_entry_id(job.id))
     assert (
@@ -136,7 +141,7 @@ def test_a_whole_hit_resumes_t_minus_k_steps_and_caches_only_the_steps_after_k(
 
     hit = _job(video_settings, hit_id)
     assert hit.status == JobStatus.SUCCEEDED
-    assert hit.video_key is None and hit.vae_decodes == 0  # lazy: decoded on the first read
+    assert WEBP not in hit.image_keys and hit.vae_decodes == 0  # lazy: decoded on the first read
     assert hit.denoiser_evals == {video_settings.video_model: STEPS - K}
     _, new_states = _entry(video_settings, video_entry_id(hit_id))
     assert sorted(new_states) == [k for k in CAPTURE if k > K]
@@ -224,6 +229,6 @@ def test_a_canceled_video_job_stops_and_ends_canceled(
     with LeaseKeeper(video_settings, job.id, owner=context.owner) as lease:
         run_video_miss(context, job, lease)
     ended = _job(video_settings, job_id)
-    assert ended.status == JobStatus.CANCELED and ended.video_key is None
+    assert ended.status == JobStatus.CANCELED and WEBP not in ended.image_keys
     with session_scope(video_settings) as session:
         assert session.get(CacheEntry, video_entry_id(job_id)) is None

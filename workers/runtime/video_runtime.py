@@ -47,7 +47,6 @@ class VideoRuntime:
             self._pipe: Any = load_video_pipeline(
                 video_model_source(settings), device=self.device, dtype=self.dtype
             )
-        self.vae_decodes = 0  # VAE decodes this runtime ran (one a video: to_webp)
 
     def generate(
         self,
@@ -90,7 +89,6 @@ class VideoRuntime:
         """The video of a final (C, F, h, w) latent: its VAE-decoded frames as an animated WebP at `fps`,
         and the number of frames."""
         frames = decode_frames(self._pipe, final_latent)
-        self.vae_decodes += 1
         return encode_webp(frames, fps), len(frames)
 
     def _result(self, run: VideoRun, role: Role, started: float) -> GenerationResult:
