@@ -31,11 +31,12 @@ import numpy as np
 import numpy.typing as npt
 from sklearn.linear_model import SGDOneClassSVM
 
+from bench import PROMPTS_5K
 from core.settings import get_settings
 from jobs.policies.k_selection import configured_table
 from jobs.policies.predictor import NU, fit_predictor
 
-PROMPTS = Path("/work/shared/data/prompts/diffusiondb-first-5k.txt")
+PROMPTS = PROMPTS_5K
 Bools = npt.NDArray[np.bool_]
 
 

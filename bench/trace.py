@@ -1,6 +1,6 @@
 """Workloads for the benchmark: a prompts file, an arrival process, and the requests they make.
 
-A trace is a prompts file, one prompt per line (the shared DiffusionDB 5k by default). An arrival
+A trace is a prompts file, one prompt per line (the DiffusionDB 5k in bench/data/ by default). An arrival
 process says when each request comes:
 
     closed    a fixed number of clients, each submitting its next request when the last one ends
@@ -12,7 +12,7 @@ and which prompt each request carries (`PromptOrder`):
 
     trace       the prompts in file order: keeps the temporal locality of real traffic
     file-index  the arrivals file's random `prompt_idx`: a low-locality workload
-                (/work/shared/data/README.md: "Report which one a figure used")
+                (bench/data/README.md: "Report which one a figure used")
 
 `describe()` of each gives the report's `trace` and `arrivals` fields.
 """
@@ -29,11 +29,10 @@ from typing import Any
 
 import numpy as np
 
+from bench import PROMPTS_5K
 from core.errors import TraceError
 
-SHARED_DIR = Path(__file__).resolve().parents[2] / "shared"
-"""The checkout's shared data (a sibling of the repository root)."""
-DEFAULT_PROMPTS = SHARED_DIR / "data" / "prompts" / "diffusiondb-first-5k.txt"
+DEFAULT_PROMPTS = PROMPTS_5K
 DEFAULT_CONCURRENCY = 4  # closed-loop clients: MoDM 6 runs 4 GPUs (4x A40); one request in flight per GPU
 
 

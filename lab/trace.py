@@ -4,7 +4,7 @@ A pool of `scenes` scenes is drawn from the seed; each request picks a scene by 
 pool's ranks (exponent `zipf`: a few scenes asked often, a long tail asked once) and words it with
 a fresh caption (templates and synonyms: a repeat of a scene is a paraphrase, rarely the same
 words). Scenes of the pool that differ in one attribute are near-misses of each other. Arrival
-times come from a CSV of `arrival_ms,prompt_idx` (../shared/data/arrivals/); the trace keeps their
+times come from a CSV of `arrival_ms,prompt_idx` (bench/data/arrivals/); the trace keeps their
 times and numbers its own prompts in file order, so `--order trace` and `--order file-index` replay
 the same sequence.
 """

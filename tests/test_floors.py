@@ -1,7 +1,7 @@
 """The floors hold: every import (module level and function level) points at the same floor or one
 below it, no two modules import each other through any chain, and the API never loads the model stack.
 
-The floors, bottom to top (../shared/DESIGN.md, issue 10):
+The floors, bottom to top (the design's map of floors):
 core <- db <- (migrations, jobs) <- (api, workers) <- bench <- reprise.
 Floors on one level (migrations and jobs; api and workers) do not import each other.
 """

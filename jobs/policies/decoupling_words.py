@@ -1,6 +1,6 @@
 """The vocabularies of the prompt decoupler (jobs/policies/decoupling.py), which documents the rules
 that read them. All are ours: drawn from DiffusionDB's first 500 prompts
-(shared/data/prompts/diffusiondb-first-5k.txt) and the quality lab's caption templates
+(bench/data/prompts/diffusiondb-first-5k.txt) and the quality lab's caption templates
 (lab/captions.py), whose shape, colour, size and texture words must stay out of SETTING_NOUNS,
 POSITION_WORDS and STYLE_WORDS (a test checks it).
 """

@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 
+from bench import ARRIVALS_DIR
 from core.settings import get_settings
 from core.vocabulary import LookupMode
 
@@ -16,10 +17,7 @@ profile_app = typer.Typer(
     help="Profiling: NIRVANA's similarity-to-k table (Algorithm 1).", no_args_is_help=True
 )
 
-# The checkout's shared data (a sibling of the repository root), as bench.trace finds it.
-DEFAULT_ARRIVALS = (
-    Path(__file__).resolve().parents[3] / "shared" / "data" / "arrivals" / "azure-shaped-2to16qps.csv"
-)
+DEFAULT_ARRIVALS = ARRIVALS_DIR / "azure-shaped-2to16qps.csv"  # bench/data/README.md
 
 
 @lab_app.command("judge")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from bench import ARRIVALS_DIR
 from bench.costs import StepCosts
 from bench.embeddings import TraceEmbeddings, configured_embedder, trace_embeddings
 from bench.monitor import LoadWindow, MonitorSpec, load_windows
@@ -26,7 +27,6 @@ from bench.simconfig import SimConfig, SimResult
 from bench.simulate import run_simulation
 from bench.trace import (
     DEFAULT_PROMPTS,
-    SHARED_DIR,
     ArrivalKind,
     ArrivalSpec,
     Workload,
@@ -36,7 +36,7 @@ from bench.trace import (
 from core.settings import Settings
 from core.vocabulary import MonitorMode
 
-ARRIVALS = SHARED_DIR / "data" / "arrivals" / "azure-shaped-1to8qps.csv"
+ARRIVALS = ARRIVALS_DIR / "azure-shaped-1to8qps.csv"
 REQUESTS = 300
 TIME_SCALE = 3.0
 GPUS = 4

@@ -59,9 +59,10 @@ def test_rows_out_of_order_are_sorted_by_time() -> None:
 
 
 def test_the_shared_arrivals_files_parse() -> None:
-    from bench.trace import SHARED_DIR, load_arrivals
+    from bench import ARRIVALS_DIR
+    from bench.trace import load_arrivals
 
-    rows = load_arrivals(SHARED_DIR / "data" / "arrivals" / "azure-shaped-1to8qps.csv")
+    rows = load_arrivals(ARRIVALS_DIR / "azure-shaped-1to8qps.csv")
     assert len(rows) > 1000
     assert all(0 <= row.prompt_idx < 5000 for row in rows)
 
