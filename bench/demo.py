@@ -1,5 +1,5 @@
 """The demo `make run` (`reprise run --demo N`) plays once the stack is up: N prompts through the
-HTTP API as tenant "demo", with a progress bar, then a summary of what the cache did. On the quality
+HTTP API with the demo tenant's key, with a progress bar, then a summary of what the cache did. On the quality
 lab's models (the default) the prompts are a lab trace (scenes of the lab's world, Zipf-repeated and
 paraphrased: lab.trace) and the summary adds the judge's quality of hits and misses; on other models,
 the first N prompts of the shared DiffusionDB trace, in file order.
@@ -20,7 +20,6 @@ from bench.trace import DEFAULT_PROMPTS, ArrivalKind, ArrivalSpec, build_workloa
 from core.errors import TraceError
 from core.settings import Settings
 
-DEMO_TENANT = "demo"
 DEMO_CONCURRENCY = 4  # requests in flight: enough to keep one worker per role busy
 
 
@@ -54,24 +53,23 @@ def demo_summary(outcomes: Sequence[RequestOutcome]) -> str:
     )
 
 
-def run_demo(settings: Settings, *, base_url: str, prompts: int, should_stop: Callable[[], bool]) -> None:
-    """Replay the first `prompts` prompts as tenant "demo" (created, or given a new key, through
-    db.tenants) and print a summary. Problems are printed, never raised: the stack keeps running."""
+def run_demo(
+    settings: Settings, *, base_url: str, api_key: str, prompts: int, should_stop: Callable[[], bool]
+) -> None:
+    """Replay the first `prompts` prompts with `api_key` (the demo tenant's key `make run` hands the
+    newcomer) and print a summary. Problems are printed, never raised: the stack keeps running."""
     try:
-        _run_demo(settings, base_url=base_url, prompts=prompts, should_stop=should_stop)
+        _run_demo(settings, base_url=base_url, api_key=api_key, prompts=prompts, should_stop=should_stop)
     except TraceError as error:
         print(f"demo skipped: {error}", file=sys.stderr)
     except Exception as error:  # the demo is a courtesy: report it, keep the stack up
         print(f"demo failed: {type(error).__name__}: {error}", file=sys.stderr)
 
 
-def _run_demo(settings: Settings, *, base_url: str, prompts: int, should_stop: Callable[[], bool]) -> None:
-    from db.engine import session_scope
-    from db.tenants import issue_key
-
+def _run_demo(
+    settings: Settings, *, base_url: str, api_key: str, prompts: int, should_stop: Callable[[], bool]
+) -> None:
     trace = load_prompts(_lab_prompts(settings, prompts) if _on_lab_models(settings) else DEFAULT_PROMPTS)
-    with session_scope(settings) as session:
-        credentials = issue_key(session=session, name=DEMO_TENANT, admin=True)  # it reads global /v1/stats
     workload = build_workload(
         trace, ArrivalSpec(kind=ArrivalKind.CLOSED, concurrency=DEMO_CONCURRENCY), limit=prompts
     )
@@ -79,7 +77,7 @@ def _run_demo(settings: Settings, *, base_url: str, prompts: int, should_stop: C
     print(f"demo: replaying the first {len(workload.requests)} prompts of {trace.path.name}", flush=True)
     records = replay_workload(
         workload,
-        ReplayOptions(base_url=base_url, api_key=credentials.api_key),
+        ReplayOptions(base_url=base_url, api_key=api_key),
         profile=profile,
         should_stop=should_stop,
     )
