@@ -28,7 +28,7 @@ from jobs.dispatch import CeleryDispatcher, Dispatcher
 from jobs.queues import Queue, queue_depth
 from jobs.webhooks import Resolver, system_resolver
 
-BACKLOG_TTL_S = 0.25  # issue 12: backpressure reacts within a quarter second, at one LLEN per period
+BACKLOG_TTL_S = 0.25  # backpressure reacts within a quarter second, at one LLEN per period
 BROKER_TIMEOUT_S = 1.0  # the API asks Redis only cheap questions (LLEN, PING): fail fast when it is down
 
 

@@ -1,5 +1,5 @@
 """/metrics on a listener of its own (REPRISE_METRICS_PORT), so that a public API port need not
-expose them (issue 12). Started by `reprise api` in its own process; with several API processes it
+expose them. Started by `reprise api` in its own process; with several API processes it
 reads them all through prometheus_client's multiprocess directory."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The read path's Prometheus gauges (issue 15), set at each scrape from the decode nodes' heartbeat
+"""The read path's Prometheus gauges (LatentBox 4.3, 4.4), set at each scrape from the decode nodes' heartbeat
 snapshots in Redis (jobs.read_routing) and their latest tuning decisions in Postgres (db.reads)."""
 
 from __future__ import annotations

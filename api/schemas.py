@@ -33,7 +33,7 @@ def _no_nul(value: str | None) -> str | None:
 
 
 class GenerationCreate(BaseModel):
-    """A text-to-image request, or with kind "video" a text-to-video one (issue 18). Sizes and steps are
+    """A text-to-image request, or with kind "video" a text-to-video one (FlexCache). Sizes and steps are
     checked against the server's limits."""
 
     model_config = ConfigDict(
@@ -171,7 +171,7 @@ class ComputeStats(BaseModel):
 
 
 class QualityStats(BaseModel):
-    """The quality lab judge's scores of the window's jobs (issue 13): only jobs the lab's models ran."""
+    """The quality lab judge's scores of the window's jobs: only jobs the lab's models ran."""
 
     judged: int = Field(description="Jobs with a judge score.")
     hit_mean: float | None = Field(description="Mean score of judged hits (0..1: attributes shown).")

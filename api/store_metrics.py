@@ -1,4 +1,4 @@
-"""Gauges read from the stores at scrape time (issue 16): each queue's depth from the broker, what the
+"""Gauges read from the stores at scrape time: each queue's depth from the broker, what the
 cache holds from Postgres, the jobs not yet ended. The cache's sums scan its tables, so they are
 refreshed at most every FOOTPRINT_EVERY_S whatever the scrape interval."""
 

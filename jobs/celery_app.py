@@ -32,7 +32,7 @@ def make_celery_app(settings: Settings) -> Celery:
             "queue_order_strategy": "priority",
         },
         broker_connection_retry_on_startup=True,
-        # Ride out a broker outage of any length (issue 12): reconnect forever, with Celery's growing
+        # Ride out a broker outage of any length: reconnect forever, with Celery's growing
         # interval, rather than exit after 100 tries; messages held unacked come back after the
         # visibility timeout, and Postgres-side the reconciler re-sends whatever was lost.
         broker_connection_retry=True,

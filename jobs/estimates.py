@@ -1,5 +1,5 @@
 """How long a job will wait and run: a queued job's place and expected start, a running job's expected
-end (issue 16). Pure arithmetic over what db.queue_position measures (QueueView).
+end. Pure arithmetic over what db.queue_position measures (QueueView).
 
 A queue served by w workers, each taking s seconds a job on average, drains w/s jobs a second: a job
 with n jobs ahead of it starts in about n*s/w seconds and ends s later (Little's law with the recent

@@ -1,7 +1,7 @@
 """The public JSON form of a job, a "generation": one serializer for the API's responses and the
 webhooks' `data`, so that a receiver sees exactly what GET /v1/generations/{id} returns.
 
-A video job (issue 18) has `kind` "video" and the Video* forms of input, output, metrics and urls: the
+A video job (FlexCache) has `kind` "video" and the Video* forms of input, output, metrics and urls: the
 image forms plus frames, fps, noise_window; a `video` link instead of `image`; video_hit and
 background_entry. An image job's JSON is what it was before video jobs, plus `kind`.
 
@@ -45,7 +45,7 @@ class GenerationInput(BaseModel):
 
 
 class VideoGenerationInput(GenerationInput):
-    """A video job's input: an image job's, plus its frames (issue 18)."""
+    """A video job's input: an image job's, plus its frames."""
 
     frames: int = Field(description="Frames in the video.")
     fps: int = Field(description="Frames per second of the animated WebP.")

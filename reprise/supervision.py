@@ -2,7 +2,7 @@
 
 The backoff is systemd's `Restart=on-failure` with `RestartSteps`: the first restart after 1 s, each
 next one after twice as long, at most 30 s; a child that stayed up 60 s is healthy again and its next
-crash restarts after 1 s (issue 12: a crash loop must not spin the CPU, a rare crash must cost little).
+crash restarts after 1 s: a crash loop must not spin the CPU, a rare crash must cost little.
 Each child's pid is in <data_dir>/run/<name>.pid while it runs (the chaos benchmark kills children
 through these files); children lead their own process group, so the pid is also the group id.
 """
@@ -22,9 +22,9 @@ from typing import IO
 
 log = logging.getLogger("reprise.supervisor")
 
-FIRST_DELAY_S = 1.0  # issue 12 (systemd RestartSec-like): a one-off crash costs a second
-MAX_DELAY_S = 30.0  # issue 12: a crash loop retries twice a minute, not faster
-HEALTHY_AFTER_S = 60.0  # issue 12: up this long, a child's next crash counts as the first again
+FIRST_DELAY_S = 1.0  # systemd's RestartSec, in effect: a one-off crash costs a second
+MAX_DELAY_S = 30.0  # a crash loop retries twice a minute, not faster
+HEALTHY_AFTER_S = 60.0  # up this long, a child's next crash counts as the first again
 
 
 @dataclass

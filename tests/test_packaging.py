@@ -1,4 +1,4 @@
-"""The install splits (issue 16): the base install (`pip install '.[api]'`) runs the API, beat and
+"""The install splits: the base install (`pip install '.[api]'`) runs the API, beat and
 Flower without torch, diffusers or open_clip; the workers' extra brings them. Installed for real into a
 fresh virtual environment from the package index, as an operator's image would be built."""
 

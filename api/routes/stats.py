@@ -1,7 +1,7 @@
 """/v1/stats: what the cache and the pools are doing, read from Postgres and the broker.
 
 A tenant's key sees its own jobs only; the service-wide figures (every tenant's jobs, queues, pools,
-the pool monitor, decodes, intervals) need an admin key (issue 12: nobody learns another's traffic)."""
+the pool monitor, decodes, intervals) need an admin key: no tenant learns another's traffic."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""GET /v1/generations/{id}/video: a video job's animated WebP (issue 18).
+"""GET /v1/generations/{id}/video: a video job's animated WebP (FlexCache).
 
 A video job stores its final latent; the first read decodes it into the animated WebP on the decode pool,
 through the images' read path (LatentBox 4: the owner node's tiers keep it, identical reads share one

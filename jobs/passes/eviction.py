@@ -8,7 +8,7 @@ A pass, under a per-scope advisory lock:
    sample of the scope holding Settings.eviction_sample_factor x the bytes to free (Redis'
    approximated LRU), or the whole scope ranked in SQL when it is small; then asks the pure planner
    (plan_eviction) which of their units to forget. A pass costs in proportion to what it frees, not
-   to the scope (issue 17);
+   to the scope;
 2. deletes the evicted states' rows and the rows of entries left without states, records their blobs
    in the outbox (blob_deletions) in the same transaction, and COMMITS;
 3. only then deletes those blobs, and then their outbox rows;
@@ -73,7 +73,7 @@ access), over single states), whatever REPRISE_EVICTION_POLICY names for images.
 
 
 def scope_budget(settings: Settings, scope: str) -> tuple[int, EvictionPolicyName]:
-    """A scope's byte budget and eviction policy: a video scope's (issue 18) are settings'
+    """A scope's byte budget and eviction policy: a video scope's are settings'
     video_cache_budget_bytes and VIDEO_EVICTION_POLICY; an image scope's, the configured ones."""
     if is_video_scope(scope):
         return settings.video_cache_budget_bytes, VIDEO_EVICTION_POLICY

@@ -1,4 +1,4 @@
-"""Keeping the cache's HNSW indexes healthy under churn (issue 17).
+"""Keeping the cache's HNSW indexes healthy under churn.
 
 A cache deletes entries all the time (eviction), and an HNSW index keeps their tuples' space: vacuum marks
 it reusable but the graph does not shrink, and a lookup walks more pages for the same answer (measured in

@@ -1,4 +1,4 @@
-"""Giving large scopes an HNSW index of their own (issue 17; db/scope_indexes.py says why).
+"""Giving large scopes an HNSW index of their own (db/scope_indexes.py says why).
 
 Beat runs it with the index-health pass (`reprise.check_indexes`, every REPRISE_INDEX_CHECK_PERIOD_S): a
 scope with at least REPRISE_SCOPE_INDEX_MIN_ENTRIES live entries gets a partial HNSW index of the lookup

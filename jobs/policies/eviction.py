@@ -141,7 +141,7 @@ def plan_eviction(
             units.extend(
                 ((score(state, now), state.created_at, state.k, state.entry_id.int), entry, state)
                 for state in entry.states
-            )  # _order_key, inline: a pass plans over ~40,000 units (issue 17)
+            )  # _order_key, inline: a pass plans over ~40,000 units
         else:
             as_state = _entry_as_state(entry, final_latent_k)
             units.append((_order_key(score(as_state, now), as_state), entry, None))

@@ -145,7 +145,7 @@ MODM_T2I = ThresholdTable(
     profiled_with=CLIP_VIT_L_14,  # MoDM 5.2: CLIPScore, the CLIP ViT-L/14 text and image towers
 )
 
-# The quality lab's tables (issue 13), each copied from the profile JSON it names (a test compares them).
+# The quality lab's tables, each copied from the profile JSON it names (a test compares them).
 LAB_MINILM = ThresholdTable(
     name="lab-minilm",
     rows=_rows((0.816, 25)),
@@ -240,7 +240,7 @@ def embedder_mismatch(table: ThresholdTable, embedder: str) -> str | None:
     return (
         f"threshold table {table.name!r} was profiled with {profiled}, but lookups embed with {embedder}: "
         "its similarity thresholds may not keep quality. Profile a table for this embedder (NIRVANA "
-        "Algorithm 1; the quality lab's `reprise profile k`, issue 13) and set REPRISE_K_TABLE to it, or "
+        "Algorithm 1; the quality lab's `reprise profile k`) and set REPRISE_K_TABLE to it, or "
         "set REPRISE_K_TABLE_PROFILED_WITH when a custom table was profiled for this embedder."
     )
 

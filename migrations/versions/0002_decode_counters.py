@@ -1,4 +1,4 @@
-"""Latent-only generation (LatentBox 4.1, issue 11 item 4): the request's decode mode, the VAE decodes a
+"""Latent-only generation (LatentBox 4.1): the request's decode mode, the VAE decodes a
 job's generation ran, and per-interval decode and read counters.
 
 Revision ID: 0002

@@ -1,4 +1,4 @@
-"""Tenant-safe operations (issue 12): admin keys, key expiry, webhook secret rotation with overlap.
+"""Tenant-safe operations: admin keys, key expiry, webhook secret rotation with overlap.
 
 Revision ID: 0003
 Revises: 0002

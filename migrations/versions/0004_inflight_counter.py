@@ -1,4 +1,4 @@
-"""A tenant's in-flight job count, kept by a trigger (issue 12: intake speed).
+"""A tenant's in-flight job count, kept by a trigger.
 
 The API used to lock the tenant's row, count its unfinished jobs and insert, so a tenant's submissions
 ran one at a time. Now inserting a job bumps tenants.inflight in the same transaction (the row lock is

@@ -1,4 +1,4 @@
-"""The judge's quality of a job's image (issue 13, the quality lab): set where the lab's models run.
+"""The judge's quality of a job's image (the quality lab): set where the lab's models run.
 
 Revision ID: 0005
 Revises: 0004

@@ -1,4 +1,5 @@
-"""DiffServe's cascade (issue 14): each job's light stage, the discriminators, the allocator's decisions.
+"""DiffServe's cascade (DiffServe 3.2, 3.3): each job's light stage, the discriminators, the
+allocator's decisions.
 
 Revision ID: 0006
 Revises: 0005

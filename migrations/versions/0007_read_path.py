@@ -1,4 +1,4 @@
-"""LatentBox's read path (issue 15): deleted and expired jobs, and the decode nodes' tier decisions.
+"""The read path (LatentBox 4.3): deleted and expired jobs, and the decode nodes' tier decisions.
 
 Revision ID: 0007
 Revises: 0006

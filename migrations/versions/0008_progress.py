@@ -1,4 +1,4 @@
-"""A job's progress and its place in the queue (issue 16).
+"""A job's progress and its place in the queue.
 
 Revision ID: 0008
 Revises: 0007

@@ -1,4 +1,4 @@
-"""Eviction that scales (issue 17): ordered indexes for FIFO, LRU and LFU, a random key for sampling.
+"""Eviction that scales: ordered indexes for FIFO, LRU and LFU, a random key for sampling.
 
 An eviction pass reads its victims in index order (FIFO, LRU, LFU) or from a random sample of the
 scope (LCBFU, LRBU, db/eviction.py), instead of ranking every unit of the scope:

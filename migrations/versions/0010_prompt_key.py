@@ -1,4 +1,4 @@
-"""The exact-prompt key of cache entries (issue 17): identical requests skip the embedding; and
+"""The exact-prompt key of cache entries: identical requests skip the embedding; and
 autovacuum settings for the cache tables, which delete rows all the time (eviction).
 
 Revision ID: 0010

@@ -1,4 +1,4 @@
-"""Eviction that scales, continued (issue 17): per-scope byte counters, a blob-deletion outbox, and the
+"""Eviction that scales, continued: per-scope byte counters, a blob-deletion outbox, and the
 indexes a pass's deletions need.
 
 - `cache_scope_bytes` holds every scope's bytes (entries' own plus their states', live or dirty),

@@ -1,4 +1,4 @@
-"""Eviction samples read two index ranges instead of thousands of rows (issue 17).
+"""Eviction samples read two index ranges instead of thousands of rows.
 
 A pass under LCBFU or LRBU on a large scope ranks a random sample of it: the entries whose
 `sample_key` falls in a range (migration 0009). It read each sampled entry's heap row and then each

@@ -1,4 +1,4 @@
-"""Video jobs (issue 18, FlexCache).
+"""Video jobs (FlexCache).
 
 - jobs: `kind` ('image' or 'video'), a video's `frames`, `fps` and `noise_window`; a decoupled hit's
   second source, `background_entry_id` (source_entry_id gives the object); `video_hit` (whole or

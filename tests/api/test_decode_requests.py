@@ -1,5 +1,5 @@
-"""The request's decode mode (lazy | eager) and the decode counters of /v1/stats (LatentBox 4.1, issue 11
-item 4)."""
+"""The request's decode mode (lazy | eager) and the decode counters of /v1/stats (LatentBox
+4.1)."""
 
 from __future__ import annotations
 

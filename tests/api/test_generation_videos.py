@@ -1,4 +1,4 @@
-"""GET /v1/generations/{id}/video (issue 18): the stored animated WebP, its caching headers, and the
+"""GET /v1/generations/{id}/video: the stored animated WebP, its caching headers, and the
 problems around it: not done yet, not stored any more, an image job, and .../image of a video job."""
 
 from __future__ import annotations

@@ -118,7 +118,7 @@ def test_get_returns_what_the_workers_wrote(
 def test_an_escalated_job_shows_both_stages_and_is_a_miss(
     client: TestClient, tenant: TenantCredentials, set_job: Callable[..., None]
 ) -> None:
-    """DiffServe's cascade (issue 14): the light stage and the discriminator's verdict in the metrics."""
+    """DiffServe's cascade (DiffServe 3.2): the light stage and the discriminator's verdict in the metrics."""
     job_id = str(submit(client, tenant)["id"])
     stage = {
         "light_model": "lab-large", "light_evals": {"lab-large": 4}, "light_ms": 12.5, "score": 0.004,

@@ -1,4 +1,4 @@
-"""Tenant-safe operations (issue 12): a tenant sees its own figures only, global ones need an admin key;
+"""Tenant-safe operations: a tenant sees its own figures only, global ones need an admin key;
 keys expire, rotate with an overlap and revoke; /metrics can leave the API port."""
 
 from __future__ import annotations

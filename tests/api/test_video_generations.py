@@ -1,4 +1,4 @@
-"""Video jobs through POST /v1/generations (issue 18): `kind`, frames, fps and noise_window, their checks,
+"""Video jobs through POST /v1/generations (FlexCache): `kind`, frames, fps and noise_window, their checks,
 the row they make and the job object they read back as."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The client's video jobs (issue 18): create_video's body, video()'s download and its problems, against a
+"""The client's video jobs: create_video's body, video()'s download and its problems, against a
 scripted transport, then once against the real API app."""
 
 from __future__ import annotations

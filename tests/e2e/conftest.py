@@ -171,7 +171,7 @@ def stack(
     tmp_path_factory: pytest.TempPathFactory,
     webhook_receiver: WebhookReceiver,
 ) -> Iterator[Stack]:
-    ensure_lab_models(db_settings)  # the default models: the quality lab's (issue 13)
+    ensure_lab_models(db_settings)  # the default models: the quality lab's
     overrides = {
         "REPRISE_DATABASE_URL": db_settings.sqlalchemy_url,
         "REPRISE_REDIS_URL": stack_redis_url,
@@ -184,7 +184,7 @@ def stack(
         "REPRISE_WEBHOOK_ALLOW_HOSTS": "127.0.0.1",
         "REPRISE_WEBHOOK_RETRY_DELAYS_S": "0,1,1",
         # Short leases, and a visibility timeout far beyond any test: a dead run must come back
-        # through its lapsed lease and the reconciler (issue 12), not through Redis redelivery.
+        # through its lapsed lease and the reconciler, not through Redis redelivery.
         "REPRISE_LEASE_S": "6",
         "REPRISE_LEASE_RENEW_S": "2",
         "REPRISE_TASK_TIME_LIMIT_S": "120",
@@ -193,7 +193,7 @@ def stack(
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "OMP_NUM_THREADS": "1",  # five processes share two cores
-        "REPRISE_LOG_FORMAT": "json",  # what a deployment writes (issue 16): tests read the job's lines
+        "REPRISE_LOG_FORMAT": "json",  # what a deployment writes: tests read the job's lines
     }
     env = {**os.environ, **overrides}
     settings = db_settings.model_copy(

@@ -27,7 +27,7 @@ from tests.e2e.conftest import free_port
 
 pytestmark = pytest.mark.integration
 
-OUTAGE_S = 60.0  # issue 12: workers ride out a broker outage of at least 60 s
+OUTAGE_S = 60.0  # workers ride out a broker outage of at least 60 s
 HELD = 3
 
 

@@ -1,4 +1,4 @@
-"""DiffServe's cascade through the live stack (issue 14): light first, the discriminator's verdict,
+"""DiffServe's cascade through the live stack (DiffServe 3.2, 3.3): light first, the discriminator's verdict,
 escalations to the heavy model, each job completed exactly once, one webhook per event.
 
 The stack runs REPRISE_ALLOCATOR=diffserve on the quality lab's models (light lab:small, heavy

@@ -1,4 +1,4 @@
-"""Issue 16 on the live stack: a job's event stream (progress, then done), its queue place, 200 streams
+"""Observability on the live stack: a job's event stream (progress, then done), its queue place, 200 streams
 at once, the metrics every worker process exports (scraped over HTTP), and JSON log lines that carry the
 job's id through the API and the workers."""
 

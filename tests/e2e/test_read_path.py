@@ -1,6 +1,6 @@
-"""LatentBox's read path end to end (issue 15): the API under uvicorn and two decode nodes (Celery workers
-on the lab's VAE) over real Postgres and Redis. Promotion, eviction under the budget, a spillover with its
-write-back, a coalesced burst, DELETE and retention, each through HTTP.
+"""LatentBox's read path end to end (LatentBox 4.2-4.4): the API under uvicorn and two decode nodes
+(Celery workers on the lab's VAE) over real Postgres and Redis. Promotion, eviction under the budget, a
+spillover with its write-back, a coalesced burst, DELETE and retention, each through HTTP.
 
 One job is generated; its latent is shared by clones (job rows of their own), so that many distinct
 images exist without many generations: a node caches per image (job and format), not per latent.

@@ -1,4 +1,4 @@
-"""Video jobs end to end (issue 18, FlexCache): a miss, a whole-prompt hit and a decoupled hit (the object
+"""Video jobs end to end (FlexCache 4.2.1, 4.2.2): a miss, a whole-prompt hit and a decoupled hit (the object
 of one cached video stitched onto the background of another) through HTTP, the admit worker's three
 lookups, the GPU workers' video runtime (the tiny text-to-video model) and the animated WebP read back."""
 

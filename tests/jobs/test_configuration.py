@@ -1,5 +1,5 @@
-"""Start-up checks of the whole configuration: the k table suits the lookup mode and says what it was
-profiled with (issue 11, items 3 and 9); the scheduler can resume exactly under NIRVANA's resume (item 7)."""
+"""Start-up checks of the whole configuration: the k table (NIRVANA 5.3.1) suits the lookup mode and says
+what it was profiled with; the scheduler can resume exactly under NIRVANA's resume."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Start-up refusal of a configuration that can never serve its hits (issue 11, item 2): under NIRVANA's
+"""Start-up refusal of a configuration that can never serve its hits: under NIRVANA's
 resume, a small model of another latent family cannot resume the large model's latents, so large
 workers must take hits."""
 

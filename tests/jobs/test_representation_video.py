@@ -1,4 +1,4 @@
-"""The job object of a video job (issue 18), as the API answers it and the webhooks send it: built from
+"""The job object of a video job, as the API answers it and the webhooks send it: built from
 a row in memory (no services), and read back into the same model."""
 
 from __future__ import annotations

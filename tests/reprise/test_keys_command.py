@@ -1,5 +1,5 @@
 """`reprise keys`: admin keys, expiry, list, revoke, rotate, webhook secret rotation; `reprise flower`
-refuses an open listener; and no secret reaches a log (issue 12)."""
+refuses an open listener; and no secret reaches a log."""
 
 from __future__ import annotations
 

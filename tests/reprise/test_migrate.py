@@ -28,10 +28,10 @@ EXPECTED_TABLES = {
     "worker_roles",
     "pool_decisions",
     "predictor_fits",
-    "discriminators",  # issue 14: DiffServe's cascade
+    "discriminators",  # DiffServe's cascade (DiffServe 3.2)
     "cascade_decisions",
-    "read_tier_decisions",  # issue 15: the decode nodes' tuning decisions
-    "cache_scope_bytes",  # issue 17: per-scope byte counters, and the blob-deletion outbox
+    "read_tier_decisions",  # LatentBox 4.3: the decode nodes' tuning decisions
+    "cache_scope_bytes",  # per-scope byte counters, and the blob-deletion outbox
     "blob_deletions",
 }
 

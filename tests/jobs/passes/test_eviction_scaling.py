@@ -1,4 +1,4 @@
-"""Eviction at scale (issue 17): FIFO, LRU and LFU read their exact ranking in index order, chunk by
+"""Eviction at scale: FIFO, LRU and LFU read their exact ranking in index order, chunk by
 chunk, and keep the pure planner's victims (state-less entries included); LCBFU and LRBU rank a random
 sample on large scopes, free what they must, spare the valuable units, and read a bounded number of
 rows."""

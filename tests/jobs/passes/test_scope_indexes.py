@@ -1,4 +1,4 @@
-"""Scopes of their own HNSW index (issue 17), on the real Postgres: beat's pass builds one for a large
+"""Scopes of their own HNSW index, on the real Postgres: beat's pass builds one for a large
 scope, the lookup's plan walks it (not the shared index), and it goes when the scope shrinks."""
 
 from __future__ import annotations

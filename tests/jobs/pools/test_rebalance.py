@@ -59,7 +59,7 @@ def test_nothing_known_means_no_load_and_the_pool_holds(settings: Settings) -> N
 
 
 def test_hits_only_the_large_pool_can_serve_are_large_pool_work(settings: Settings) -> None:
-    """Resume across latent families (issue 11, item 2): a hit runs its T-k steps on the large pool,
+    """Resume across latent families: a hit runs its T-k steps on the large pool,
     so Algorithm 1 gives the small pool nothing and every GPU to the large model."""
     from core.vocabulary import MonitorMode
     from jobs.pools.policy import heuristic_large, hit_workload, miss_workload
