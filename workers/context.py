@@ -23,6 +23,7 @@ from jobs.celery_app import get_celery_app
 from jobs.dispatch import CeleryDispatcher, Dispatcher
 
 if TYPE_CHECKING:
+    from core.scoring import Scorer
     from workers.runtime.runtime import DiffusionRuntime
     from workers.runtime.video_runtime import VideoRuntime
 
@@ -42,7 +43,7 @@ class WorkerContext:
         self._text_embedder: Any = None
         self._image_embedder: Any = None
         self._query_embedder: Any = None
-        self._judge: Any = None
+        self._scorer: Scorer | None = None
         self._building = threading.RLock()  # one build of each model, whichever thread asks first
         self.predictors: dict[tuple[str, str, str], Any] = {}  # (scope, family, mode) -> (version, model)
         self.cascade_cache: dict[str, tuple[float, Any]] = {}  # workers.cascade: name -> (read at, value)
@@ -122,19 +123,17 @@ class WorkerContext:
                 self._query_embedder = embedder
             return self._query_embedder
 
-    def judge(self) -> Any:
-        """The quality lab's judge (lab.judge.Judge) when this worker's model is one of the lab's, which
-        it can read; None otherwise (real or tiny models: nothing judges their images here)."""
+    def scorer(self) -> Scorer | None:
+        """The quality scorer this worker's images are judged by (core.scoring.Scorer), built once:
+        the lab judge where this worker's model is one of the lab's, CLIP score for real models when
+        open_clip has real weights, None otherwise (tiny models: nothing judges their images); the
+        choice is workers.runtime.quality.configured_scorer's."""
         with self._building:
-            if self._judge is None:
-                source = self.settings.model_source("small" if self.role is Role.SMALL else "large")
-                if not source.startswith("lab:"):
-                    return None
-                from lab.judge import Judge
-                from lab.models import ensure_lab_models
+            if self._scorer is None:
+                from workers.runtime.quality import configured_scorer
 
-                self._judge = Judge.load(ensure_lab_models(self.settings).judge)
-            return self._judge
+                self._scorer = configured_scorer(self.settings, self.role, self.image_embedder)
+            return self._scorer
 
     def image_embedder(self) -> Any:
         """open_clip: images, and prompts in the image space for text-to-image lookup (MoDM)."""

@@ -30,7 +30,6 @@ from db.engine import session_scope
 from db.images import ImageFormat, encode_image, record_image_key
 from db.job_runs import Claim, ClaimOutcome, claim_run, complete
 from db.models import Job
-from lab.captions import parse
 from workers import metrics
 from workers.cache_fill import insert_entry
 from workers.context import WorkerContext
@@ -298,16 +297,17 @@ def _models_and_evaluations(
 def _judged(
     context: WorkerContext, job: JobView, result: GenerationResult, image: Image.Image | None, decodes: int
 ) -> tuple[float | None, Image.Image | None, int]:
-    """The quality lab judge's score of the image where the lab's models run and the prompt describes a
-    scene of the lab's world (decoding it if the run did not: one more VAE decode, counted), with the
-    image and the decode count; None elsewhere."""
-    judge = context.judge()
-    if judge is None or parse(job.params.prompt) is None:  # no lab model, or a prompt of no lab scene
+    """The configured scorer's score of the image for its prompt (WorkerContext.scorer: the lab judge
+    on the lab's models, CLIP score on real ones), decoding the image if the run did not (one more VAE
+    decode, counted), with the image and the decode count. None where no scorer is configured or the
+    scorer cannot read the prompt (the judge: a prompt of no lab scene), and then nothing is decoded."""
+    scorer = context.scorer()
+    if scorer is None or not scorer.reads(job.params.prompt):
         return None, image, decodes
     if image is None:
         image = context.runtime().decode(result.final_latent, family=result.family).image
         decodes += 1
-    quality: float | None = judge.quality([image], [job.params.prompt])[0]
+    quality = scorer.score([image], [job.params.prompt])[0]
     return quality, image, decodes
 
 
