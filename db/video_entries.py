@@ -3,7 +3,7 @@ its source.
 
 A video entry lives in a "video:" scope (core.scopes.video_scope) and holds, besides the columns of an
 image entry, its frames, its prompt's object and background embeddings (FlexCache 4.2.1: decoupled
-lookup) and two blobs of its own: the base its compressed states decode against (db.video_codec, 4.1)
+lookup) and two blobs of its own: the base its compressed states decode against (db.codec.video, 4.1)
 and its final video's 1-bit object mask (4.2.2, 4.3). Each state (entry, k) is one compressed blob and
 one row, evicted one by one (LRBU, 4.2.3). The entry's `bytes` count its own blobs (final latent, base,
 mask); each state's row counts its blob.
@@ -31,7 +31,7 @@ from db.models import CacheEntry, CacheState
 @dataclass(frozen=True, slots=True)
 class VideoSource:
     """What a video hit reads of one source entry: its state at k and its base (decode them with
-    db.video_codec.decode_video_state), its object mask (None when it keeps none), and the shape and
+    db.codec.video.decode_video_state), its object mask (None when it keeps none), and the shape and
     schedule of the run that made it, which the hit's own must match."""
 
     state: bytes

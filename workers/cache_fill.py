@@ -15,7 +15,7 @@ from core.scopes import insert_scope
 from core.vocabulary import LookupMode
 from db import cache
 from db.blobs import keys
-from db.codec import encode_latent
+from db.codec.latent import encode_latent
 from db.engine import session_scope
 from jobs.passes import eviction
 from workers import metrics

@@ -20,7 +20,7 @@ import redis
 from core.errors import BlobNotFound, LatentError
 from db import stats
 from db.blobs import keys
-from db.codec import decode_latent
+from db.codec.latent import decode_latent
 from db.engine import session_scope
 from db.images import encode_image, parse_image_format, record_image_key, video_fps
 from db.reads import record_tier_decision

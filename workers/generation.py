@@ -25,7 +25,7 @@ from db import cascade as cascade_db
 from db import jobs as jobs_db
 from db.blobs import keys
 from db.cascade import LightStage
-from db.codec import decode_latent
+from db.codec.latent import decode_latent
 from db.engine import session_scope
 from db.images import ImageFormat, encode_image, record_image_key
 from db.job_runs import Claim, ClaimOutcome, claim_run, complete

@@ -15,7 +15,7 @@ from core.errors import GenerationCanceled, InvalidInput
 from core.vocabulary import JobStatus, Route, WebhookEvent
 from db import stats
 from db.blobs import keys
-from db.codec import encode_latent
+from db.codec.latent import encode_latent
 from db.engine import session_scope
 from db.job_runs import finish, is_cancel_requested, reroute_to_miss
 from workers import metrics

@@ -1,5 +1,5 @@
 """Filling the video cache from a finished video job (issue 18, FlexCache 3.2 and 4.2.4): its captured
-states compressed (db.video_codec, 4.1), its object mask (4.2.2), its prompt embedded whole and by
+states compressed (db.codec.video, 4.1), its object mask (4.2.2), its prompt embedded whole and by
 object and background (4.2.1), the entry indexed in the tenant's video scope after LRBU made room under
 the video budget (4.2.3)."""
 
@@ -15,7 +15,7 @@ from core.video_params import VideoParams
 from db import cache
 from db.blobs import keys
 from db.engine import session_scope
-from db.video_codec import encode_video_states
+from db.codec.video import encode_video_states
 from db.video_entries import insert_video_entry
 from jobs.passes import eviction
 from jobs.policies.decoupling import split_prompt

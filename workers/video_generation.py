@@ -32,7 +32,7 @@ from db.blobs import keys
 from db.engine import session_scope
 from db.images import record_image_key, video_format
 from db.job_runs import complete
-from db.video_codec import decode_video_state
+from db.codec.video import decode_video_state
 from db.video_entries import VideoSource, read_video_source
 from jobs.policies.video_hits import states_to_save
 from workers import metrics

@@ -2,7 +2,7 @@
 
     entries/<entry_id>/final.latent     the final latent of a cache entry
     entries/<entry_id>/k005.latent      the intermediate latent at step k (zero-padded: lists sort by k)
-    entries/<entry_id>/k005.vstate      a video entry's compressed state at step k (db.video_codec)
+    entries/<entry_id>/k005.vstate      a video entry's compressed state at step k (db.codec.video)
     entries/<entry_id>/base.vbase       a video entry's base, which its states decode against
     entries/<entry_id>/mask.bits        a video entry's object mask, 1 bit a latent pixel
     jobs/<job_id>/image.<format>        an encoded image served for a job

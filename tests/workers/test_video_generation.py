@@ -19,7 +19,7 @@ from core.scopes import tenant_scope, video_scope
 from core.settings import Settings
 from core.usage import INSERTION_USES
 from core.vocabulary import JobStatus, Role, Route
-from db.codec import decode_latent
+from db.codec.latent import decode_latent
 from db.engine import session_scope
 from db.images import video_format
 from db.models import CacheEntry, CacheState, Job

@@ -13,7 +13,7 @@ from core.vocabulary import Role
 Latent = npt.NDArray[Any]
 """One latent as a (C, H/8, W/8) numpy array in the model's compute dtype (float32 on a CPU,
 float16 on CUDA): the latent the UNet works on, i.e. the VAE encoder's output already multiplied
-by the VAE's scaling factor. Kept in that dtype so that resume is exact; `db.codec.encode_latent`
+by the VAE's scaling factor. Kept in that dtype so that resume is exact; `db.codec.latent.encode_latent`
 takes it as is."""
 
 

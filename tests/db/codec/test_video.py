@@ -12,7 +12,7 @@ import numpy.typing as npt
 import pytest
 
 from core.errors import CodecError
-from db.video_codec import (
+from db.codec.video import (
     MAGIC_BASE,
     MAGIC_STATE,
     compression_report,

@@ -12,7 +12,8 @@ import numpy.typing as npt
 import pytest
 
 from core.errors import CodecError, LatentError
-from db.codec import FORMAT_VERSION, MAGIC, DecodedLatent, decode_latent, encode_latent
+from db.codec.framing import FORMAT_VERSION
+from db.codec.latent import MAGIC, DecodedLatent, decode_latent, encode_latent
 
 PREFIX = struct.Struct("<4sHI")  # magic, version, header length: the fixed part of every version
 

@@ -21,19 +21,14 @@ FlexCache (papers/flexcache-video-approximate-cache.txt, 3.1.1, 4.1, Fig. 9) rem
 3. error_bound=None is the paper's lossy method (6.2.4: cosine > 0.995). error_bound=eps > 0 is
    the issue's "stated bounded error" mode: the residual r (original - lossy rebuild, all frames)
    is stored too, as integers round(r / (2 eps)) through pcodec, so every decoded element is
-   within eps of the original, plus the output dtype's rounding. Lossless: db.codec.
+   within eps of the original, plus the output dtype's rounding. Lossless: db.codec.latent.
 
 `threshold` 0.99 is the paper's cosine threshold (5, "Cache compressor", Fig. 14a); the capture
 steps (5, 10, ..., 25 of 50 in 3.2) are whatever keys the caller passes. LRBU evicts each step's
 state on its own (4.2.3): each state is one blob and needs only its entry's base blob, which it
-names by digest. Format, version 1 (integers little-endian), the same frame for both blobs::
-
-    0       4     magic: b"RPVS" (a state) or b"RPVB" (the base)
-    4       2     format version (uint16) = 1
-    6       4     header length H (uint32)
-    10      H     header: a UTF-8 JSON object (below)
-    10+H    rest  payload: header["sections"] ([name, bytes] pairs) in order, each a pcodec
-                  standalone file of one array in C order; an empty array takes 0 bytes
+names by digest. Both blobs are db.codec.framing's frames, under their own magic: b"RPVS" a state,
+b"RPVB" the base; a payload is header["sections"] ([name, bytes] pairs) in order, each a pcodec
+standalone file of one array in C order (an empty array takes 0 bytes). Headers::
 
     both  = {"codec": "pcodec", "family", "dtype": "float16"|"float32", "shape": [C, F, H, W],
              "base_step": 10, "common_frames": [5, 9], "sections", "payload_bytes", "payload_crc32"}
@@ -43,8 +38,8 @@ names by digest. Format, version 1 (integers little-endian), the same frame for 
             "extra_frames": [12], "error_bound": null}; sections: frame0 (C, H, W), extras
             (C, len(extra_frames), H, W), residual (int64 (C, F, H, W), empty if lossy)
 
-Readers ignore header keys they do not know; a change of meaning or layout is a new version with
-its own reader in `_DECODERS`, and the old readers stay (as in db.codec).
+Readers ignore header keys they do not know; a change of meaning or layout is a new version, read
+beside the old ones (db.codec.framing).
 """
 
 from __future__ import annotations
@@ -52,9 +47,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import struct
-import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from itertools import accumulate
 from typing import Any
@@ -64,13 +57,12 @@ import numpy.typing as npt
 from pcodec import ChunkConfig, standalone
 
 from core.errors import CodecError, LatentError
-from db.codec import encode_latent
+from db.codec.framing import header_field, read_frame, write_frame
+from db.codec.latent import encode_latent
 
 MAGIC_STATE = b"RPVS"
 MAGIC_BASE = b"RPVB"
-FORMAT_VERSION = 1
 DEFAULT_THRESHOLD = 0.99  # paper 5, "Cache compressor", Fig. 14a
-_PREFIX = struct.Struct("<4sHI")  # magic, version, header length
 _MAX_HEADER_BYTES = 4 << 20  # a 64-frame header is ~1 kB; a larger length means corruption
 _DTYPES: dict[str, np.dtype[Any]] = {"float16": np.dtype(np.float16), "float32": np.dtype(np.float32)}
 _MAX_QUANTUM = 2.0**52  # residual counts beyond this lose integer precision in float64
@@ -92,8 +84,8 @@ class EncodedVideo:
 
 @dataclass(frozen=True, slots=True)
 class CompressionReport:
-    """Bytes of one entry's states raw, through db.codec (pcodec alone), intra-step only (key frames
-    + maps through db.codec) and intra + inter (this codec), with this codec's errors over all
+    """Bytes of one entry's states raw, through db.codec.latent (pcodec alone), intra-step only (key frames
+    + maps through db.codec.latent) and intra + inter (this codec), with this codec's errors over all
     states (relative: ||x - x_hat|| / ||x||). The paper: total 6.7x on average (3.1.1, 6.2.4)."""
 
     raw_bytes: int
@@ -206,7 +198,7 @@ def decode_video_state(state: bytes, base: bytes) -> Array:
 def compression_report(
     states: Mapping[int, Array], *, threshold: float = DEFAULT_THRESHOLD, error_bound: float | None = None
 ) -> CompressionReport:
-    """Sizes and errors of one entry's states under this codec, beside db.codec and intra only."""
+    """Sizes and errors of one entry's states under this codec, beside db.codec.latent and intra only."""
     encoded = encode_video_states(states, family="report", threshold=threshold, error_bound=error_bound)
     raw = lossless = intra = 0
     squared_error = squared_norm = max_abs = 0.0
@@ -341,54 +333,19 @@ def _digest(blob: bytes) -> str:
 
 def _pack(magic: bytes, header: dict[str, Any], sections: list[tuple[str, Array]]) -> bytes:
     parts = [standalone.simple_compress(a.ravel(), ChunkConfig()) if a.size else b"" for _, a in sections]
-    payload = b"".join(parts)
     header = header | {
         "codec": "pcodec",
         "sections": [[name, len(part)] for (name, _), part in zip(sections, parts, strict=True)],
-        "payload_bytes": len(payload),
-        "payload_crc32": zlib.crc32(payload),
     }
-    raw = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
-    return _PREFIX.pack(magic, FORMAT_VERSION, len(raw)) + raw + payload
+    return write_frame(magic, header, b"".join(parts))
 
 
 def _unpack(data: bytes, magic: bytes, what: str) -> _Parsed:
     """The header and the payload's sections of a blob of any format version this reads."""
-    if len(data) < _PREFIX.size:
-        raise CodecError(
-            f"{what} blob truncated: {len(data)} bytes, less than its {_PREFIX.size}-byte prefix"
-        )
-    found, version, header_length = _PREFIX.unpack_from(data)
-    if found != magic:
-        raise CodecError(f"not a Reprise {what} blob: starts with {bytes(found)!r}, expected {magic!r}")
-    reader = _DECODERS.get(version)
-    if reader is None:
-        supported = ", ".join(str(v) for v in sorted(_DECODERS))
-        raise CodecError(
-            f"{what} blob has format version {version}; this Reprise reads versions {supported} "
-            "(a newer Reprise wrote it: upgrade to read it)"
-        )
-    return reader(memoryview(data)[_PREFIX.size :], header_length, what)
-
-
-def _read_v1(body: memoryview, header_length: int, what: str) -> _Parsed:
-    if header_length > _MAX_HEADER_BYTES or header_length > len(body):
-        raise CodecError(
-            f"{what} blob truncated or corrupt: header of {header_length} bytes, {len(body)} left"
-        )
-    try:
-        header = json.loads(bytes(body[:header_length]).decode())
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise CodecError(f"{what} blob header is not valid JSON: {error}") from None
-    if not isinstance(header, dict) or header.get("codec") != "pcodec":
+    frame = read_frame(data, magic=magic, what=what, max_header_bytes=_MAX_HEADER_BYTES)
+    header, payload = frame.header, frame.payload
+    if header.get("codec") != "pcodec":
         raise CodecError(f"{what} blob header is not a JSON object with codec 'pcodec'")
-    payload = bytes(body[header_length:])
-    if len(payload) != _field(header, "payload_bytes", int):
-        raise CodecError(
-            f"{what} blob truncated: payload {len(payload)} bytes, header: {header['payload_bytes']}"
-        )
-    if zlib.crc32(payload) != _field(header, "payload_crc32", int):
-        raise CodecError(f"{what} blob corrupt: payload checksum (crc32) does not match the header")
     listed = _field(header, "sections", list)
     if not all(isinstance(s, list) and [type(v) for v in s] == [str, int] and s[1] >= 0 for s in listed):
         raise CodecError(f"{what} blob header field 'sections' is not a list of [name, length] pairs")
@@ -396,9 +353,6 @@ def _read_v1(body: memoryview, header_length: int, what: str) -> _Parsed:
     if ends[-1] != len(payload):
         raise CodecError(f"{what} blob corrupt: its sections do not add up to its payload")
     return header, {name: payload[a:b] for (name, _), a, b in zip(listed, ends[:-1], ends[1:], strict=True)}
-
-
-_DECODERS: dict[int, Callable[[memoryview, int, str], _Parsed]] = {1: _read_v1}
 
 
 def _read_state(header: dict[str, Any], sections: dict[str, bytes]) -> _State:
@@ -443,7 +397,4 @@ def _array(part: bytes, dtype: np.dtype[Any], shape: tuple[int, ...]) -> Array:
 
 
 def _field(header: dict[str, Any], name: str, kind: type[Any]) -> Any:
-    value = header.get(name)
-    if type(value) is not kind:
-        raise CodecError(f"video blob header field {name!r} is missing or not a {kind.__name__}: {value!r}")
-    return value
+    return header_field(header, name, kind, "video")

@@ -3,25 +3,14 @@
 LatentBox (papers/latentbox-latent-first-storage.txt, 5) stores latents with pcodec because it
 models floating-point arrays; byte-stream compressors (zstd, LZ4) cannot exploit their smoothness.
 
-Format, version 1 (all integers little-endian)::
+Blob layout: db.codec.framing's frame under magic b"RPLT", whose header is::
 
-    offset  size  field
-    0       4     magic b"RPLT"
-    4       2     format version (uint16) = 1
-    6       4     header length H (uint32)
-    10      H     header: a UTF-8 JSON object (below)
-    10+H    rest  payload: one pcodec standalone file holding the elements in C order
+    {"codec": "pcodec", "dtype": "float32", "shape": [1, 4, 64, 64],
+     "family": "tiny-sd", "k": 5,          # k is null for a final latent
+     "payload_bytes": 12345, "payload_crc32": 305419896}
 
-    header = {"codec": "pcodec", "dtype": "float32", "shape": [1, 4, 64, 64],
-              "family": "tiny-sd", "k": 5,          # k is null for a final latent
-              "payload_bytes": 12345, "payload_crc32": 305419896}
-
-Reading old data after an upgrade: magic, version and header length sit at the same offsets in
-every version, so any later reader can tell what it holds. Readers ignore header keys they do
-not know, so adding an informational key keeps the version; changing a key's meaning, the
-layout or the payload encoding takes a new version with its own decoder in `_DECODERS`, and
-the old decoders stay. pcodec's standalone file carries its own format version, and newer
-pcodec releases read files written by older ones.
+and whose payload is one pcodec standalone file holding the elements in C order. pcodec's standalone
+file carries its own format version, and newer pcodec releases read files written by older ones.
 
 bfloat16: numpy has no bfloat16, so a bf16 latent travels as its raw bits in a uint16 array,
 tagged dtype="bfloat16" (encode with `dtype="bfloat16"`; decode returns the uint16 bits and
@@ -33,9 +22,6 @@ the bits as uint16, which is exact and, on smooth latents, as small as widening 
 
 from __future__ import annotations
 
-import json
-import struct
-import zlib
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -45,10 +31,10 @@ import numpy.typing as npt
 from pcodec import ChunkConfig, standalone
 
 from core.errors import CodecError, LatentError
+from db.codec.framing import header_field, read_frame, write_frame
 
 MAGIC = b"RPLT"
-FORMAT_VERSION = 1
-_PREFIX = struct.Struct("<4sHI")  # magic, version, header length
+_WHAT = "latent"
 _MAX_HEADER_BYTES = 64 * 1024  # a v1 header is ~150 bytes; a larger length means corruption
 
 
@@ -105,11 +91,8 @@ def encode_latent(array: npt.NDArray[Any], *, family: str, k: int | None, dtype:
         "shape": [int(n) for n in array.shape],
         "family": family,
         "k": k,
-        "payload_bytes": len(payload),
-        "payload_crc32": zlib.crc32(payload),
     }
-    header_bytes = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
-    return _PREFIX.pack(MAGIC, FORMAT_VERSION, len(header_bytes)) + header_bytes + payload
+    return write_frame(MAGIC, header, payload)
 
 
 def decode_latent(data: bytes) -> DecodedLatent:
@@ -118,31 +101,8 @@ def decode_latent(data: bytes) -> DecodedLatent:
     Raises CodecError (bad magic, unknown version, truncated or corrupt data) naming what
     was found and what is supported.
     """
-    if len(data) < _PREFIX.size:
-        raise CodecError(
-            f"latent blob truncated: {len(data)} bytes, shorter than its {_PREFIX.size}-byte prefix"
-        )
-    magic, version, header_length = _PREFIX.unpack_from(data)
-    if magic != MAGIC:
-        raise CodecError(f"not a Reprise latent blob: starts with {bytes(magic)!r}, expected {MAGIC!r}")
-    decoder = _DECODERS.get(version)
-    if decoder is None:
-        supported = ", ".join(str(v) for v in sorted(_DECODERS))
-        raise CodecError(
-            f"latent blob has format version {version}; this Reprise reads versions {supported} "
-            "(a newer Reprise wrote it: upgrade to read it)"
-        )
-    return decoder(memoryview(data)[_PREFIX.size :], header_length, version)
-
-
-def _decode_v1(body: memoryview, header_length: int, version: int) -> DecodedLatent:
-    if header_length > _MAX_HEADER_BYTES or header_length > len(body):
-        raise CodecError(
-            f"latent blob truncated or corrupt: header of {header_length} bytes, {len(body)} left"
-        )
-    header = _parse_header(bytes(body[:header_length]))
-    payload = bytes(body[header_length:])
-
+    frame = read_frame(data, magic=MAGIC, what=_WHAT, max_header_bytes=_MAX_HEADER_BYTES)
+    header, payload = frame.header, frame.payload
     codec = _field(header, "codec", str)
     if codec != "pcodec":
         raise CodecError(f"latent blob payload codec {codec!r} is unknown; v1 supports 'pcodec'")
@@ -156,13 +116,6 @@ def _decode_v1(body: memoryview, header_length: int, version: int) -> DecodedLat
     family = _field(header, "family", str)
     k = header.get("k")
     _check_k(k, CodecError)
-    if len(payload) != _field(header, "payload_bytes", int):
-        raise CodecError(
-            f"latent blob truncated or corrupt: payload is {len(payload)} bytes, "
-            f"header says {header['payload_bytes']}"
-        )
-    if zlib.crc32(payload) != _field(header, "payload_crc32", int):
-        raise CodecError("latent blob corrupt: payload checksum (crc32) does not match the header")
 
     storage = _STORAGE[latent_dtype]
     count = int(np.prod(shape, dtype=np.int64))
@@ -178,11 +131,8 @@ def _decode_v1(body: memoryview, header_length: int, version: int) -> DecodedLat
             f"the header says {count} ({latent_dtype.value}, shape {shape})"
         )
     return DecodedLatent(
-        array=flat.reshape(shape), family=family, k=k, dtype=latent_dtype.value, version=version
+        array=flat.reshape(shape), family=family, k=k, dtype=latent_dtype.value, version=frame.version
     )
-
-
-_DECODERS = {1: _decode_v1}
 
 
 def _latent_dtype(array: npt.NDArray[Any], dtype: str | None) -> LatentDtype:
@@ -217,18 +167,5 @@ def _check_k(k: object, error: type[Exception]) -> None:
         raise error(f"k must be a non-negative integer step or None for a final latent, got {k!r}")
 
 
-def _parse_header(raw: bytes) -> dict[str, Any]:
-    try:
-        header = json.loads(raw.decode())
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise CodecError(f"latent blob header is not valid JSON: {error}") from None
-    if not isinstance(header, dict):
-        raise CodecError("latent blob header is not a JSON object")
-    return header
-
-
 def _field(header: dict[str, Any], name: str, kind: type[Any]) -> Any:
-    value = header.get(name)
-    if type(value) is not kind:
-        raise CodecError(f"latent blob header field {name!r} is missing or not a {kind.__name__}: {value!r}")
-    return value
+    return header_field(header, name, kind, _WHAT)
