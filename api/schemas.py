@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from core.video_params import MAX_FPS, MAX_FRAMES
+from core.params import MAX_FPS, MAX_FRAMES
 from core.vocabulary import EventFilter
 from jobs.representation import Generation
 

@@ -1,4 +1,6 @@
-"""Generation parameters and their checks, done before any model work."""
+"""Generation parameters of both kinds of job and their checks, done before any model work: an image
+job's (GenerationParams), and a video job's (VideoParams: an image job's plus its frames and their
+rate, FlexCache 5); and their mapping to and from a job row."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ from dataclasses import asdict, dataclass
 from typing import Protocol
 
 from core.errors import InvalidInput, PromptError, SizeError, StepsError
+from core.vocabulary import JobKind
 
 VAE_SCALE_FACTOR = 8  # Stable Diffusion's VAE downsamples by 8; width and height must be multiples
 
@@ -27,6 +30,28 @@ class GenerationParams:
     height: int = 512
     guidance: float = 7.5
     negative_prompt: str | None = None
+
+
+MAX_FRAMES = 128  # twice the paper's 64 (FlexCache 5); a latent of 128 frames at 320x512 is 5 MB
+MAX_FPS = 60
+
+
+@dataclass(frozen=True, slots=True)
+class VideoParams(GenerationParams):
+    """A video job's parameters. They extend GenerationParams, so the denoising loop, prompt encoding
+    and check_params take them unchanged; only the noise (one more axis, F) and the output (frames, a
+    WebP) differ. Defaults are FlexCache's (5, "Diffusion Model": VideoCrafter2 with FreeNoise):
+    320x512 (height x width), 64 frames in 4 seconds (16 fps), 50 steps (GenerationParams' default)."""
+
+    width: int = 512
+    height: int = 320
+    frames: int = 64
+    fps: int = 16
+    noise_window: int | None = None  # FreeNoise's window (5: 16 frames for VideoCrafter2); None: i.i.d.
+
+    @property
+    def seconds(self) -> float:
+        return self.frames / self.fps
 
 
 def check_params(params: GenerationParams, limits: Limits = Limits()) -> None:
@@ -58,6 +83,20 @@ def check_params(params: GenerationParams, limits: Limits = Limits()) -> None:
         raise InvalidInput(f"guidance must be in 0..50, got {params.guidance}", field="guidance")
     if not 0 <= params.seed < 2**63:
         raise InvalidInput(f"seed must be in 0..2^63-1, got {params.seed}", field="seed")
+
+
+def check_video_params(params: VideoParams, limits: Limits = Limits()) -> None:
+    """check_params, then the frames and their rate; raises an InvalidInput subclass naming the field."""
+    check_params(params, limits)
+    if not 1 <= params.frames <= MAX_FRAMES:
+        raise InvalidInput(f"frames must be in 1..{MAX_FRAMES}, got {params.frames}", field="frames")
+    if not 1 <= params.fps <= MAX_FPS:
+        raise InvalidInput(f"fps must be in 1..{MAX_FPS}, got {params.fps}", field="fps")
+    if params.noise_window is not None and not 1 <= params.noise_window <= params.frames:
+        raise InvalidInput(
+            f"noise_window must be in 1..frames ({params.frames}), got {params.noise_window}",
+            field="noise_window",
+        )
 
 
 def check_k(k: int, steps: int) -> None:
@@ -92,6 +131,35 @@ def params_from_row(row: ParamsRow) -> GenerationParams:
         height=row.height,
         guidance=row.guidance,
     )
+
+
+class VideoParamsRow(ParamsRow, Protocol):
+    """What a video job's row holds of its parameters (db.models.Job satisfies it)."""
+
+    frames: int | None
+    fps: int | None
+    noise_window: int | None
+
+
+def video_params_from_row(row: VideoParamsRow) -> VideoParams:
+    """A stored video job's parameters (the inverse of row_values, whose columns the dataclass's
+    fields name, frames, fps and noise_window included)."""
+    if row.frames is None or row.fps is None:
+        raise InvalidInput("a video job's row has no frames or fps", field="frames")
+    return VideoParams(
+        **asdict(params_from_row(row)), frames=row.frames, fps=row.fps, noise_window=row.noise_window
+    )
+
+
+class JobRow(VideoParamsRow, Protocol):
+    """A job row of either kind (db.models.Job satisfies it)."""
+
+    kind: str
+
+
+def job_params(row: JobRow) -> GenerationParams:
+    """A stored job's parameters, of its kind: VideoParams for a video job, GenerationParams else."""
+    return video_params_from_row(row) if row.kind == JobKind.VIDEO else params_from_row(row)
 
 
 def row_values(params: GenerationParams) -> dict[str, str | int | float | None]:

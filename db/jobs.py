@@ -17,8 +17,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from core.errors import InflightLimitExceeded, InvalidInput
-from core.params import GenerationParams, row_values
-from core.video_params import VideoParams
+from core.params import GenerationParams, VideoParams, row_values
 from core.vocabulary import DecodeMode, JobKind, JobStatus
 from db.models import Job, Tenant
 

@@ -17,8 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.params import params_from_row
-from core.video_params import video_params_from_row
+from core.params import params_from_row, video_params_from_row
 from core.vocabulary import DecodeMode, JobKind, JobStatus
 from db.models import Job
 from jobs.estimates import Estimate, remaining_s

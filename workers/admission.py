@@ -13,11 +13,10 @@ import numpy as np
 import numpy.typing as npt
 
 from core import logs
-from core.params import GenerationParams, params_from_row
+from core.params import GenerationParams, params_from_row, video_params_from_row
 from core.prompt_key import prompt_key
 from core.scopes import lookup_scopes, uses_shared_scope
 from core.settings import Settings
-from core.video_params import video_params_from_row
 from core.vocabulary import AdmissionOutcome, HitPolicy, JobKind, JobStatus, Route
 from db import cache, predictor_store, stats
 from db import jobs as jobs_db

@@ -16,9 +16,8 @@ from PIL import Image
 
 from core import logs
 from core.errors import LeaseBusy, SourceVanished
-from core.params import GenerationParams, params_from_row
+from core.params import GenerationParams, params_from_row, video_params_from_row
 from core.scopes import uses_shared_scope
-from core.video_params import video_params_from_row
 from core.vocabulary import DecodeMode, HitPolicy, JobKind, JobStatus, LookupMode, Route, WebhookEvent
 from db import cache, stats
 from db import cascade as cascade_db

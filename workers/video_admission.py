@@ -14,10 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.params import GenerationParams
+from core.params import GenerationParams, VideoParams
 from core.scopes import lookup_scopes, video_scope
 from core.settings import Settings
-from core.video_params import VideoParams
 from core.vocabulary import AdmissionOutcome, Route
 from db import video_lookup
 from db.engine import session_scope

@@ -9,13 +9,13 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from core.params import VideoParams
 from core.prompt_key import prompt_key
 from core.scopes import insert_scope, video_scope
-from core.video_params import VideoParams
 from db import cache
 from db.blobs import keys
-from db.engine import session_scope
 from db.codec.video import encode_video_states
+from db.engine import session_scope
 from db.video_entries import insert_video_entry
 from jobs.passes import eviction
 from jobs.policies.decoupling import split_prompt

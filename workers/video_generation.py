@@ -25,14 +25,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from core.errors import CodecError, SourceVanished
-from core.video_params import VideoParams
+from core.params import VideoParams
 from core.vocabulary import DecodeMode, JobStatus, WebhookEvent
 from db import cache, stats
 from db.blobs import keys
+from db.codec.video import decode_video_state
 from db.engine import session_scope
 from db.images import record_image_key, video_format
 from db.job_runs import complete
-from db.codec.video import decode_video_state
 from db.video_entries import VideoSource, read_video_source
 from jobs.policies.video_hits import states_to_save
 from workers import metrics

@@ -32,8 +32,7 @@ from api.schemas import (
 from api.waiting import preferred_wait
 from core import logs
 from core.errors import InflightLimitExceeded, InvalidInput
-from core.params import GenerationParams, check_params
-from core.video_params import VideoParams, check_video_params
+from core.params import GenerationParams, VideoParams, check_params, check_video_params
 from core.vocabulary import TERMINAL_STATUSES, JobStatus, WebhookEvent
 from db import jobs as jobs_db
 from db import outputs

@@ -10,8 +10,8 @@ from typing import cast
 import numpy as np
 import pytest
 
+from core.params import VideoParams
 from core.settings import Settings, load_settings
-from core.video_params import VideoParams
 from core.vocabulary import AdmissionOutcome, Route
 from db.video_lookup import VideoMatch
 from jobs.policies.video_hits import HitKind

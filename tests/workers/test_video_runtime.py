@@ -16,7 +16,7 @@ from PIL import Image, ImageSequence, WebPImagePlugin
 from safetensors.torch import load_file
 
 from core.errors import GenerationCanceled, InvalidInput, LatentError, StepsError
-from core.video_params import VideoParams
+from core.params import VideoParams
 from workers.runtime import tiny
 from workers.runtime.tiny_video import (
     TINY_VIDEO_MARKER,

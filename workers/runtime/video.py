@@ -25,8 +25,7 @@ import torch
 from PIL import Image
 
 from core.errors import LatentError, SettingsError, StepsError
-from core.params import Limits
-from core.video_params import VideoParams, check_video_params
+from core.params import Limits, VideoParams, check_video_params
 from workers.runtime.denoising import (
     OnStep,
     ShouldStop,

@@ -15,8 +15,8 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+from core.params import VideoParams
 from core.settings import Settings
-from core.video_params import VideoParams
 from core.vocabulary import Role
 from workers import metrics
 from workers.runtime.denoising import OnStep, ShouldStop
