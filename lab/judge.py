@@ -2,7 +2,9 @@
 
 The quality of an image for a prompt is the fraction of the prompt's attributes (lab.captions.parse)
 the judge reads in the image: 1.0 when the image shows everything asked, 0.0 when nothing; an
-interpretable score, like a VQA score, and what "quality" means in every lab report. Its
+interpretable score, like a VQA score, and what "quality" means in every lab report. The judge is a
+core.scoring.Scorer (scale core.scoring.JUDGE_SCALE), the one serving workers hold on the lab's
+models, and a ConfidenceReader, whose readings the cascade's discriminator takes as features. Its
 distribution distance is the Frechet distance between the judge's features (the 128-d layer
 before its heads) of two image sets: an FID analogue on the lab's world.
 
@@ -25,6 +27,7 @@ import torch
 from PIL import Image
 from torch import nn
 
+from core.scoring import JUDGE_SCALE, ScoreScale
 from lab.captions import parse
 from lab.world import ATTRIBUTES, SIZE, Scene, render, sample_scene
 
@@ -109,7 +112,11 @@ def train_judge(steps: int, *, seed: int, batch: int = 64, log: Any = print) -> 
 
 
 class Judge:
-    """A trained JudgeNet, reading images and scoring them against prompts (thread-unsafe, CPU)."""
+    """A trained JudgeNet, reading images and scoring them against prompts (thread-unsafe, CPU): the
+    core.scoring.Scorer of the lab's images, in shares of attributes read (0..1)."""
+
+    name: Final = "lab-judge"
+    scale: Final[ScoreScale] = JUDGE_SCALE
 
     def __init__(self, net: JudgeNet) -> None:
         self._net = net.eval()
@@ -169,7 +176,11 @@ class Judge:
         entropy = torch.stack([-(p * torch.log(p.clamp_min(1e-12))).sum(dim=1) for p in probs], dim=1)
         return torch.cat([top, entropy], dim=1).numpy()
 
-    def quality(
+    def reads(self, prompt: str) -> bool:
+        """Whether the prompt describes a scene of the lab's world, the only prompts the judge scores."""
+        return parse(prompt) is not None
+
+    def score(
         self, images: Sequence[Image.Image | npt.NDArray[np.uint8]], prompts: Sequence[str]
     ) -> list[float | None]:
         """Per pair, the fraction of the prompt's attributes the image shows; None for a prompt

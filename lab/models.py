@@ -23,10 +23,13 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from core.schedulers import SD1_SCHEDULER_CONFIG
 from core.settings import Settings
+
+if TYPE_CHECKING:
+    from lab.judge import Judge
 
 WEIGHTS_DIR: Final = Path(__file__).resolve().parent / "weights"
 LAB_VERSION: Final = 1
@@ -149,6 +152,14 @@ def ensure_lab_models(
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
     return paths
+
+
+def load_judge(settings: Settings) -> Judge:
+    """The lab's trained judge, from the committed weights: the scorer (core.scoring.Scorer) of the
+    lab's images, which workers load like the lab's pipelines, through this module."""
+    from lab.judge import Judge
+
+    return Judge.load(ensure_lab_models(settings).judge)
 
 
 def assemble(root: Path, weights: Path) -> None:

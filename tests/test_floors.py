@@ -2,8 +2,8 @@
 below it, no two modules import each other through any chain, and the API never loads the model stack.
 
 The floors, bottom to top (the design's map of floors):
-core <- db <- (migrations, jobs) <- (api, workers) <- bench <- reprise.
-Floors on one level (migrations and jobs; api and workers) do not import each other.
+core <- (db, lab) <- (migrations, jobs) <- (api, workers) <- bench <- reprise.
+Floors on one level (db and lab; migrations and jobs; api and workers) do not import each other.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 LEVEL = {
     "core": 0,
     "db": 1,
+    "lab": 1,
     "migrations": 2,
     "jobs": 2,
-    "lab": 2,
     "api": 3,
     "workers": 3,
     "bench": 4,

@@ -19,6 +19,7 @@ from dataclasses import replace
 
 from PIL import Image
 
+from core.scoring import ConfidenceReader
 from core.vocabulary import DiscriminatorFeatures, JobKind, Route
 from db import cascade as cascade_db
 from db.engine import session_scope
@@ -111,10 +112,11 @@ def _score(context: WorkerContext, image: Image.Image) -> tuple[float | None, in
         return None, None, f"no discriminator trained for {light}: run `reprise cascade train`; escalated"
     version, discriminator = loaded
     on_judge = discriminator.kind is DiscriminatorFeatures.JUDGE
+    scorer = context.scorer() if on_judge else None
     features = image_features(
         discriminator.kind,
         [image],
-        judge=context.judge() if on_judge else None,
+        reader=scorer if isinstance(scorer, ConfidenceReader) else None,
         embedder=None if on_judge else context.image_embedder(),
     )
     return float(discriminator.confidence(features)[0]), version, None

@@ -116,7 +116,7 @@ def lab_scorers(settings: Settings) -> Scorers:
     return Scorers(
         DiscriminatorFeatures.JUDGE,
         lambda images: np.asarray(judge.confidences(images), dtype=np.float64),
-        lambda images, prompts: [0.0 if q is None else q for q in judge.quality(images, prompts)],
+        lambda images, prompts: [0.0 if q is None else q for q in judge.score(images, prompts)],
     )
 
 

@@ -63,9 +63,9 @@ def compare_models(
     judge = Judge.load(ensure_lab_models(settings).judge)
     texts, truths = lab_prompts(prompts, seed)
     true_features = judge.features(truths)
-    true_scores = [q or 0.0 for q in judge.quality(truths, texts)]
+    true_scores = [q or 0.0 for q in judge.score(truths, texts)]
     shuffled = truths[1:] + truths[:1]  # each prompt against another scene's true render: chance
-    chance_scores = [q or 0.0 for q in judge.quality(shuffled, texts)]
+    chance_scores = [q or 0.0 for q in judge.score(shuffled, texts)]
     report: dict[str, Any] = {
         "prompts": prompts,
         "steps": settings.steps,
@@ -83,7 +83,7 @@ def compare_models(
             chunk = texts[start : start + BATCH]
             images += sampler.images(sampler.generate(chunk, [seed_of(text) for text in chunk]).latents)
             log(f"{model}: {min(start + BATCH, prompts)}/{prompts}")
-        scores = [q or 0.0 for q in judge.quality(images, texts)]
+        scores = [q or 0.0 for q in judge.score(images, texts)]
         report["models"][model] = summary(
             scores, judge.features(images), true_features, time.perf_counter() - started
         )

@@ -59,7 +59,7 @@ def lab_scorer(settings: Settings) -> Callable[[Images, Sequence[str]], list[flo
     judge = Judge.load(ensure_lab_models(settings).judge)
 
     def score(images: Images, prompts: Sequence[str]) -> list[float]:
-        return [0.0 if q is None else q for q in judge.quality(images, prompts)]
+        return [0.0 if q is None else q for q in judge.score(images, prompts)]
 
     return score
 

@@ -1,16 +1,22 @@
-"""CLIP score: 100 x cosine clipped at 0, per pair. Random weights judge nothing: shape and range only."""
+"""CLIP score: 100 x cosine clipped at 0, per pair (random weights judge nothing: shape and range
+only); and the scorer a worker holds: the judge on the lab's models, CLIP score on real ones with real
+CLIP weights, none on the tiny models."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from core.settings import Settings
+from core.scoring import CLIP_SCALE
+from core.settings import Settings, load_settings
+from core.vocabulary import Role
+from lab.judge import Judge
 from workers.runtime.embedders import Embeddings, ImageEmbedder, build_image_embedder, l2_normalise
-from workers.runtime.quality import ClipScore
+from workers.runtime.quality import ClipScore, configured_scorer
 
 
 class _FixedEmbedder(ImageEmbedder):
@@ -38,7 +44,6 @@ def test_clip_score_is_100_cosine_clipped_at_zero_per_pair() -> None:
     )
     images = [Image.new("RGB", (width, 1)) for width in (1, 1, 2)]
     scores = ClipScore(embedder).score(images, ["a", "b", "c"])
-    assert scores.dtype == np.float32
     np.testing.assert_allclose(scores, [100 / np.sqrt(2), 0.0, 100.0], rtol=1e-6)
 
 
@@ -47,11 +52,43 @@ def test_clip_score_on_the_tiny_clip_has_one_score_in_range_per_pair(tiny_settin
     rng = np.random.default_rng(1)
     images = [Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)) for _ in range(5)]
     scores = scorer.score(images, [f"prompt {i}" for i in range(5)])
-    assert scores.shape == (5,) and scores.dtype == np.float32
-    assert ((scores >= 0) & (scores <= 100)).all()
+    assert len(scores) == 5 and all(0.0 <= score <= 100.0 for score in scores)
 
 
 def test_clip_score_refuses_unpaired_inputs() -> None:
     embedder = _FixedEmbedder({1: [1.0, 0.0]}, {"a": [1.0, 0.0]})
     with pytest.raises(ValueError, match="pairs"):
         ClipScore(embedder).score([Image.new("RGB", (1, 1))], ["a", "a"])
+
+
+def _no_embedder() -> ImageEmbedder:
+    raise AssertionError("this choice needs no image embedder")
+
+
+def test_a_worker_on_the_lab_models_is_scored_by_the_judge(tmp_path: Path) -> None:
+    settings = load_settings(data_dir=tmp_path, device="cpu")
+    assert isinstance(configured_scorer(settings, Role.LARGE, _no_embedder), Judge)
+    assert isinstance(configured_scorer(settings, Role.SMALL, _no_embedder), Judge)
+
+
+def test_tiny_models_and_real_ones_beside_a_random_clip_have_no_scorer(tmp_path: Path) -> None:
+    assert (
+        configured_scorer(load_settings(data_dir=tmp_path, model_set="tiny"), Role.LARGE, _no_embedder)
+        is None
+    )
+    real = load_settings(data_dir=tmp_path, large_model="/models/sd15", open_clip_model="ViT-L-14")
+    assert configured_scorer(real, Role.LARGE, _no_embedder) is None  # architecture only: random weights
+
+
+def test_real_models_with_real_clip_weights_are_scored_by_clip_score(tmp_path: Path) -> None:
+    settings = load_settings(
+        data_dir=tmp_path,
+        large_model="/models/sd15",
+        open_clip_model="ViT-L-14",
+        open_clip_pretrained="openai",
+    )
+    embedder = _FixedEmbedder({}, {})
+    scorer = configured_scorer(settings, Role.LARGE, lambda: embedder)
+    assert isinstance(scorer, ClipScore) and scorer.scale == CLIP_SCALE
+    # The small role's model is still the lab's: its worker keeps the judge.
+    assert isinstance(configured_scorer(settings, Role.SMALL, _no_embedder), Judge)

@@ -4,10 +4,10 @@ light model's image is good enough to keep.
 The paper trains an EfficientNet to tell real images (MS-COCO, the ground truth) from generated ones
 (both models'), and reads its softmax for "real" as the confidence score. Here the classifier is a
 logistic regression over image features a network already computes, which is what fits a CPU:
-- for the lab's models, how clearly the quality lab's judge reads each attribute (lab.judge
-  `confidences`: top probability and entropy per head), whose world gives the ground truth: the true
-  render of each caption's scene. On the lab these routed better than the judge's 128-d embedding
-  (an exploratory comparison, in issue 14's note);
+- for the lab's models, how clearly the quality lab's judge reads each attribute (its
+  `confidences`, core.scoring.ConfidenceReader: top probability and entropy per head), whose world
+  gives the ground truth: the true render of each caption's scene. On the lab these routed better
+  than the judge's 128-d embedding (an exploratory comparison);
 - CLIP image features (open_clip, the image embedder) for real models, with real images supplied.
 Its weights are a small JSON document, versioned in Postgres (db.discriminators) like the predictor.
 """
@@ -22,7 +22,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from core.scoring import ConfidenceReader
 from core.vocabulary import DiscriminatorFeatures as FeatureKind
+from workers.runtime.embedders.base import ImageEmbedder
 
 FORMAT = 1
 REGULARISATION = 0.1
@@ -102,13 +104,18 @@ def accuracy(discriminator: Discriminator, real: Features, generated: Features) 
 
 
 def image_features(
-    kind: FeatureKind, images: Sequence[Any], *, judge: Any = None, embedder: Any = None
+    kind: FeatureKind,
+    images: Sequence[Any],
+    *,
+    reader: ConfidenceReader | None = None,
+    embedder: ImageEmbedder | None = None,
 ) -> Features:
-    """The features a discriminator of `kind` reads, from the lab judge or the CLIP image embedder."""
+    """The features a discriminator of `kind` reads: the judge's confidences from `reader` (the
+    scorer of the lab's images), or CLIP image features from the image embedder."""
     if kind is FeatureKind.JUDGE:
-        if judge is None:
+        if reader is None:
             raise ValueError("judge features need the lab's judge: the light model is not one of the lab's")
-        return np.asarray(judge.confidences(list(images)), dtype=np.float64)
+        return np.asarray(reader.confidences(list(images)), dtype=np.float64)
     if embedder is None:
         raise ValueError("CLIP features need the image embedder")
     return np.asarray(embedder.embed_image(list(images)), dtype=np.float64)
