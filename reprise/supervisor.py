@@ -21,6 +21,7 @@ from core.redaction import redacted_url
 from core.settings import Settings
 from core.vocabulary import Role
 from reprise.supervision import Child, Supervisor
+from reprise.welcome import ensure_demo_key, welcome
 
 STACK_ROLES = (Role.ADMIT, Role.LARGE, Role.SMALL, Role.DECODE, Role.IO)
 START_RESTARTS = 3  # a child restarted this often before the stack is ready has a problem a restart won't fix
@@ -124,10 +125,19 @@ def run_stack(settings: Settings, *, port: int, flower_port: int, demo_prompts: 
         print(f"Flower     http://127.0.0.1:{flower_port}")
         print(f"Postgres   {redacted_url(settings.sqlalchemy_url)}")
         print(f"Redis      {redacted_url(settings.broker_url)}")
+        key = ensure_demo_key(settings)
+        print(f"API key    {key.api_key}  (stored in {key.path})", flush=True)
         if demo_prompts > 0:
-            from bench.demo import run_demo
+            from bench.live.demo import run_demo
 
-            run_demo(settings, base_url=base_url, prompts=demo_prompts, should_stop=stopping.is_set)
+            run_demo(
+                settings,
+                base_url=base_url,
+                api_key=key.api_key,
+                prompts=demo_prompts,
+                should_stop=stopping.is_set,
+            )
+        print(welcome(base_url, key), flush=True)  # below the demo's summary, where one looks
         print("the stack is up; a process that exits is restarted; Ctrl-C stops it", flush=True)
         stopping.wait()
         return 0
