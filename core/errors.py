@@ -166,17 +166,17 @@ class SettingsError(RepriseError):
     """Settings are invalid. Not recoverable without changing the environment."""
 
 
-# raised in bench.costs
+# raised in bench.run.costs
 class CostsError(RepriseError, ValueError):
     """A costs file cannot be used. Not recoverable: fix the file or leave --costs out."""
 
 
-# raised in bench.trace
+# raised in bench.workload.trace
 class TraceError(RepriseError, ValueError):
     """A prompts or arrivals file, or an arrival option, cannot be used. Not recoverable: fix the input."""
 
 
-# raised in bench.outcomes
+# raised in bench.run.outcomes
 class UnknownModel(RepriseError, ValueError):
     """A job reports evaluations of a model the costs do not know. Not recoverable: pass --costs."""
 

@@ -1,6 +1,6 @@
 """Admission: from what the predictor said and what the lookup found, to a route and a k. Pure.
 
-The one decision: the admit worker (workers.admission) and the simulator (bench.simcache) both call
+The one decision: the admit worker (workers.admission) and the simulator (bench.sim.cache) both call
 `decide`, so a simulation routes and scales k as the service does. (`cache_applies` holds for every
 simulated request: each runs the configured T with the cache on.)"""
 

@@ -92,7 +92,7 @@ def simulated_quality(
         return outcomes, None
     judged = []
     for outcome in outcomes:
-        if outcome.quality is not None:  # set by who simulated it (a cascade: bench.simcascade)
+        if outcome.quality is not None:  # set by who simulated it (a cascade: bench.sim.cascade)
             judged.append(outcome)
             continue
         on_small = small_name in outcome.denoiser_evaluations

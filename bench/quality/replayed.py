@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from bench.outcomes import RequestOutcome
+from bench.run.outcomes import RequestOutcome
 from core.settings import Settings
 
 DEFAULT_SAMPLE = 64

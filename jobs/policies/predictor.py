@@ -4,7 +4,7 @@ NIRVANA trains scikit-learn's SGDOneClassSVM (nu = 0.001, section 6) on every pr
 cache and asks it, before searching, whether a query is *likely* to match; a predicted miss skips the
 search. Its operating point is a threshold on the SVM's decision function chosen for precision
 0.96 at recall 0.95 (Appendix D.1). The paper leaves the features open; a linear SVM on raw
-embeddings cannot carve out "near some cached prompt" (`python -m bench.predictor`). This module:
+embeddings cannot carve out "near some cached prompt" (`python -m bench.cache.predictor`). This module:
 
 1. Features: embeddings are L2-normalised (the lookup's cosine geometry) and mapped through a
    Nystroem approximation of the RBF kernel k(x, y) = exp(-gamma |x - y|^2) = exp(-2 gamma (1 - cos))

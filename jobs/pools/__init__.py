@@ -3,7 +3,7 @@
 policy     the decision, pure: Algorithm 1's equations, the PID controller, the bounds on N_large and
            which workers move (no I/O, no clock)
 loop       one period chained once: measure -> pin -> decide -> actuate -> record, with the measuring,
-           moving and recording side injected (the service's or the simulator's, bench.monitor)
+           moving and recording side injected (the service's or the simulator's, bench.sim.monitor)
 rebalance  the service's side and the beat task's body: statistics from Postgres, workers through the
            actuator, the record in db.pools
 actuator   sends to the workers over Celery's remote control: who hosts what, and "move to that pool"

@@ -6,7 +6,7 @@ The chain is the same for the service and the simulator; what differs is injecte
 - actuate: ask one worker to move to the other pool (it may refuse);
 - record: keep the decision, which the next period continues from.
 The service's side is jobs.pools.rebalance (Postgres statistics, Celery remote control, pool_decisions);
-the simulator's is bench.monitor (counted arrivals, targets per role, memory). The decision itself is
+the simulator's is bench.sim.monitor (counted arrivals, targets per role, memory). The decision itself is
 jobs.pools.policy, which this module only calls, in order:
 1. pinned workers that are not in their pinned pool move back to it first (the operator's word);
 2. the bounds on N_large (pins, Algorithm 1 line 29, the configured limits) and the allocation, from

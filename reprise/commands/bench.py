@@ -14,7 +14,7 @@ import typer
 from core.settings import Settings, get_settings
 
 if TYPE_CHECKING:
-    from bench.simreads import ReadSimSpec
+    from bench.sim.reads import ReadSimSpec
 
 bench_app = typer.Typer(help="Benchmarks (runtime, cache, replay, simulate).", no_args_is_help=True)
 
@@ -101,7 +101,7 @@ MonitorPeriodOpt = Annotated[
 ]
 VideoFramesOpt = Annotated[
     int | None,
-    typer.Option("--video-frames", min=1, max=128, help="Submit video jobs of this many frames (issue 18)."),
+    typer.Option("--video-frames", min=1, max=128, help="Submit video jobs of this many frames (FlexCache)."),
 ]
 CompareOpt = Annotated[Path | None, typer.Option("--compare", help="A replay's JSON to validate against.")]
 JobsOpt = Annotated[int, typer.Option("--jobs", min=1, help="Simulations to run in parallel processes.")]
@@ -114,7 +114,7 @@ def runtime_command(
     repeats: int = typer.Option(3, min=1, help="Timed generations per model (after one warm-up)."),
 ) -> None:
     """Time the configured models per denoising step and per decode; codec ratio, entry and PNG bytes."""
-    from bench.runtime import format_table, measure_runtime  # torch loads only for this command
+    from bench.run.runtime import format_table, measure_runtime  # torch loads only for this command
 
     report = measure_runtime(get_settings(), repeats=repeats)
     typer.echo(format_table(report))
@@ -157,8 +157,8 @@ def replay_command(
     seed: SeedOpt = 0,
 ) -> None:
     """Replay a trace through a running stack's HTTP API and report hit rate, k, compute saved, latency."""
-    from bench.options import guarded, workload_options
-    from bench.runner import ReplayCliOptions, replay_main
+    from bench.live.runner import ReplayCliOptions, replay_main
+    from bench.run.options import guarded, workload_options
 
     raise typer.Exit(
         guarded(
@@ -221,8 +221,8 @@ def simulate_command(
     progress: ProgressOpt = True,
 ) -> None:
     """Simulate a trace with profiled costs and the service's own policies (no GPU, no images)."""
-    from bench import options as parse
-    from bench.runner import simulate_main
+    from bench.run import options as parse
+    from bench.sim.runner import simulate_main
 
     def main() -> int:
         options = parse.SimulateOptions(
@@ -275,7 +275,7 @@ def chaos_command(
     and report per scenario: accepted, succeeded, failed, lost, duplicated, recovery, unavailable, 5xx."""
     from bench.chaos.runner import isolated_stack, run_chaos, target_for
     from bench.chaos.scenarios import ChaosOptions
-    from bench.options import guarded, parse_list
+    from bench.run.options import guarded, parse_list
 
     def main() -> int:
         options = ChaosOptions(
@@ -334,9 +334,9 @@ def reads_command(
 ) -> None:
     """LatentBox's read path: four set-ups (images_only, latents_only, fixed, adaptive) on one skewed,
     decaying read trace, then a burst of 100 identical reads; on a running stack, or --simulate."""
-    from bench.options import guarded
-    from bench.reads import ReadBenchOptions, run_read_bench, write_report
-    from bench.simreads import simulate_reads
+    from bench.live.reads import ReadBenchOptions, run_read_bench, write_report
+    from bench.run.options import guarded
+    from bench.sim.reads import simulate_reads
 
     def main() -> int:
         if simulate:
@@ -377,7 +377,7 @@ def streams_command(
     json_path: JsonOpt = None,
 ) -> None:
     """Whether open event streams slow the workers: the same batch without, with N streams, and without."""
-    from bench.streams import StreamBenchOptions, report_text, run_stream_bench
+    from bench.live.streams import StreamBenchOptions, report_text, run_stream_bench
 
     key = api_key or _bench_key(get_settings(), "bench-streams")
     options = StreamBenchOptions(
@@ -404,7 +404,7 @@ def _read_sim_spec(
     window: int | None,
 ) -> ReadSimSpec:
     """The simulation's defaults are the paper's scale: 150k objects, 1 M reads, 1% per node."""
-    from bench.simreads import ReadSimSpec
+    from bench.sim.reads import ReadSimSpec
 
     return ReadSimSpec(
         objects=jobs or 150_000, reads=reads or 1_000_000, nodes=nodes, rate=rate, zipf=zipf,

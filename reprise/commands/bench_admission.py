@@ -35,7 +35,7 @@ def admission_command(
     json_path: Path | None = typer.Option(None, "--json", help="Also write the report to this JSON file."),
 ) -> None:
     """Admissions per second per admit process and each stage's p50/p99, on the configured database."""
-    from bench.admission import AdmissionBenchOptions, run_admission_bench
+    from bench.cache.admission import AdmissionBenchOptions, run_admission_bench
 
     options = AdmissionBenchOptions(
         jobs=jobs, processes=processes, threads=threads, batch_max=batch_max, batch_wait_ms=batch_wait_ms,

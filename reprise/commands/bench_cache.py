@@ -39,7 +39,7 @@ def cache_command(
     json_path: Path | None = typer.Option(None, "--json", help="Also write the results to this JSON file."),
 ) -> None:
     """Lookup latency and recall@1 by scope size, index size and one eviction pass (configured database)."""
-    from bench.cache import format_table, measure_cache
+    from bench.cache.index import format_table, measure_cache
 
     result = measure_cache(
         get_settings(), entries=entries, queries=queries, scopes=scopes, exact_max=exact_max, seed=seed,
@@ -75,7 +75,7 @@ def video_command(
     throughput of whole-prompt vs decoupled lookup on a video trace at the paper's costs (simulated)."""
     import torch
 
-    from bench.video import format_table, measure_video
+    from bench.video.runner import format_table, measure_video
     from workers.runtime.tiny_video import ensure_tiny_video_model
     from workers.runtime.video import load_video_pipeline
 
@@ -100,8 +100,8 @@ def video_trace_command(
     seed: int = typer.Option(0, "--seed", help="Random seed."),
 ) -> None:
     """Write the video trace `bench video` simulates, for `bench replay --video-frames N --trace FILE` to
-    send through a running stack (issue 18: the figures measured on the stack)."""
-    from bench.video import trace_prompts
+    send through a running stack (the figures measured on the stack)."""
+    from bench.video.runner import trace_prompts
 
     if not out.parent.is_dir():
         raise typer.BadParameter(f"{out.parent} is not a directory: create it or choose another --out")

@@ -182,7 +182,7 @@ def embedder_command(
 
 def _benchmark_prompts(count: int) -> tuple[list[str], str]:
     """The shared DiffusionDB trace's first `count` non-empty prompts, or a generated list without it."""
-    from bench.trace import DEFAULT_PROMPTS, load_prompts
+    from bench.workload.trace import DEFAULT_PROMPTS, load_prompts
     from core.errors import TraceError
 
     try:

@@ -65,7 +65,7 @@ def test_stats_show_the_latest_pool_decision(
     assert monitor["target"] == monitor["applied"] == {"large": 1, "small": 1}
     assert monitor["switches"] == decision.switches
     assert body["pools"]["small"] >= 1 and body["pools"]["large"] >= 1
-    # the configuration a replay records next to the pools (bench.stack)
+    # the configuration a replay records next to the pools (bench.live.stack)
     assert body["monitor"] == {"enabled": True, "mode": "throughput", "period_s": 60}
 
 

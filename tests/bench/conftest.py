@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.embeddings import TraceEmbeddings, configured_embedder, trace_embeddings
-from bench.trace import DEFAULT_PROMPTS, ArrivalSpec, Prompts, Workload, build_workload, load_prompts
+from bench.workload.embeddings import TraceEmbeddings, configured_embedder, trace_embeddings
+from bench.workload.trace import DEFAULT_PROMPTS, ArrivalSpec, Prompts, Workload, build_workload, load_prompts
 from core.settings import Settings, load_settings
 
 DISTINCT = 30  # distinct prompts of a slice; small enough to embed in about a second

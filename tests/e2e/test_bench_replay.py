@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.report import REPORT_FIELDS
+from bench.run.report import REPORT_FIELDS
 from tests.e2e.conftest import Stack, make_tenant
 
 pytestmark = pytest.mark.integration
@@ -65,7 +65,7 @@ def test_replay_reports_the_contract_fields_and_hits_on_repeats(stack: Stack, tm
     assert 0 <= quality["hit_mean"] <= 1 and 0 <= quality["miss_mean"] <= 1
     assert quality["drop_mean"] == pytest.approx(quality["hit_drop_mean"] * 4 / 6, abs=1e-3)
     assert "4 sampled hits" in quality["source"]
-    # what the stack ran, from /v1/stats, for `simulate --compare` (bench.stack)
+    # what the stack ran, from /v1/stats, for `simulate --compare` (bench.live.stack)
     record = report["stack"]
     assert record["profile"]["name"] == "configured"
     assert set(record["monitor"]) == {"enabled", "mode", "period_s"}

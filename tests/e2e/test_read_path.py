@@ -263,7 +263,7 @@ def test_the_read_benchmark_reports_the_contract(
     stack: Stack, nodes: list[str], tenant: TenantCredentials
 ) -> None:
     """`reprise bench reads` on this stack, small: every set-up's figures and the burst."""
-    from bench.reads import SETUPS, ReadBenchOptions, run_read_bench
+    from bench.live.reads import SETUPS, ReadBenchOptions, run_read_bench
 
     options = ReadBenchOptions(
         base_url=stack.base_url, api_key=tenant.api_key, jobs=4, reads=40, window=10, concurrency=2, steps=4

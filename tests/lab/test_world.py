@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from bench.demo import quality_line
+from bench.live.demo import quality_line
 from lab.captions import caption, describe, parse
 from lab.trace import lab_trace
 from lab.world import (

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from sqlalchemy import delete
 
-from bench.cachefill import fill, synthetic_embeddings
+from bench.cache.fill import fill, synthetic_embeddings
 from core.settings import Settings
 from db.engine import session_scope
 from db.index_health import IndexSize, index_sizes, reindex_concurrently

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from sqlalchemy import delete, event, text
 
-from bench.cachefill import BENCH_FAMILY, fill, near_duplicates, synthetic_embeddings
+from bench.cache.fill import BENCH_FAMILY, fill, near_duplicates, synthetic_embeddings
 from core.settings import Settings
 from core.vocabulary import LookupMode
 from db import cache, lookup_path, scope_indexes

@@ -1,0 +1,450 @@
+"""Replay a workload through a running stack's HTTP API and report what it measured.
+
+Each request is POSTed to /v1/generations when the arrival process says (bench.workload.trace), then
+polled at GET /v1/generations/{id} until it ends. The per-job metrics of the job object
+(jobs.representation: route, k, denoiser_evaluations, created_at, completed_at) feed the same
+`summarize` as the simulator (bench.run.outcomes), so the two reports compare field by field.
+
+Times: a request's latency is the client's wait to get it accepted (429/503 retries included)
+plus the server's created_at -> completed_at, so polling granularity does not blur it and no
+clock synchronisation between client and server is needed.
+
+The stack's policies are its own configuration: `--profile` selects the cache mode of the
+submissions ("off" for vanilla) and is checked against the settings this process reads; a
+mismatch is reported on stderr, and the report names the profile asked for. While it runs, the
+replay polls /v1/stats for the stack's pools and pool monitor (bench.live.stack.StackWatch), so that a
+simulation compared with it runs the same allocation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from bench.live.decodes import decode_figures, stack_decode_counters
+from bench.live.stack import StackRecord, StackWatch
+from bench.quality.replayed import replay_quality
+from bench.run.costs import StepCosts
+from bench.run.outcomes import ReportContext, RequestOutcome, summarize
+from bench.run.profiles import Profile
+from bench.run.progress import ProgressBar
+from bench.run.report import BenchReport
+from bench.workload.trace import ArrivalKind, Request, Workload
+from core.settings import Settings
+
+TERMINAL = frozenset({"succeeded", "failed", "canceled"})
+RETRY_STATUSES = frozenset({429, 503})  # in-flight limit, backpressure: both send Retry-After
+MAX_POLL_INTERVAL_S = 5.0  # open loop: polls back off to this; latency comes from server timestamps
+CLOSED_POLL_INTERVAL_S = 1.0  # closed loop: a client's next request waits for its poll, so poll often
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayOptions:
+    """How to reach the stack and how patiently to wait. `seed_from_index` gives a request the
+    seed of its prompt's index, so a repeated prompt asks for the same image."""
+
+    base_url: str
+    api_key: str
+    poll_interval_s: float = 0.25
+    job_timeout_s: float = 3600.0  # from submission, queueing included: an overloaded stack queues long
+    http_timeout_s: float = 30.0
+    max_connections: int = 16
+    steps: int | None = None
+    seed_from_index: bool = True
+    fetch_images: int = 0
+    quality_sample: int = 0  # hits generated afresh for the quality drop; 0: quality not measured
+    video_frames: int | None = None  # video jobs of this many frames (FlexCache); None: images
+    video_fps: int = 8
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """What the replay saw of one request: run-clock times in seconds and the last job object."""
+
+    request: Request
+    intended_s: float
+    post_started_s: float | None
+    job: Mapping[str, Any] | None
+    error: str | None = None
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def outcome_from_record(record: JobRecord) -> RequestOutcome:
+    """A RequestOutcome from a job object (see the module docstring for the latency)."""
+    request = record.request
+    job = record.job
+    if job is None:
+        return RequestOutcome(
+            seq=request.seq,
+            prompt_idx=request.prompt_idx,
+            status="rejected",
+            hit=False,
+            k=None,
+            steps=0,
+            arrival_s=record.intended_s,
+        )
+    metrics = job.get("metrics") or {}
+    status = str(job.get("status"))
+    hit = metrics.get("route") == "hit"
+    created, completed = _parse_time(job.get("created_at")), _parse_time(job.get("completed_at"))
+    latency_ms: float | None = None
+    completed_s: float | None = None
+    if status in TERMINAL and created is not None and completed is not None:
+        waited = (record.post_started_s or record.intended_s) - record.intended_s
+        latency_ms = (waited + (completed - created).total_seconds()) * 1000.0
+        completed_s = record.intended_s + latency_ms / 1000.0
+    return RequestOutcome(
+        seq=request.seq,
+        prompt_idx=request.prompt_idx,
+        status=status if status in TERMINAL else "timeout",
+        hit=hit,
+        k=int(metrics["k"]) if hit and metrics.get("k") is not None else None,
+        steps=int((job.get("input") or {}).get("steps") or 0),
+        denoiser_evaluations={str(m): int(n) for m, n in (metrics.get("denoiser_evaluations") or {}).items()},
+        arrival_s=record.intended_s,
+        completed_s=completed_s,
+        latency_ms=latency_ms,
+        admission_ms=_admission_total(metrics),
+        admission_parts_ms={
+            str(stage): float(ms)
+            for stage, ms in (metrics.get("admission_ms") or {}).items()
+            if stage != "total"
+        },
+    )
+
+
+def _admission_total(metrics: dict[str, Any]) -> float | None:
+    total = (metrics.get("admission_ms") or {}).get("total")
+    return float(total) if total is not None else None
+
+
+def measured_full_generation_ms(records: Sequence[JobRecord]) -> float | None:
+    """Median run time of succeeded misses: the large model's full-generation latency as measured."""
+    runs = [
+        float(job["metrics"]["run_time_s"]) * 1000.0
+        for job in (r.job for r in records)
+        if job is not None
+        and job.get("status") == "succeeded"
+        and (job.get("metrics") or {}).get("route") == "miss"
+        and (job.get("metrics") or {}).get("run_time_s") is not None
+    ]
+    return statistics.median(runs) if runs else None
+
+
+def estimated_vanilla_rps(
+    *, gpu_workers: int | None, full_generation_ms: float | None, offered_rps: float | None
+) -> float | None:
+    """What the same GPUs would serve with every request on the large model for all T steps:
+    workers / full-generation latency, capped by the offered rate (an estimate, not a run)."""
+    if not gpu_workers or not full_generation_ms:
+        return None
+    capacity = gpu_workers * 1000.0 / full_generation_ms
+    return min(capacity, offered_rps) if offered_rps else capacity
+
+
+def replay_report(
+    records: Sequence[JobRecord],
+    *,
+    profile: Profile,
+    workload: Workload,
+    costs: StepCosts,
+    costs_measured: bool,
+    embedder: Mapping[str, Any],
+    gpu_workers: int | None,
+    png_bytes: float | None,
+    quality: tuple[Settings, int] | None = None,
+) -> BenchReport:
+    """The report of a replay. The SLO base is T x large_step_ms + decode_ms from a measured costs
+    file, else the median run time of this replay's misses."""
+    outcomes = [outcome_from_record(r) for r in records]
+    quality_source = None
+    if quality is not None:
+        outcomes, quality_source = replay_quality(
+            outcomes, [r.job for r in records], settings=quality[0], sample=quality[1]
+        )
+    measured_full = measured_full_generation_ms(records)
+    slo_base = (
+        costs.full_generation_ms(profile.steps) if costs_measured or measured_full is None else measured_full
+    )
+    arrivals = workload.describe_arrivals()
+    report = summarize(
+        outcomes,
+        ReportContext(
+            profile=profile.name,
+            costs=costs,
+            slo_base_ms=slo_base,
+            vanilla_throughput_rps=estimated_vanilla_rps(
+                gpu_workers=gpu_workers,
+                full_generation_ms=measured_full or slo_base,
+                offered_rps=arrivals.get("offered_rps"),
+            ),
+            embedder=embedder,
+            trace=workload.describe_trace(),
+            arrivals=arrivals,
+            entry_bytes=float(costs.entry_bytes)
+            if costs_measured and costs.entry_bytes is not None
+            else None,
+            png_bytes=png_bytes,
+            quality_source=quality_source,
+        ),
+    )
+    if not profile.caches:  # the run itself is the vanilla baseline
+        report = replace(report, vanilla_throughput_rps=report.throughput_rps)
+    return report
+
+
+class _Replayer:
+    def __init__(
+        self,
+        workload: Workload,
+        options: ReplayOptions,
+        *,
+        cache_mode: str,
+        progress: ProgressBar | None,
+        should_stop: Callable[[], bool],
+        watch: StackWatch | None = None,
+    ) -> None:
+        self.workload = workload
+        self.options = options
+        self.cache_mode = cache_mode
+        self.progress = progress
+        self.should_stop = should_stop
+        self.watch = watch
+        self.started = 0.0
+        self.finished: list[JobRecord] = []
+        self.hits = 0
+        self.submitted = 0  # requests the stack accepted so far
+
+    def clock(self) -> float:
+        return time.monotonic() - self.started
+
+    async def run(self) -> list[JobRecord]:
+        limits = httpx.Limits(max_connections=self.options.max_connections)
+        headers = {"Authorization": f"Bearer {self.options.api_key}"}
+        async with httpx.AsyncClient(
+            base_url=self.options.base_url,
+            headers=headers,
+            timeout=self.options.http_timeout_s,
+            limits=limits,
+        ) as client:
+            self.started = time.monotonic()
+            stop = asyncio.Event()
+            watching = (
+                asyncio.create_task(
+                    self.watch.run(client, stop, clock=self.clock, submitted=lambda: self.submitted)
+                )
+                if self.watch is not None
+                else None
+            )
+            tasks: list[asyncio.Task[JobRecord]] = []
+            closed = self.workload.spec.kind is ArrivalKind.CLOSED
+            slots = asyncio.Semaphore(self.workload.spec.concurrency)
+            for request in self.workload.requests:
+                if self.should_stop():
+                    break
+                if closed:
+                    await slots.acquire()
+                else:
+                    assert request.arrival_s is not None
+                    await self._sleep_until(request.arrival_s)
+                if self.should_stop():
+                    if closed:
+                        slots.release()
+                    break
+                tasks.append(
+                    asyncio.create_task(self._one(client, request, self.clock(), slots if closed else None))
+                )
+            records = await asyncio.gather(*tasks)
+            stop.set()
+            if watching is not None:
+                await watching
+        return list(records)
+
+    async def _sleep_until(self, at_s: float) -> None:
+        while (delay := at_s - self.clock()) > 0 and not self.should_stop():
+            await asyncio.sleep(min(delay, 0.5))
+
+    async def _one(
+        self, client: httpx.AsyncClient, request: Request, intended_s: float, slots: asyncio.Semaphore | None
+    ) -> JobRecord:
+        try:
+            record = await self._submit_and_wait(client, request, intended_s)
+        finally:
+            if slots is not None:
+                slots.release()
+        self.finished.append(record)
+        if record.job is not None and (record.job.get("metrics") or {}).get("route") == "hit":
+            self.hits += 1
+        if self.progress is not None:
+            done = len(self.finished)
+            self.progress.update(done, note=f"hits {self.hits} misses {done - self.hits}")
+        return record
+
+    def _body(self, request: Request) -> dict[str, Any]:
+        body: dict[str, Any] = {"prompt": request.prompt, "cache": self.cache_mode}
+        if self.options.seed_from_index:
+            body["seed"] = request.prompt_idx
+        if self.options.steps is not None:
+            body["steps"] = self.options.steps
+        if self.options.video_frames is not None:
+            body |= {"kind": "video", "frames": self.options.video_frames, "fps": self.options.video_fps}
+        return body
+
+    async def _submit_and_wait(
+        self, client: httpx.AsyncClient, request: Request, intended_s: float
+    ) -> JobRecord:
+        # 1. Submit, waiting out 429/503 as the server asks.
+        job: dict[str, Any] | None = None
+        post_started: float | None = None
+        while job is None:
+            if self.should_stop():
+                return JobRecord(request, intended_s, None, None, "stopped before submission")
+            post_started = self.clock()
+            try:
+                response = await client.post("/v1/generations", json=self._body(request))
+            except httpx.HTTPError as error:
+                return JobRecord(request, intended_s, post_started, None, f"POST failed: {error!r}")
+            if response.status_code in RETRY_STATUSES:
+                await asyncio.sleep(float(response.headers.get("Retry-After", "1")))
+                continue
+            if response.status_code not in (200, 202):
+                return JobRecord(
+                    request,
+                    intended_s,
+                    post_started,
+                    None,
+                    f"POST {response.status_code}: {response.text[:200]}",
+                )
+            job = response.json()
+            self.submitted += 1
+        # 2. Poll until the job ends, backing off.
+        closed = self.workload.spec.kind is ArrivalKind.CLOSED
+        ceiling = CLOSED_POLL_INTERVAL_S if closed else MAX_POLL_INTERVAL_S
+        interval = self.options.poll_interval_s
+        deadline = self.clock() + self.options.job_timeout_s
+        while job.get("status") not in TERMINAL and self.clock() < deadline and not self.should_stop():
+            await asyncio.sleep(interval)
+            interval = min(interval * 1.5, ceiling)
+            try:
+                response = await client.get(f"/v1/generations/{job['id']}")
+            except httpx.HTTPError:
+                continue  # a transient failure: the next poll retries
+            if response.status_code == 200:
+                job = response.json()
+        return JobRecord(request, intended_s, post_started, job)
+
+
+async def fetch_png_sizes(options: ReplayOptions, records: Sequence[JobRecord], count: int) -> list[int]:
+    """Sizes of the PNGs of the first `count` succeeded jobs (decoded on read by the stack)."""
+    sizes: list[int] = []
+    headers = {"Authorization": f"Bearer {options.api_key}"}
+    async with httpx.AsyncClient(
+        base_url=options.base_url, headers=headers, timeout=options.http_timeout_s
+    ) as client:
+        for record in records:
+            if len(sizes) >= count:
+                break
+            if record.job is None or record.job.get("status") != "succeeded":
+                continue
+            for _ in range(3):
+                response = await client.get(
+                    f"/v1/generations/{record.job['id']}/image", params={"format": "png"}
+                )
+                if response.status_code == 200:
+                    sizes.append(len(response.content))
+                    break
+                if response.status_code != 503:
+                    break
+                await asyncio.sleep(float(response.headers.get("Retry-After", "1")))
+    return sizes
+
+
+def replay_workload(
+    workload: Workload,
+    options: ReplayOptions,
+    *,
+    profile: Profile,
+    show_progress: bool = True,
+    should_stop: Callable[[], bool] = lambda: False,
+    watch: StackWatch | None = None,
+) -> list[JobRecord]:
+    """Send every request of `workload` and wait for each to end (or time out, or `should_stop`);
+    `watch` follows the stack's pools meanwhile."""
+    progress = ProgressBar(len(workload.requests), label=f"replay {profile.name}") if show_progress else None
+    replayer = _Replayer(
+        workload,
+        options,
+        cache_mode="auto" if profile.caches else "off",
+        progress=progress,
+        should_stop=should_stop,
+        watch=watch,
+    )
+    records = asyncio.run(replayer.run())
+    if progress is not None:
+        progress.close()
+    return sorted(records, key=lambda r: r.request.seq)
+
+
+def run_replay(
+    workload: Workload,
+    options: ReplayOptions,
+    *,
+    profile: Profile,
+    costs: StepCosts,
+    costs_measured: bool,
+    embedder: Mapping[str, Any],
+    gpu_workers: int | None = None,
+    show_progress: bool = True,
+    settings: Settings | None = None,
+) -> tuple[BenchReport, list[JobRecord], StackRecord | None]:
+    """Replay, fetch a few images for png_bytes, and report, with what the stack ran (None when
+    /v1/stats could not be read). `gpu_workers` (large + small) prices the vanilla estimate; None:
+    the pools the stack started the replay with."""
+    watch = StackWatch(started_at=datetime.now(UTC))
+    records = replay_workload(workload, options, profile=profile, show_progress=show_progress, watch=watch)
+    stack = watch.record(profile, options.steps) if watch.points else None
+    if gpu_workers is None and stack is not None:
+        gpu_workers = (stack.timeline[0].large + stack.timeline[0].small) or None
+    failed = [r for r in records if r.job is None or r.job.get("status") != "succeeded"]
+    if failed:
+        first = failed[0]
+        why = first.error or f"status {first.job.get('status') if first.job else '?'}"
+        print(
+            f"replay: {len(failed)} of {len(records)} requests did not succeed (first: {why})",
+            file=sys.stderr,
+        )
+    sizes = (
+        asyncio.run(fetch_png_sizes(options, records, options.fetch_images)) if options.fetch_images else []
+    )
+    report = replay_report(
+        records,
+        profile=profile,
+        workload=workload,
+        costs=costs,
+        costs_measured=costs_measured,
+        embedder=embedder,
+        gpu_workers=gpu_workers,
+        png_bytes=statistics.mean(sizes) if sizes else (float(costs.png_bytes) if costs_measured else None),
+        quality=(settings, options.quality_sample)
+        if settings is not None and options.quality_sample
+        else None,
+    )
+    elapsed_s = (datetime.now(UTC) - watch.started_at).total_seconds()
+    counters = stack_decode_counters(
+        options.base_url, options.api_key, window_s=elapsed_s, timeout_s=options.http_timeout_s
+    )
+    report = replace(report, decodes=decode_figures((r.job for r in records), counters))
+    return report, records, stack

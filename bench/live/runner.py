@@ -1,0 +1,118 @@
+"""What `reprise bench replay` does, behind its option parsing.
+
+It builds a workload from the options the simulator takes too (bench.run.options, bench.workload.trace),
+replays it through a running stack (bench.live.replay), reports with the simulator's contract
+(bench.run.report), prints a markdown table on stdout and what the stack ran on to stderr, and writes
+--json (with the stack's record, bench.live.stack) and --plots when asked.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.live.stack import timeline_text, write_replay_json
+from bench.live.video import video_summary
+from bench.run import plots
+from bench.run.costs import load_costs
+from bench.run.options import WorkloadOptions
+from bench.run.outcomes import step_ms_by_model
+from bench.run.plots import TraceCurve
+from bench.run.profiles import build_profile, settings_mismatches
+from bench.run.report import markdown_table
+from bench.workload.embeddings import configured_embedder
+from core.settings import Settings
+
+
+def _note(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayCliOptions:
+    """What `reprise bench replay` was asked for, parsed (bench.run.options)."""
+
+    workload: WorkloadOptions
+    profile: str
+    base_url: str
+    api_key: str | None = None
+    tenant: str = "bench"
+    costs: Path | None = None
+    steps: int | None = None
+    fetch_images: int = 5
+    quality_sample: int = 64  # hits generated afresh to measure the quality drop (bench.quality.replayed)
+    gpu_workers: int | None = None
+    json_path: Path | None = None
+    plots: Path | None = None
+    progress: bool = True
+    video_frames: int | None = None  # video jobs: no image fetched, no quality sample
+
+
+def _api_key(settings: Settings, options: ReplayCliOptions) -> str:
+    if options.api_key:
+        return options.api_key
+    from db.engine import session_scope
+    from db.tenants import issue_key
+
+    with session_scope(settings) as session:  # an admin key: the replay reads the stack's global /v1/stats
+        return issue_key(session=session, name=options.tenant, admin=True).api_key
+
+
+def replay_main(settings: Settings, options: ReplayCliOptions) -> int:
+    """Replay against a running stack and report; 0 when every request succeeded, 1 otherwise."""
+    from bench.live.replay import ReplayOptions, outcome_from_record, run_replay
+
+    profile = build_profile(options.profile, settings)
+    for line in settings_mismatches(profile, settings):
+        _note(f"warning: the stack may not run profile {profile.name}: {line}")
+    costs = load_costs(options.costs)
+    if options.costs is None:
+        _note(
+            "no --costs: compute_saved weighs the small model by the default cost ratio "
+            "(run `reprise bench runtime --json FILE` on the stack's models and pass it)"
+        )
+    workload = options.workload.workload()
+    replay_options = ReplayOptions(
+        base_url=options.base_url,
+        api_key=_api_key(settings, options),
+        steps=options.steps,
+        fetch_images=0 if options.video_frames else options.fetch_images,
+        quality_sample=0 if options.video_frames else options.quality_sample,
+        video_frames=options.video_frames,
+    )
+    embedder = {
+        **configured_embedder(settings).describe,
+        "lookup": "text-to-text" if profile.lookup.value == "text" else "text-to-image",
+    }
+    report, records, stack = run_replay(
+        workload,
+        replay_options,
+        profile=profile,
+        costs=costs,
+        costs_measured=options.costs is not None,
+        embedder=embedder,
+        gpu_workers=options.gpu_workers,
+        show_progress=options.progress,
+        settings=settings,
+    )
+    print(markdown_table([report]))
+    if stack is not None:
+        _note(
+            f"stack: pool monitor {stack.monitor_mode() or 'unknown'}; pools {timeline_text(stack.timeline)}"
+        )
+    else:
+        _note("stack: /v1/stats could not be read; the report records no pool configuration")
+    body = report.as_json()
+    if options.video_frames:  # FlexCache's figures from the jobs
+        body["video"] = video_summary(r.job for r in records) | {"throughput_rps": report.throughput_rps}
+        _note(f"video: {body['video']}")
+    if options.json_path is not None:  # with the stack's record when /v1/stats could be read
+        write_replay_json(options.json_path, body, stack)
+        _note(f"wrote {options.json_path}")
+    if options.plots is not None:
+        outcomes = [outcome_from_record(r) for r in records]
+        prices = step_ms_by_model(costs, outcomes)
+        curve = TraceCurve(profile.name, outcomes, prices, costs.large_step_ms)
+        _note(f"wrote {plots.plot_over_trace([curve], options.plots / 'replay-over-trace.png')}")
+    return 0 if all(r.job is not None and r.job.get("status") == "succeeded" for r in records) else 1

@@ -1,0 +1,168 @@
+"""The options the bench commands share, from their raw command-line values.
+
+Sizes ("1GiB"), comma lists, the monitor mode, and the workload options (bench.workload.trace) that
+`reprise bench replay` and `reprise bench simulate` take alike, so that a replay and its
+simulation describe the same requests. A bad value raises ValueError naming the option;
+`guarded` turns it into one line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.workload.trace import (
+    DEFAULT_PROMPTS,
+    ArrivalKind,
+    ArrivalSpec,
+    PromptOrder,
+    Workload,
+    build_workload,
+    load_prompts,
+)
+from core.vocabulary import Allocator, MonitorMode
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def parse_allocator(text: str) -> Allocator:
+    """--allocator: modm or diffserve."""
+    try:
+        return Allocator(text.strip().lower())
+    except ValueError:
+        raise ValueError(f"--allocator {text!r}: choose {' or '.join(a.value for a in Allocator)}") from None
+
+
+def parse_size(text: str) -> int:
+    """'1GiB', '256MiB', '64M', '1048576' -> bytes (binary units)."""
+    match = _SIZE.match(text)
+    if match is None:
+        raise ValueError(f"not a size: {text!r} (e.g. 1GiB, 256MiB, 1048576)")
+    unit = (match.group(2) or "").upper()[:1]
+    return int(float(match.group(1)) * _UNITS[unit if unit != "B" else ""])
+
+
+def parse_list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def parse_monitor(text: str) -> MonitorMode | None:
+    """'off' -> None (a fixed allocation); 'quality' or 'throughput' -> that mode (MoDM 5.3)."""
+    if text == "off":
+        return None
+    try:
+        return MonitorMode(text)
+    except ValueError:
+        raise ValueError(f"--monitor {text!r}: choose off, quality or throughput") from None
+
+
+def guarded(main: Callable[[], int]) -> int:
+    """Run a command body; a bad input (any ValueError: trace, costs, table, option) prints one
+    line and gives exit status 2 instead of a traceback."""
+    try:
+        return main()
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def workload_options(
+    trace: Path | None,
+    arrivals: Path | None,
+    process: str | None,
+    order: str,
+    rate: float | None,
+    concurrency: int,
+    time_scale: float,
+    limit: int | None,
+    seed: int,
+) -> WorkloadOptions:
+    """WorkloadOptions from the commands' raw option values (ValueError names a bad one)."""
+    try:
+        kind = ArrivalKind(process) if process is not None else None
+    except ValueError:
+        raise ValueError(f"--process {process!r}: choose closed, poisson or file") from None
+    try:
+        prompt_order = PromptOrder(order)
+    except ValueError:
+        raise ValueError(f"--order {order!r}: choose trace or file-index") from None
+    return WorkloadOptions(
+        trace=trace if trace is not None else DEFAULT_PROMPTS,
+        arrivals=arrivals,
+        process=kind,
+        order=prompt_order,
+        rate=rate,
+        concurrency=concurrency,
+        time_scale=time_scale,
+        limit=limit,
+        seed=seed,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadOptions:
+    """The options both commands share to say what to send and when."""
+
+    trace: Path
+    arrivals: Path | None = None
+    process: ArrivalKind | None = None
+    order: PromptOrder = PromptOrder.TRACE
+    rate: float | None = None
+    concurrency: int = 4
+    time_scale: float = 1.0
+    limit: int | None = None
+    seed: int = 0
+
+    def spec(self, *, rate: float | None = None) -> ArrivalSpec:
+        """The arrival process: as given, else poisson with a rate, file with --arrivals, closed otherwise."""
+        rate = rate if rate is not None else self.rate
+        kind = self.process
+        if rate is not None and (kind is None or kind is ArrivalKind.POISSON):
+            kind = ArrivalKind.POISSON
+        elif kind is None:
+            kind = ArrivalKind.FILE if self.arrivals is not None else ArrivalKind.CLOSED
+        return ArrivalSpec(
+            kind=kind,
+            rate_rps=rate,
+            path=self.arrivals,
+            time_scale=self.time_scale,
+            concurrency=self.concurrency,
+            order=self.order,
+            seed=self.seed,
+        )
+
+    def workload(self, *, rate: float | None = None) -> Workload:
+        return build_workload(load_prompts(self.trace), self.spec(rate=rate), limit=self.limit)
+
+
+@dataclass(frozen=True, slots=True)
+class SimulateOptions:
+    """What `reprise bench simulate` was asked for, parsed (bench.run.options)."""
+
+    workload: WorkloadOptions
+    profiles: tuple[str, ...]
+    costs: Path | None = None
+    cache_bytes: int | None = None
+    large_workers: int = 3
+    small_workers: int = 1
+    sweep: bool = False
+    sizes: tuple[int, ...] = ()
+    policies: tuple[str, ...] = ()
+    rates: tuple[float, ...] = ()
+    k_table: str | None = None
+    quality_profile: Path | None = None  # `reprise profile k --json`; None: the lab's shipped profiles
+    switch_s: float = 0.0
+    jobs: int = 1
+    json_path: Path | None = None
+    plots: Path | None = None
+    compare: Path | None = None
+    progress: bool = True
+    monitor: MonitorMode | None = None  # MoDM's global monitor in this mode; None: fixed allocation
+    monitor_period_s: float | None = None  # None: settings.monitor_period_s
+    allocator: Allocator = Allocator.DIFFSERVE  # cascade profiles: the MILP, or a fixed threshold (modm)
+    cascade_pair: str = "sd15"  # DiffServe 4.1's light-heavy pair whose latencies the cascade runs at
+    cascade_profile: Path | None = None  # `reprise cascade train --json`; None: the lab's shipped one

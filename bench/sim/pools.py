@@ -1,0 +1,119 @@
+"""The simulator's GPU workers, grouped by role, and the hook a pool monitor plugs into.
+
+Worker counts per role live in one place, `Pools.targets`. A `PoolMonitor` (MoDM 5.3's global
+monitor with its PID controller, bench.sim.monitor, is the intended one) is called every `period_s` of
+simulated time with a `MonitorSnapshot` of the last period and may return new targets; idle workers
+then switch roles at once, busy ones when their job ends, each paying `switch_s` to load the other
+model (a worker hosts one model at a time, MoDM Eq. 6).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from core.vocabulary import Role
+from jobs.pools.policy import POOL_ROLES
+
+
+@dataclass(frozen=True, slots=True)
+class PoolTargets:
+    """How many workers should host each model."""
+
+    large: int
+    small: int
+
+    def __post_init__(self) -> None:
+        if self.large < 0 or self.small < 0:
+            raise ValueError(f"worker counts must not be negative: large={self.large} small={self.small}")
+
+    @property
+    def total(self) -> int:
+        return self.large + self.small
+
+    def of(self, role: Role) -> int:
+        return self.large if role is Role.LARGE else self.small
+
+
+@dataclass(frozen=True, slots=True)
+class MonitorSnapshot:
+    """What a monitor sees at the end of one period (MoDM Table 1: H_cache, R, P(K = k))."""
+
+    now_s: float
+    period_s: float
+    arrivals: int
+    hits: int
+    misses: int
+    k_counts: Mapping[int, int]
+    queued: Mapping[Role, int]
+    targets: PoolTargets
+
+    @property
+    def request_rate_per_min(self) -> float:
+        return self.arrivals * 60.0 / self.period_s if self.period_s > 0 else 0.0
+
+    @property
+    def hit_rate(self) -> float | None:
+        admitted = self.hits + self.misses
+        return self.hits / admitted if admitted else None
+
+
+class PoolMonitor(Protocol):
+    """Decides worker counts per role. Must keep the total unchanged; None keeps the current targets."""
+
+    period_s: float
+
+    def __call__(self, snapshot: MonitorSnapshot) -> PoolTargets | None: ...
+
+
+@dataclass(slots=True)
+class Worker:
+    """One GPU. `job` is the seq of the request it runs; `available_s` ends a role switch."""
+
+    worker_id: int
+    role: Role
+    job: int | None = None
+    available_s: float = 0.0
+
+    def idle(self, now_s: float) -> bool:
+        return self.job is None and self.available_s <= now_s
+
+
+class Pools:
+    """The workers, and the targets per role they converge to."""
+
+    def __init__(self, targets: PoolTargets, *, switch_s: float = 0.0) -> None:
+        if targets.total < 1:
+            raise ValueError("the simulation needs at least one worker")
+        if switch_s < 0:
+            raise ValueError("switch_s must not be negative")
+        self.targets = targets
+        self.switch_s = switch_s
+        self.switches = 0
+        self.workers = [Worker(i, Role.LARGE) for i in range(targets.large)] + [
+            Worker(targets.large + i, Role.SMALL) for i in range(targets.small)
+        ]
+
+    def hosting(self, role: Role) -> int:
+        return sum(1 for worker in self.workers if worker.role is role)
+
+    def set_targets(self, targets: PoolTargets) -> None:
+        if targets.total != self.targets.total:
+            raise ValueError(f"a monitor must keep {self.targets.total} workers, not {targets.total}")
+        self.targets = targets
+
+    def rebalance(self, now_s: float) -> list[Worker]:
+        """Switch idle workers from roles above target to roles below it. Returns the switched ones."""
+        switched: list[Worker] = []
+        for worker in self.workers:
+            if not worker.idle(now_s):
+                continue
+            surplus = self.hosting(worker.role) - self.targets.of(worker.role)
+            wanting = [role for role in POOL_ROLES if self.hosting(role) < self.targets.of(role)]
+            if surplus > 0 and wanting:
+                worker.role = wanting[0]
+                worker.available_s = now_s + self.switch_s
+                self.switches += 1
+                switched.append(worker)
+        return switched

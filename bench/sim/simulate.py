@@ -1,0 +1,443 @@
+"""A discrete-event simulation of the serving stack, for scales one machine cannot hold.
+
+It replays a workload (bench.workload.trace) through the same policy code the service runs (the admit
+worker's decision, jobs.admission.decide; the match predictor and eviction planner of jobs.policies,
+driven by bench.sim.cache) with profiled per-step costs per model (bench.run.costs) instead of GPUs, N
+workers per role (bench.sim.pools) and a cache budget. No image is generated; prompt embeddings are real
+(the configured text embedder, cached by bench.workload.embeddings); on a lab trace each request's quality is
+predicted from a profile (bench.quality.model).
+
+The model of one request:
+  1. arrival; admission at once against the cache as it is then (embed, predictor, exact nearest
+     neighbour, jobs.admission.decide: k from the table, scaled to T, over holes); queued `admit_s`
+     later (the measured embedding time per prompt; the CPU admit pool is no bottleneck here).
+  2. a miss waits for a large worker; a hit for a small worker when the profile sends hits to the
+     small pool (Profile.hits_on_small), or a large one with no miss waiting (DESIGN.md: "small pool
+     (or large, when idle)"; Settings.large_serves_hits); otherwise hits queue with the misses.
+  3. a hit whose entry (or, under resume, state) was evicted since admission runs as a miss, on the
+     large pool (workers.generation.reuse_job). Service time: denoiser evaluations x the model's
+     step cost + one VAE decode.
+  4. at completion a hit counts one use of its entry and state (as reuse_job does); a miss, and with
+     cache_all any hit, inserts an entry (captured states under resume, a final latent under refine),
+     evicting first what the budget needs (jobs.passes.eviction.ensure_room's rule, batched:
+     bench.sim.cache.EVICT_SLACK); the predictor is refit every beat period under NIRVANA's 5% rule.
+
+Text-to-image lookup (MoDM) is simulated text to text (bench.sim.lookup). The allocation is fixed,
+moved by MoDM's monitor (bench.sim.monitor), or follows a replayed stack's (`allocation_schedule`,
+bench.live.stack).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter, deque
+from dataclasses import dataclass, field, replace
+from enum import IntEnum
+
+from bench.run.outcomes import RequestOutcome, step_ms_by_model
+from bench.run.progress import ProgressBar
+from bench.run.report import BenchReport
+from bench.sim.cache import SimCache
+from bench.sim.cascade import cascade_quality, escalate, start_controller
+from bench.sim.config import SimConfig, SimResult
+from bench.sim.lookup import simulated_lookup
+from bench.sim.monitor import AllocationPoint, SimulatedMonitor
+from bench.sim.pools import MonitorSnapshot, PoolMonitor, Pools, PoolTargets
+from bench.sim.report import judged_report
+from bench.workload.embeddings import TraceEmbeddings
+from bench.workload.trace import Request, Workload
+from core.settings import Settings
+from core.vocabulary import Allocator, HitPolicy, Role
+
+
+class _Event(IntEnum):
+    """Event kinds; at equal times the smaller runs first (a finished job frees its worker and
+    inserts its entry before anything else happens at that instant)."""
+
+    DONE = 0
+    WAKE = 1
+    MAINTAIN = 2
+    MONITOR = 3
+    ARRIVAL = 4
+    READY = 5
+
+
+@dataclass(slots=True)
+class _Job:
+    request: Request
+    arrival_s: float
+    k: int | None
+    admission_ms: float | None
+    entry_row: int | None = None  # the cached entry a hit was admitted to
+    similarity: float | None = None  # a hit's similarity to that entry (its quality depends on it)
+    role: Role = Role.LARGE
+    evals: dict[str, int] = field(default_factory=dict)
+    stage: str | None = None  # DiffServe's cascade: "light", then "heavy" when escalated
+    draw: tuple[float, float | None, float | None] | None = None  # (score, light, heavy quality)
+
+
+class _Simulation:
+    """One run: the event loop and its state. Use `run_simulation`."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        config: SimConfig,
+        *,
+        cache: SimCache | None,
+        admit_s: float,
+        embed_ms: float,
+        monitor: PoolMonitor | None,
+        progress: ProgressBar | None,
+    ) -> None:
+        self.workload = workload
+        self.config = config
+        self.profile = config.profile
+        self.costs = config.costs
+        self.cache = cache
+        self.admit_s = admit_s
+        self.embed_ms = embed_ms
+        self.monitor = monitor
+        self.progress = progress
+        self.pools = Pools(config.targets(), switch_s=config.switch_s)
+        self.large_name = config.costs.large_model or "large"
+        self.small_name = config.costs.small_model or "small"
+        self.events: list[tuple[float, int, int, int]] = []
+        self._order = 0
+        self.large_queue: deque[_Job] = deque()
+        self.small_queue: deque[_Job] = deque()
+        self.jobs: dict[int, _Job] = {}
+        self.outcomes: list[RequestOutcome] = []
+        self.next_closed = 0
+        self.window: Counter[str] = Counter()
+        self.window_k: Counter[int] = Counter()
+        self.requests = workload.requests
+        self.query_rows = [r.prompt_idx for r in self.requests]
+        self.timeline = [AllocationPoint(0.0, self.pools.targets.large, self.pools.targets.small)]
+        self.schedule = deque(config.allocation_schedule)
+        self.requeued = False  # a hit went back to the miss queue during a dispatch pass
+        self.light_queue: deque[_Job] = deque()  # DiffServe's light stages (cascade_light)
+        self.controller = start_controller(config.cascade, workload, self.pools) if config.cascade else None
+        self.light_work_s = 0.0  # light-pool seconds asked this period (the cascade's allocator)
+        self.stages = Counter[str]()  # light stages run, and escalated
+
+    # --- events ----------------------------------------------------------------------------
+    def push(self, time_s: float, kind: _Event, ref: int) -> None:
+        self._order += 1
+        heapq.heappush(self.events, (time_s, int(kind), self._order, ref))
+
+    def run(self) -> list[RequestOutcome]:
+        total = len(self.requests)
+        if total == 0:
+            return []
+        closed = any(r.arrival_s is None for r in self.requests)
+        if closed:
+            for _ in range(min(self.workload.spec.concurrency, total)):
+                self._submit_next_closed(0.0)
+        else:
+            for seq, request in enumerate(self.requests):
+                assert request.arrival_s is not None
+                self.push(request.arrival_s, _Event.ARRIVAL, seq)
+        if self.cache is not None:
+            self.push(0.0, _Event.MAINTAIN, 0)
+        if self.monitor is not None or self.controller is not None:
+            self.push(self._period_s(), _Event.MONITOR, 0)
+        while self.events and len(self.outcomes) < total:
+            now, kind, _, ref = heapq.heappop(self.events)
+            self._handle(now, _Event(kind), ref)
+        return self.outcomes
+
+    def _handle(self, now: float, kind: _Event, ref: int) -> None:
+        if kind is _Event.ARRIVAL:
+            self._arrive(now, ref)
+        elif kind is _Event.READY:
+            job = self.jobs[ref]
+            queue = self.small_queue if job.role is Role.SMALL else self.large_queue
+            (self.light_queue if job.stage == "light" else queue).append(job)
+            self._dispatch(now)
+        elif kind is _Event.DONE:
+            self._finish(now, ref)
+        elif kind is _Event.WAKE:
+            self._dispatch(now)
+        elif kind is _Event.MAINTAIN:
+            assert self.cache is not None
+            self.cache.maintain_predictor()
+            self.push(now + self.config.maintenance_period_s, _Event.MAINTAIN, 0)
+        elif kind is _Event.MONITOR:
+            self._allocate(now) if self.controller is not None else self._monitor(now)
+
+    def _submit_next_closed(self, now: float) -> None:
+        if self.next_closed < len(self.requests):
+            self.push(now, _Event.ARRIVAL, self.next_closed)
+            self.next_closed += 1
+
+    # --- admission -------------------------------------------------------------------------
+    def _arrive(self, now: float, seq: int) -> None:
+        self._follow_schedule(now, seq)
+        request = self.requests[seq]
+        k: int | None = None
+        admission_ms: float | None = None
+        entry_row: int | None = None
+        similarity: float | None = None
+        if self.cache is not None:
+            upcoming = self.query_rows[seq + 1 : seq + 256]
+            lookup = self.cache.lookup(request.prompt_idx, now, upcoming=upcoming)
+            k, entry_row, similarity = lookup.k, lookup.entry_row, lookup.similarity
+            admission_ms = self.embed_ms + lookup.wall_ms
+        job = _Job(request, now, k, admission_ms, entry_row, similarity if k is not None else None)
+        job.role = Role.SMALL if k is not None and self.profile.hits_on_small else Role.LARGE
+        if self.config.cascade is not None and k is None:  # a miss goes light-first (DiffServe 3.1)
+            job.role, job.stage = Role.SMALL, "light"
+            job.draw = self.config.cascade.profile.draw(request.prompt_idx)
+            self.light_work_s += self.config.cascade.light_stage_ms / 1e3
+        elif job.role is Role.SMALL:
+            self.light_work_s += (self.profile.steps - (k or 0)) * self.costs.small_step_ms / 1e3
+        self.jobs[seq] = job
+        self.window["arrivals"] += 1
+        self.window["hits" if k is not None else "misses"] += 1
+        if k is not None:
+            self.window_k[k] += 1
+        self.push(now + self.admit_s, _Event.READY, seq)
+
+    # --- workers ---------------------------------------------------------------------------
+    def _dispatch(self, now: float) -> None:
+        for worker in self.pools.workers:
+            if not worker.idle(now):
+                continue
+            if worker.role is Role.LARGE:
+                takes_hits = self.config.large_serves_hits or self.pools.hosting(Role.SMALL) == 0
+                queue = self.small_queue if takes_hits and not self.large_queue else self.large_queue
+            else:
+                queue = self.small_queue if self.small_queue or not self.light_queue else self.light_queue
+            job = self._next_job(queue)
+            if job is None:
+                continue
+            worker.job = job.request.seq
+            self.push(
+                now + self._service_s(job, on_small=worker.role is Role.SMALL), _Event.DONE, worker.worker_id
+            )
+        if self.requeued:  # a worker passed over earlier in the loop may take the rerouted job
+            self.requeued = False
+            self._dispatch(now)
+
+    def _service_s(self, job: _Job, *, on_small: bool) -> float:
+        """The job's time on the worker, its evaluations recorded (a cascade's light stage: the pair's
+        light latency and the discriminator; an escalated job adds the heavy run to them)."""
+        cascade = self.config.cascade
+        if job.stage == "light" and cascade is not None:
+            job.evals = {self.small_name: cascade.pair.light_steps}
+            return cascade.light_stage_ms / 1000.0
+        steps = self.profile.steps - (job.k or 0)
+        model = self.small_name if on_small else self.large_name
+        step_ms = self.costs.small_step_ms if on_small else self.costs.large_step_ms
+        job.evals = {**job.evals, model: steps} if job.stage == "heavy" else {model: steps}
+        return (steps * step_ms + self.costs.decode_ms) / 1000.0
+
+    def _next_job(self, queue: deque[_Job]) -> _Job | None:
+        """The next job of `queue` a worker can run. A hit whose source was evicted since admission
+        goes to the large pool's queue as a miss instead (workers.generation.reuse_job)."""
+        while queue:
+            job = queue.popleft()
+            if job.k is None or self.cache is None or job.entry_row is None:
+                return job
+            if self.cache.serves(job.entry_row, job.k):
+                return job
+            job.k, job.entry_row, job.role = None, None, Role.LARGE
+            self.large_queue.append(job)
+            self.requeued = True
+        return None
+
+    def _finish(self, now: float, worker_id: int) -> None:
+        worker = self.pools.workers[worker_id]
+        assert worker.job is not None
+        job = self.jobs.pop(worker.job)
+        worker.job = None
+        if self._escalated(job):
+            self.jobs[job.request.seq] = job
+            self._rebalance(now)
+            self._dispatch(now)
+            return
+        hit = job.k is not None
+        if self.cache is not None and job.k is not None and job.entry_row is not None:
+            self.cache.record_use(job.entry_row, job.k, now)  # as reuse_job does, once the run is done
+        if self.cache is not None and (not hit or self.profile.cache_all):
+            self.cache.insert(job.request.prompt_idx, now)
+        self.outcomes.append(
+            RequestOutcome(
+                seq=job.request.seq,
+                prompt_idx=job.request.prompt_idx,
+                status="succeeded",
+                hit=hit,
+                k=job.k,
+                steps=self.profile.steps,
+                denoiser_evaluations=job.evals,
+                arrival_s=job.arrival_s,
+                completed_s=now,
+                latency_ms=(now - job.arrival_s) * 1000.0,
+                admission_ms=job.admission_ms,
+                similarity=job.similarity if hit else None,
+                quality=cascade_quality(job.stage, job.draw)[0],
+                fresh_quality=cascade_quality(job.stage, job.draw)[1],
+            )
+        )
+        if self.progress is not None and (
+            len(self.outcomes) % 50 == 0 or len(self.outcomes) == len(self.requests)
+        ):
+            hits = sum(o.hit for o in self.outcomes)
+            self.progress.update(len(self.outcomes), note=f"hit rate {hits / len(self.outcomes):.3f}")
+        if job.request.arrival_s is None:
+            self._submit_next_closed(now)
+        self._rebalance(now)
+        self._dispatch(now)
+
+    # --- DiffServe's cascade (bench.sim.cascade) --------------------------------------------
+    def _escalated(self, job: _Job) -> bool:
+        """At the end of a light stage: True when the discriminator sends the job on to the heavy
+        model (then queued on the large pool, its light evaluations kept)."""
+        if job.stage != "light" or self.controller is None or job.draw is None:
+            return False
+        if escalate(self.controller, job.draw[0], self.stages):
+            job.stage, job.role = "heavy", Role.LARGE
+            self.large_queue.append(job)
+            return True
+        return False
+
+    def _period_s(self) -> float:
+        if self.controller is not None:
+            return self.controller.spec.period_s
+        assert self.monitor is not None
+        return self.monitor.period_s
+
+    def _allocate(self, now: float) -> None:
+        """A period of DiffServe's controller: the MILP on the period's demand and queues."""
+        assert self.controller is not None
+        period = self.controller.spec.period_s
+        if self.controller.spec.allocator is Allocator.DIFFSERVE:
+            queued = (len(self.light_queue) + len(self.small_queue), len(self.large_queue))
+            plan = self.controller.decide(
+                now, self.window["misses"] / period, self.light_work_s / period, queued
+            )
+            self.pools.set_targets(PoolTargets(large=plan.heavy_workers, small=plan.light_workers))
+            self._rebalance(now)
+            self._dispatch(now)
+        self.window.clear()
+        self.window_k.clear()
+        self.light_work_s = 0.0
+        self.push(now + period, _Event.MONITOR, 0)
+
+    def cascade_summary(self, report: BenchReport) -> BenchReport:
+        assert self.controller is not None
+        light = self.stages["light"]
+        return replace(
+            report,
+            escalation_rate=self.stages["escalated"] / light if light else None,
+            threshold_timeline=tuple(self.controller.timeline),
+        )
+
+    def _rebalance(self, now: float) -> None:
+        for worker in self.pools.rebalance(now):
+            if worker.available_s > now:
+                self.push(worker.available_s, _Event.WAKE, worker.worker_id)
+
+    def _follow_schedule(self, now: float, seq: int) -> None:
+        """Apply the replayed stack's moves due by the arrival of request `seq` (bench.live.stack)."""
+        moved = False
+        while self.schedule and self.schedule[0].after_requests <= seq:
+            due = self.schedule.popleft()
+            self.pools.set_targets(self.config.targets(due.large, due.small))
+            moved = True
+        if moved:
+            self._rebalance(now)
+            self._dispatch(now)
+            self.timeline.append(AllocationPoint(now, self.pools.targets.large, self.pools.targets.small))
+
+    def _monitor(self, now: float) -> None:
+        assert self.monitor is not None
+        snapshot = MonitorSnapshot(
+            now_s=now,
+            period_s=self.monitor.period_s,
+            arrivals=self.window["arrivals"],
+            hits=self.window["hits"],
+            misses=self.window["misses"],
+            k_counts=dict(self.window_k),
+            queued={Role.LARGE: len(self.large_queue), Role.SMALL: len(self.small_queue)},
+            targets=self.pools.targets,
+        )
+        self.window.clear()
+        self.window_k.clear()
+        targets = self.monitor(snapshot)
+        if targets is not None:
+            self.pools.set_targets(targets)
+            self._rebalance(now)
+            self._dispatch(now)
+        self.timeline.append(AllocationPoint(now, self.pools.targets.large, self.pools.targets.small))
+        self.push(now + self.monitor.period_s, _Event.MONITOR, 0)
+
+
+def run_simulation(
+    workload: Workload,
+    config: SimConfig,
+    *,
+    settings: Settings,
+    embeddings: TraceEmbeddings | None,
+    vanilla_throughput_rps: float | None = None,
+    monitor: PoolMonitor | None = None,
+    show_progress: bool = False,
+) -> SimResult:
+    """Simulate `workload` under `config` and report it like a replay would be reported.
+
+    `embeddings` are required unless the profile caches nothing (vanilla). Without
+    `vanilla_throughput_rps` a vanilla run of the same workload on the same GPUs gives it.
+    `monitor` overrides the config's: without either the allocation stays as configured. MoDM's
+    monitor (config.monitor) runs only where hits go to a small pool: otherwise there is no choice.
+    """
+    profile = config.profile
+    if monitor is None and config.monitor is not None and profile.hits_on_small:
+        monitor = SimulatedMonitor(config.monitor, config.costs, profile.steps)
+    lookup = simulated_lookup(
+        profile,
+        k_table=config.k_table,
+        costs=config.costs,
+        cache_bytes=config.cache_bytes,
+        capacity=len(workload.requests),
+        settings=settings,
+        embeddings=embeddings,
+    )
+    label, followed = f"simulate {profile.name}", monitor is not None or bool(config.allocation_schedule)
+    embed_ms = embeddings.embed_ms_per_prompt if embeddings is not None else 0.0
+    progress = ProgressBar(len(workload.requests), label=label) if show_progress else None
+    simulation = _Simulation(
+        workload,
+        config,
+        cache=lookup.cache,
+        admit_s=embed_ms / 1000.0 if lookup.cache is not None else 0.0,
+        embed_ms=embed_ms,
+        monitor=monitor,
+        progress=progress,
+    )
+    outcomes = simulation.run()
+    if progress is not None:
+        progress.close()
+    if vanilla_throughput_rps is None and (profile.caches or config.cascade is not None):
+        vanilla_throughput_rps = vanilla_throughput(workload, config, settings)
+    prices = step_ms_by_model(config.costs, outcomes) if outcomes else {}
+    report = judged_report(outcomes, workload, config, vanilla_throughput_rps, lookup.embedder)
+    if simulation.controller is not None:
+        report = simulation.cascade_summary(report)
+    if not profile.caches and config.cascade is None:
+        report = replace(report, vanilla_throughput_rps=report.throughput_rps)
+    return SimResult(
+        report=report,
+        outcomes=tuple(outcomes),
+        prices=prices,
+        counters=lookup.cache.counters if lookup.cache is not None else None,
+        table=lookup.table,
+        allocation_timeline=tuple(simulation.timeline) if followed else None,
+    )
+
+
+def vanilla_throughput(workload: Workload, config: SimConfig, settings: Settings) -> float | None:
+    """The same workload with no cache and no cascade: every GPU on the large model."""
+    profile = replace(config.profile, caches=False, hit_policy=HitPolicy.RESUME, cascade=False)
+    vanilla = replace(config, profile=profile, monitor=None, allocation_schedule=(), cascade=None)
+    return run_simulation(workload, vanilla, settings=settings, embeddings=None).report.throughput_rps

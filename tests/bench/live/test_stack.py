@@ -1,0 +1,171 @@
+"""What a replay records of the stack (pools and pool monitor over time, from /v1/stats), and
+`simulate --compare` running that configuration or refusing, naming the difference."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from bench.live.stack import ScheduledAllocation, StackRecord, StackWatch, differences
+from bench.run.options import SimulateOptions, WorkloadOptions
+from bench.run.profiles import build_profile
+from bench.sim.runner import simulate_main
+from core.settings import Settings
+from core.vocabulary import MonitorMode
+
+START = datetime(2030, 1, 1, tzinfo=UTC)
+MONITOR = {"enabled": True, "mode": "throughput", "period_s": 60}
+
+
+def stats(large: int, small: int, decided_at: str | None = None, mode: str = "throughput") -> dict[str, Any]:
+    decision = {"decided_at": decided_at, "mode": mode} if decided_at else None
+    return {
+        "pools": {"large": large, "small": small, "decode": 1},
+        "pool_monitor": decision,
+        "monitor": MONITOR,
+    }
+
+
+def test_the_watch_keeps_a_point_per_change_and_ignores_decisions_older_than_the_replay(
+    bench_settings: Settings,
+) -> None:
+    watch = StackWatch(started_at=START)
+    watch.observe(stats(1, 1, decided_at="2029-12-31T23:00:00Z"), t=0.0, submitted=0)  # an earlier run's
+    watch.observe(stats(1, 1, decided_at="2029-12-31T23:00:00Z"), t=2.0, submitted=8)
+    watch.observe(stats(2, 0, decided_at="2030-01-01T00:01:00Z"), t=61.0, submitted=120)
+    watch.observe(stats(2, 0, decided_at="2030-01-01T00:01:00Z"), t=63.0, submitted=126)
+    record = watch.record(build_profile("configured", bench_settings), steps=None)
+    assert [(p.submitted, p.large, p.small, p.mode) for p in record.timeline] == [
+        (0, 1, 1, None),
+        (120, 2, 0, "throughput"),
+    ]
+    assert record.monitor_mode() == "throughput"
+    assert record.schedule() == (ScheduledAllocation(120, 2, 0),)
+    assert StackRecord.from_json(json.loads(json.dumps(record.as_json()))) == record
+
+
+def test_a_stack_that_does_not_report_its_monitor_is_read_from_its_decisions(
+    bench_settings: Settings,
+) -> None:
+    watch = StackWatch(started_at=START)
+    for t, (large, small) in enumerate([(1, 1), (2, 0)]):
+        payload = stats(large, small, decided_at="2030-01-01T00:01:00Z" if t else None, mode="quality")
+        payload.pop("monitor")
+        watch.observe(payload, t=float(t), submitted=t * 50)
+    record = watch.record(build_profile("configured", bench_settings), steps=None)
+    assert record.monitor is None and record.monitor_mode() == "quality"
+    quiet = StackRecord(None, {}, None, record.timeline[:1])
+    assert quiet.monitor_mode() is None  # no decision seen: the mode cannot be told
+
+
+def test_the_watch_polls_stats_while_the_replay_runs() -> None:
+    readings = iter([stats(1, 1), stats(2, 0, decided_at="2030-01-01T00:01:00Z")])
+    last = stats(2, 0, decided_at="2030-01-01T00:01:00Z")
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/v1/stats"
+        return httpx.Response(200, json=next(readings, last))
+
+    async def replay() -> StackWatch:
+        watch = StackWatch(started_at=START)
+        stop = asyncio.Event()
+        async with httpx.AsyncClient(
+            base_url="http://stack", transport=httpx.MockTransport(answer)
+        ) as client:
+            task = asyncio.create_task(watch.run(client, stop, clock=lambda: 1.0, submitted=lambda: 7))
+            await asyncio.sleep(0)
+            stop.set()
+            await task
+        return watch
+
+    watch = asyncio.run(replay())
+    assert [(p.large, p.small, p.mode) for p in watch.points] == [(1, 1, None), (2, 0, "throughput")]
+    assert watch.monitor == MONITOR
+
+
+def test_differences_name_every_option_to_change(bench_settings: Settings) -> None:
+    profile = build_profile("configured", bench_settings)
+    ran = StackRecord(
+        MONITOR,
+        {**profile.describe(), "hit_policy": "refine"},
+        profile.steps + 1,
+        (StackRecord.from_json({"timeline": [{"t": 0, "submitted": 0, "large": 1, "small": 1}]}).timeline),
+    )
+    lines = differences(ran, profile=profile, large_workers=3, small_workers=1, monitor=None)
+    assert len(lines) == 4
+    assert "profile hit_policy: the replay ran 'refine'" in lines[0]
+    assert lines[1].startswith("steps:") and f"REPRISE_STEPS={profile.steps + 1}" in lines[1]
+    assert lines[2].startswith("--large-workers: the stack started the replay with 1, this simulation with 3")
+    assert lines[3].startswith("--monitor: the stack's pool monitor was throughput") and "off" in lines[3]
+    same = StackRecord(MONITOR, profile.describe(), None, ran.timeline)
+    assert (
+        differences(same, profile=profile, large_workers=1, small_workers=1, monitor=MonitorMode.THROUGHPUT)
+        == []
+    )
+
+
+def _replay_json(path: Path, profile: dict[str, Any], timeline: list[dict[str, Any]]) -> Path:
+    measured = {
+        "profile": profile["name"],
+        "requests": 60,
+        "hit_rate": 0.5,
+        "compute_saved": 0.3,
+        "k_histogram": {"25": 30},
+        "stack": {"monitor": MONITOR, "profile": profile, "steps": None, "timeline": timeline},
+    }
+    path.write_text(json.dumps(measured), encoding="utf-8")
+    return path
+
+
+def test_simulate_compare_refuses_another_configuration(
+    repeat_trace: Path, bench_settings: Settings, tmp_path: Path
+) -> None:
+    profile = build_profile("modm", bench_settings).describe()
+    replay = _replay_json(
+        tmp_path / "replay.json", profile, [{"t": 0, "submitted": 0, "large": 1, "small": 1}]
+    )
+    options = SimulateOptions(
+        workload=WorkloadOptions(trace=repeat_trace), profiles=("modm",), compare=replay, progress=False
+    )  # the defaults: 3 large + 1 small, no monitor
+    with pytest.raises(ValueError, match="--large-workers") as refused:
+        simulate_main(bench_settings, options)
+    assert "--monitor: the stack's pool monitor was throughput" in str(refused.value)
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"profile": "modm", "requests": 60}), encoding="utf-8")
+    with pytest.raises(ValueError, match="replay again"):
+        simulate_main(bench_settings, replace(options, compare=old))
+
+
+def test_simulate_compare_follows_the_replayed_allocation(
+    repeat_trace: Path, bench_settings: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile = build_profile("modm", bench_settings).describe()
+    timeline: list[dict[str, Any]] = [
+        {"t": 0, "submitted": 0, "large": 1, "small": 1, "mode": None},
+        {"t": 61, "submitted": 40, "large": 2, "small": 0, "mode": "throughput"},
+    ]
+    replay = _replay_json(tmp_path / "replay.json", profile, timeline)
+    out = tmp_path / "sim.json"
+    simulate_main(
+        bench_settings,
+        SimulateOptions(
+            workload=WorkloadOptions(trace=repeat_trace),
+            profiles=("modm",),
+            large_workers=1,
+            small_workers=1,
+            monitor=MonitorMode.THROUGHPUT,
+            compare=replay,
+            json_path=out,
+            progress=False,
+        ),
+    )
+    simulated = json.loads(out.read_text())
+    assert [(p["large"], p["small"]) for p in simulated["allocation_timeline"]] == [(1, 1), (2, 0)]
+    assert "simulated vs measured (modm)" in capsys.readouterr().out
