@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from core.ops_settings import default_shared_buffers_mb
 from core.settings import Settings
+from core.settings.services import default_shared_buffers_mb
 from reprise.services.common import ServiceStatus
 from reprise.services.postgres import EmbeddedPostgres, check_external_postgres
 from reprise.services.redis import EmbeddedRedis, check_external_redis

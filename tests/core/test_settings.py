@@ -70,3 +70,33 @@ def test_an_empty_variable_means_unset(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REPRISE_PUBLIC_BASE_URL", "")
     settings = load_settings()
     assert settings.large_model is None and settings.public_base_url is None
+
+
+@pytest.mark.parametrize(
+    ("environment", "expected"),
+    [
+        ({"REPRISE_PG_PORT": "6000", "REPRISE_REDIS_PORT": "6000"}, "REPRISE_PG_PORT or REPRISE_REDIS_PORT"),
+        ({"REPRISE_VISIBILITY_TIMEOUT_S": "900"}, "raise REPRISE_VISIBILITY_TIMEOUT_S"),
+        ({"REPRISE_LEASE_S": "10", "REPRISE_LEASE_RENEW_S": "6"}, "lower REPRISE_LEASE_RENEW_S"),
+        ({"REPRISE_MONITOR_MIN_LARGE": "3", "REPRISE_MONITOR_MAX_LARGE": "2"}, "REPRISE_MONITOR_MAX_LARGE"),
+        ({"REPRISE_LARGE_MODEL": "lab:huge"}, "is no built model"),
+    ],
+)
+def test_each_subsystem_refuses_a_combination_that_cannot_work(
+    monkeypatch: pytest.MonkeyPatch, environment: dict[str, str], expected: str
+) -> None:
+    """The checks across fields of one subsystem (services, reliability, pools, models) run at start."""
+    for variable, value in environment.items():
+        monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError, match=expected):
+        load_settings()
+
+
+def test_a_built_model_brings_its_latent_family(monkeypatch: pytest.MonkeyPatch) -> None:
+    for role in ("LARGE", "SMALL"):
+        monkeypatch.delenv(f"REPRISE_{role}_MODEL", raising=False)
+        monkeypatch.delenv(f"REPRISE_{role}_FAMILY", raising=False)
+    monkeypatch.setenv("REPRISE_SMALL_MODEL", "lab:small-b")
+    settings = load_settings(model_set="lab")
+    assert (settings.large_family, settings.small_family) == ("lab-a", "lab-b")
+    assert load_settings(large_model="org/some-model").large_family == "default"

@@ -1,5 +1,5 @@
-"""The settings of the cache lookup at scale (issue 17), a part of core.settings.Settings, read from the
-same REPRISE_* environment variables."""
+"""Lookup index: how the nearest cached entry is found in pgvector at scale: exact search for small
+scopes, HNSW indexes (shared and per scope) for large ones, and their upkeep."""
 
 from __future__ import annotations
 
@@ -8,7 +8,11 @@ from pydantic_settings import BaseSettings
 
 
 class LookupSettings(BaseSettings):
-    """REPRISE_LOOKUP_EXACT_MAX, REPRISE_HNSW_MAX_SCAN_TUPLES and REPRISE_INDEX_*."""
+    """Lookup index: exact search, HNSW search parameters, per-scope indexes and index upkeep.
+
+    Defaults come from `reprise bench cache` at up to a million entries over a thousand scopes
+    (README, 'Admission at scale').
+    """
 
     hnsw_ef_search: int = Field(
         80,

@@ -1,5 +1,6 @@
-"""The settings of the read path (issue 15: LatentBox's decode nodes, routing, delivery, retention), a
-part of core.settings.Settings, read from the same REPRISE_* environment variables."""
+"""Reads and decode: LatentBox's read path: decode nodes that turn stored latents into images when a
+client reads one, their dual-format cache (images and latents, split by a tuned alpha), routing and
+spilling between nodes, and how an image is delivered."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ from core.vocabulary import ImageDelivery, ReadStore, Tiering
 
 
 class ReadSettings(BaseSettings):
-    """REPRISE_READ_*, REPRISE_IMAGE_DELIVERY and REPRISE_RETENTION_DAYS."""
+    """Reads and decode (LatentBox): decode nodes, their image and latent tiers, routing and delivery.
+
+    Defaults follow LatentBox (sections 4.2 to 6.5), scaled to a node that sees far fewer reads.
+    """
 
     decode_wait_s: float = Field(
         10.0, gt=0, description="How long an image read waits on the decode nodes; then 202, Retry-After."
@@ -72,9 +76,3 @@ class ReadSettings(BaseSettings):
         description="bytes, or redirect: a stored image is answered with a 307 to a presigned URL (S3 only).",
     )
     presign_ttl_s: int = Field(300, ge=1, le=7 * 86400, description="Lifetime of a presigned image URL.")
-    retention_days: float | None = Field(
-        None,
-        gt=0,
-        description="Outputs (latents, images, and the cache entry made from them) of jobs finished longer "
-        "ago than this are deleted by the retention pass; their image reads answer 410. Unset: kept.",
-    )

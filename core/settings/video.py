@@ -1,6 +1,6 @@
-"""The settings of video jobs (issue 18, FlexCache), a part of core.settings.Settings, read from the
-same REPRISE_* environment variables. The schedule (steps, capture_steps) is the image jobs': FlexCache
-keeps NIRVANA's key steps (2.2, 3.2)."""
+"""Video: FlexCache's approximate cache for text-to-video jobs: the video pipeline, the video scopes'
+byte budget, the compression of cached states and the decoupled lookup. The schedule (steps,
+capture_steps) is the image jobs': FlexCache keeps NIRVANA's key steps (2.2, 3.2)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,11 @@ from pydantic_settings import BaseSettings
 
 
 class VideoSettings(BaseSettings):
-    """REPRISE_VIDEO_*."""
+    """Video (FlexCache): the video model, its cache budget, state compression and lookup.
+
+    A video job is the other kind of job: it shares the image jobs' schedule (steps, capture_steps),
+    queues and pools, and keeps its cache entries in video scopes of their own.
+    """
 
     video_model: str = Field(
         "tiny-video",
@@ -28,7 +32,7 @@ class VideoSettings(BaseSettings):
         1e-3,
         gt=0,
         description="Every element of a cached video state decodes within this of the captured one (a "
-        "quantised residual over FlexCache 4.1's linear model; db.video_codec). Unset: the paper's "
+        "quantised residual over FlexCache 4.1's linear model; db.codec.video). Unset: the paper's "
         "model alone, 6.7x smaller, unbounded (README 'Video': 3.4x with 1e-3; resume error 6.5e-5 "
         "against 0.026).",
     )

@@ -1,8 +1,5 @@
-"""The settings of DiffServe's cascade and allocator (issue 14), a part of core.settings.Settings.
-
-Kept apart so that each settings module stays readable; Settings inherits these fields, read from the
-same REPRISE_* environment variables.
-"""
+"""Cascade: DiffServe's query-aware cascade (a light model first, a discriminator decides whether its
+image is kept) and the allocator that owns the GPU pools, MoDM's monitor or DiffServe's MILP."""
 
 from __future__ import annotations
 
@@ -13,7 +10,11 @@ from core.vocabulary import Allocator
 
 
 class CascadeSettings(BaseSettings):
-    """REPRISE_ALLOCATOR and the cascade's REPRISE_CASCADE_* variables."""
+    """Cascade (DiffServe): the allocator, the discriminator's threshold, the light stage and the MILP.
+
+    Under the diffserve allocator a miss runs on the light (small) model first and a discriminator
+    scores its image; a confident image is kept, the others go on to the heavy (large) model.
+    """
 
     allocator: Allocator = Field(
         Allocator.MODM,

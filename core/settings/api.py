@@ -1,0 +1,43 @@
+"""HTTP API: the URL clients reach, what a request may ask for, how keys are trusted, and when the
+service pushes back (backpressure)."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings
+
+
+class ApiSettings(BaseSettings):
+    """HTTP API: public URL, request limits, key lookups and backpressure.
+
+    The API process reads these; a request past a limit is refused with a problem+json error.
+    """
+
+    public_base_url: str | None = Field(
+        None,
+        description="Base URL clients reach the API at (https://api.example.com), used in job URLs and "
+        "webhook payloads. Unset: the request's own base URL; webhook payloads then carry relative URLs.",
+    )
+    max_body_bytes: int = Field(65536, ge=1024, description="Largest request body accepted; larger: 413.")
+    max_prompt_chars: int = Field(2000, ge=1, description="Longest prompt accepted.")
+    max_steps: int = Field(150, ge=1, description="Most denoising steps a request may ask for.")
+    max_side: int = Field(1024, ge=8, description="Largest width or height accepted, in pixels.")
+    auth_cache_s: float = Field(
+        5.0,
+        ge=0,
+        description="An API process trusts a key it looked up this long (a database query less per "
+        "request); a revoked key stops working within it. 0: look up every request.",
+    )
+    queue_depth_limit: int = Field(
+        1000, ge=1, description="Admit-queue length past which new jobs get 503 + Retry-After (backpressure)."
+    )
+    retry_after_s: int = Field(
+        5, ge=1, le=3600, description="Retry-After seconds sent with 429 (in-flight limit) and 503 responses."
+    )
+
+    @field_validator("public_base_url")
+    @classmethod
+    def _check_public_base_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL, e.g. https://api.example.com")
+        return value.rstrip("/") if value is not None else None

@@ -1,0 +1,87 @@
+"""Models and generation: which diffusion pipelines the GPU pools load and on what device, and the
+denoising schedule every image job follows (T, the captured steps K, the scheduler)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Self
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode
+
+from core.schedulers import SchedulerName
+from core.vocabulary import BUILTIN_FAMILIES, CUSTOM_FAMILY, ModelSet
+
+
+class ModelSettings(BaseSettings):
+    """Models and generation: model sources, latent families, device and the denoising schedule.
+
+    A model is a Hugging Face id or a local path loaded with `from_pretrained`, or a model the project
+    builds itself (lab:large, lab:small, tiny:large...: `reprise models lab`, `reprise models tiny`).
+    Misses run on the large model for T steps and leave their latents at every step in K; hits resume
+    or refine on the small one.
+    """
+
+    model_set: ModelSet = Field(ModelSet.LAB, description="Built models used for unset models: lab or tiny.")
+    large_model: str | None = Field(None, description="Large pipeline: HF id, path, lab:large. Unset: built.")
+    small_model: str | None = Field(None, description="Small pipeline for hits. Unset: <model_set>:small.")
+    decode_model: str | None = Field(
+        None, description="VAE for the decode pool. Unset: the large model's `vae` subfolder."
+    )
+    large_family: str = Field("", description="Latent family of the large model. Unset: a built model's own.")
+    small_family: str = Field("", description="Latent family of the small model. Unset: a built model's own.")
+    device: str = Field("auto", description="auto (cuda when present, else cpu), cpu, or cuda[:N].")
+
+    steps: int = Field(50, ge=1, le=1000, description="Default T (NIRVANA 6: N = 50 DDIM steps).")
+    capture_steps: Annotated[list[int], NoDecode] = Field(
+        default_factory=lambda: [5, 10, 15, 20, 25],
+        description="Steps K whose latents are cached (NIRVANA 5.3: K = {5,10,15,20,25}). Comma list.",
+    )
+    default_size: int | None = Field(
+        None, ge=8, description="Side of a request that gives none. Unset: 512 (SD 1.5), 64 for built models."
+    )
+    scheduler: SchedulerName = Field(
+        SchedulerName.DDIM,
+        description="Denoising scheduler: ddim (NIRVANA 6), euler, euler-a, dpm++, pndm, lms, or pipeline "
+        "(the model's own). Under the resume hit policy only ddim and euler resume exactly.",
+    )
+
+    @field_validator("capture_steps", mode="before")
+    @classmethod
+    def _parse_capture_steps(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [int(part) for part in value.replace(" ", "").split(",") if part]
+        return value
+
+    @field_validator("capture_steps")
+    @classmethod
+    def _check_capture_steps(cls, value: list[int]) -> list[int]:
+        if any(k <= 0 for k in value):
+            raise ValueError("every capture step must be a positive integer, e.g. 5,10,15,20,25")
+        return sorted(set(value))
+
+    @model_validator(mode="after")
+    def _check_models(self) -> Self:
+        if any(k >= self.steps for k in self.capture_steps):
+            raise ValueError(
+                f"capture_steps {self.capture_steps} must all be below steps={self.steps}: "
+                "set REPRISE_CAPTURE_STEPS to steps inside 1..T-1"
+            )
+        for role in ("large", "small"):
+            source = self.model_source(role)
+            if source.startswith(("lab:", "tiny:")) and source not in BUILTIN_FAMILIES:
+                raise ValueError(
+                    f"{role}_model={source!r} is no built model; built: {', '.join(BUILTIN_FAMILIES)}"
+                )
+            if not getattr(self, f"{role}_family"):
+                setattr(self, f"{role}_family", BUILTIN_FAMILIES.get(source, CUSTOM_FAMILY))
+        return self
+
+    def model_source(self, role: str) -> str:
+        """The large or small model in use: the configured one, or '<model_set>:<role>'."""
+        configured: str | None = getattr(self, f"{role}_model")
+        return configured if configured is not None else f"{self.model_set}:{role}"
+
+    @property
+    def effective_default_size(self) -> int:
+        builtin = 64 if self.model_source("large") in BUILTIN_FAMILIES else 512
+        return self.default_size if self.default_size is not None else builtin
