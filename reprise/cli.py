@@ -12,6 +12,7 @@ from jobs.configuration import check_configuration
 from reprise.commands import bench_admission, bench_cache  # noqa: F401  (register `bench admission|cache`)
 from reprise.commands.bench import bench_app
 from reprise.commands.cascade import cascade_app
+from reprise.commands.config import config_app
 from reprise.commands.keys import keys_app
 from reprise.commands.lab import lab_app, profile_app
 from reprise.commands.models import models_app
@@ -61,6 +62,7 @@ app.add_typer(lab_app, name="lab")
 app.add_typer(profile_app, name="profile")
 app.add_typer(pools_app, name="pools")
 app.add_typer(cascade_app, name="cascade")
+app.add_typer(config_app, name="config")
 app.command("api")(api_command)
 app.command("worker")(worker_command)
 app.command("beat")(beat_command)
