@@ -1,4 +1,4 @@
-"""The exact-prompt key: identical requests find their cached entry without an embedding (issue 17).
+"""The exact-prompt key: identical requests find their cached entry without an embedding.
 
 Two requests are the same for the cache when their prompts are equal once case and runs of whitespace
 are ignored, and they ask the same negative prompt, steps, size and guidance. The key is the sha256 of

@@ -48,7 +48,7 @@ VIDEO_PREFIX = "video:"
 
 
 def video_scope(scope: str) -> str:
-    """Where a scope's video entries live (issue 18): apart from its images, so an image lookup never
+    """Where a scope's video entries live: apart from its images, so an image lookup never
     finds a video latent, and with their own byte budget and eviction policy (FlexCache's LRBU)."""
     return VIDEO_PREFIX + scope
 

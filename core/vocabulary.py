@@ -42,7 +42,7 @@ class EntryState(StrEnum):
 
 
 class JobKind(StrEnum):
-    """What a job generates (the request's `kind`): an image, or a video (issue 18, FlexCache)."""
+    """What a job generates (the request's `kind`): an image, or a video (FlexCache)."""
 
     IMAGE = "image"
     VIDEO = "video"
