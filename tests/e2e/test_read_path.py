@@ -40,7 +40,7 @@ pytestmark = pytest.mark.integration
 
 SECOND_NODE = "decode-e2e2"
 DEFAULT_SETUP = {
-    "capacity": 256 * 2**20,  # the settings' defaults (core.read_settings)
+    "capacity": 256 * 2**20,  # the settings' defaults (core.settings.reads)
     "window": 1000,
     "tiering": "adaptive",
     "alpha": 0.5,
