@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-import numpy as np
-import pytest
+from collections.abc import Sequence
 
+import numpy as np
+import numpy.typing as npt
+import pytest
+from PIL import Image
+
+from core.scoring import ConfidenceReader
 from core.vocabulary import DiscriminatorFeatures
 from workers.runtime.discriminator import Discriminator, accuracy, fit_discriminator, image_features
 
@@ -46,3 +51,26 @@ def test_bad_inputs_are_refused_with_the_fix() -> None:
         fit_discriminator(np.zeros((0, 8)), _features(1, 0.0), kind=DiscriminatorFeatures.JUDGE)
     with pytest.raises(ValueError, match="lab's judge"):
         image_features(DiscriminatorFeatures.JUDGE, [np.zeros((64, 64, 3), np.uint8)])
+
+
+class _Reader:
+    """A ConfidenceReader reading every image as the same two confidences."""
+
+    def confidences(self, images: Sequence[Image.Image]) -> npt.NDArray[np.float64]:
+        return np.tile([0.9, 0.1], (len(images), 1))
+
+
+class _Embedder:
+    def embed_image(self, images: Sequence[Image.Image]) -> npt.NDArray[np.float32]:
+        return np.ones((len(images), 3), dtype=np.float32)
+
+
+def test_judge_features_come_through_the_confidence_reader_and_clip_features_from_the_embedder() -> None:
+    images = [Image.new("RGB", (8, 8)) for _ in range(2)]
+    assert isinstance(_Reader(), ConfidenceReader)
+    judged = image_features(DiscriminatorFeatures.JUDGE, images, reader=_Reader())
+    assert judged.dtype == np.float64 and judged.tolist() == [[0.9, 0.1], [0.9, 0.1]]
+    clip = image_features(DiscriminatorFeatures.CLIP, images, embedder=_Embedder())  # type: ignore[arg-type]
+    assert clip.shape == (2, 3) and clip.dtype == np.float64
+    with pytest.raises(ValueError, match="image embedder"):
+        image_features(DiscriminatorFeatures.CLIP, images, reader=_Reader())
