@@ -117,6 +117,7 @@ class Judge:
 
     name: Final = "lab-judge"
     scale: Final[ScoreScale] = JUDGE_SCALE
+    worth_a_decode: Final = True  # core.scoring.Scorer.worth_a_decode
 
     def __init__(self, net: JudgeNet) -> None:
         self._net = net.eval()

@@ -1,11 +1,13 @@
 """CLIP score: 100 x cosine clipped at 0, per pair (random weights judge nothing: shape and range
 only); and the scorer a worker holds: the judge on the lab's models, CLIP score on real ones with real
-CLIP weights, none on the tiny models."""
+CLIP weights, none on the tiny models; and which scorer a served job is decoded for."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -15,6 +17,7 @@ from core.scoring import CLIP_SCALE
 from core.settings import Settings, load_settings
 from core.vocabulary import Role
 from lab.judge import Judge
+from workers.kinds.image.generation import _judged
 from workers.runtime.embedders import Embeddings, ImageEmbedder, build_image_embedder, l2_normalise
 from workers.runtime.quality import ClipScore, configured_scorer
 
@@ -92,3 +95,42 @@ def test_real_models_with_real_clip_weights_are_scored_by_clip_score(tmp_path: P
     assert isinstance(scorer, ClipScore) and scorer.scale == CLIP_SCALE
     # The small role's model is still the lab's: its worker keeps the judge.
     assert isinstance(configured_scorer(settings, Role.SMALL, _no_embedder), Judge)
+
+
+class _CountingRuntime:
+    def __init__(self) -> None:
+        self.decodes = 0
+
+    def decode(self, latent: Any, *, family: str) -> Any:
+        self.decodes += 1
+        return SimpleNamespace(image=Image.new("RGB", (4, 4)))
+
+
+class _Scorer:
+    name = "stand-in"
+    scale = CLIP_SCALE
+
+    def __init__(self, *, worth_a_decode: bool) -> None:
+        self.worth_a_decode = worth_a_decode
+
+    def reads(self, prompt: str) -> bool:
+        return True
+
+    def score(self, images: Sequence[Image.Image], prompts: Sequence[str]) -> list[float]:
+        return [42.0 for _ in images]
+
+
+def _judge_a_job(scorer: _Scorer, image: Image.Image | None) -> tuple[float | None, int, int]:
+    runtime = _CountingRuntime()
+    context = SimpleNamespace(scorer=lambda: scorer, runtime=lambda: runtime)
+    job = SimpleNamespace(params=SimpleNamespace(prompt="a lighthouse"))
+    result = SimpleNamespace(final_latent=None, family="sd15")
+    quality, _, decodes = _judged(cast(Any, context), cast(Any, job), cast(Any, result), image, 1)
+    return quality, decodes, runtime.decodes
+
+
+def test_a_served_job_is_decoded_to_be_scored_only_by_a_scorer_worth_a_decode() -> None:
+    assert _judge_a_job(_Scorer(worth_a_decode=True), None) == (42.0, 2, 1)  # the lab judge's way
+    assert _judge_a_job(_Scorer(worth_a_decode=False), None) == (None, 1, 0)  # CLIP: decode on read kept
+    assert _judge_a_job(_Scorer(worth_a_decode=False), Image.new("RGB", (4, 4))) == (42.0, 1, 0)
+    assert Judge.worth_a_decode and not ClipScore.worth_a_decode
