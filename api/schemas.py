@@ -171,11 +171,12 @@ class ComputeStats(BaseModel):
 
 
 class QualityStats(BaseModel):
-    """The quality lab judge's scores of the window's jobs: only jobs the lab's models ran."""
+    """The scores of the window's scored jobs (metrics.quality: the lab judge's on the lab's models,
+    CLIP score on real ones with real CLIP weights; one deployment uses one scorer)."""
 
-    judged: int = Field(description="Jobs with a judge score.")
-    hit_mean: float | None = Field(description="Mean score of judged hits (0..1: attributes shown).")
-    miss_mean: float | None = Field(description="Mean score of judged misses.")
+    judged: int = Field(description="Jobs with a score.")
+    hit_mean: float | None = Field(description="Mean score of scored hits (judge: 0..1, attributes shown).")
+    miss_mean: float | None = Field(description="Mean score of scored misses.")
 
 
 class DecodeStats(BaseModel):
@@ -291,7 +292,7 @@ class Stats(BaseModel):
     cache: CacheStats
     compute: ComputeStats
     quality: QualityStats = Field(
-        description="The quality lab judge's scores (null means where no judge ran)."
+        description="The scorer's scores (the lab judge's on the lab's models; null where none ran)."
     )
     queues: dict[str, int | None] = Field(
         description="Messages waiting per queue; null when the broker is down."

@@ -94,8 +94,10 @@ class GenerationMetrics(BaseModel):
     )
     quality: float | None = Field(
         None,
-        description="The quality lab judge's score of the image for the prompt: the fraction of the "
-        "prompt's attributes it shows (README, 'Quality lab'). Null unless the lab's models ran it.",
+        description="The configured scorer's score of the image for the prompt (core.scoring): on the "
+        "lab's models the quality lab judge's, the fraction of the prompt's attributes it shows (0..1, "
+        "docs/quality-lab.md); on real models with real CLIP weights CLIP score (0..100), given only when "
+        "the image was decoded anyway. Null where no scorer ran.",
     )
     cascade: CascadeStage | None = Field(
         default=None,
