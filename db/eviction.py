@@ -1,7 +1,7 @@
 """The SQL of eviction passes (jobs/passes/eviction.py runs them): the per-scope lock, finding the
 candidates of a pass, loading usage records, applying a plan, and the dirty entries.
 
-A pass costs in proportion to what it frees, not to the scope (issue 17: ranking every unit with a
+A pass costs in proportion to what it frees, not to the scope (ranking every unit with a
 window function took 7.1 s at 100k entries): FIFO, LRU and LFU read their exact ranking's prefix in
 index order (migration 0009's indexes); LCBFU and LRBU, whose scores move with the clock, rank a
 random sample on large scopes. tests/jobs/passes/test_eviction.py checks that a pass on a small scope
@@ -148,7 +148,7 @@ _ORDER_COLUMN: dict[EvictionPolicyName, str] = {
 
 FIRST_CHUNK = 256
 """Rows of the first read in index order (or of a sample); later reads are sized from the bytes per
-row seen so far, at least doubling (issue 17's design)."""
+row seen so far, at least doubling."""
 
 _States = tuple[Any, datetime, int, uuid.UUID, int]  # (score column, created_at, k, entry id, bytes)
 _Chunk = Callable[[tuple[Any, ...] | None], tuple[str, dict[str, Any]]]
@@ -298,7 +298,7 @@ class Outbox:
 
 # `s.entry_id = ANY(...)` makes the planner read the victims' states through their index: joined with
 # the unnest alone it estimated a hash join over a sequential scan of every state (0.26 s at 720k
-# states, growing with the table; issue 17).
+# states, growing with the table).
 _DELETE_STATES = """
 DELETE FROM cache_states s USING unnest(CAST(:entry_ids AS uuid[]), CAST(:ks AS integer[])) AS v(entry_id, k)
 WHERE s.entry_id = ANY(CAST(:entry_ids AS uuid[])) AND s.entry_id = v.entry_id AND s.k = v.k

@@ -107,7 +107,7 @@ VIDEO_FORMAT_PREFIX = "video"
 
 
 def video_format(fps: int) -> str:
-    """The read path's name for a video job's output (issue 18): its animated WebP at `fps`, e.g.
+    """The read path's name for a video job's output: its animated WebP at `fps`, e.g.
     'video8'. A decode node decodes such a read with the video model (workers.decoding); its tiers keep
     the WebP under this name like an image format."""
     if fps < 1:

@@ -1,4 +1,4 @@
-"""The life of API keys and webhook secrets after creation: listing, revoking, rotating (issue 12)."""
+"""The life of API keys and webhook secrets after creation: listing, revoking, rotating."""
 
 from __future__ import annotations
 

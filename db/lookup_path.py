@@ -1,4 +1,4 @@
-"""How one scope's nearest entry is searched (issue 17): exactly, for a small scope, or by an HNSW walk
+"""How one scope's nearest entry is searched: exactly, for a small scope, or by an HNSW walk
 whose settings (ef_search by the index's size, pgvector 0.8's iterative scan) are set for the transaction
 in the same round trip that chooses the path. db.cache.lookup calls choose_path before each scope's query."""
 

@@ -106,7 +106,7 @@ class Job(Base):
     idempotency_key: Mapped[str | None] = mapped_column(String(255))
     request_fingerprint: Mapped[str | None] = mapped_column(String(64))  # sha256 of the canonical body
 
-    # a video job (issue 18): kind 'video', its frames, rate and FreeNoise window
+    # a video job: kind 'video', its frames, rate and FreeNoise window
     kind: Mapped[str] = mapped_column(String(8), default=JobKind.IMAGE.value, server_default="image")
     frames: Mapped[int | None] = mapped_column(Integer)
     fps: Mapped[int | None] = mapped_column(Integer)
@@ -134,7 +134,7 @@ class Job(Base):
     vae_decodes: Mapped[int] = mapped_column(Integer, default=0)  # VAE decodes the generation ran
     progress_step: Mapped[int | None] = mapped_column(Integer)  # schedule steps done, while it runs
     progress_total: Mapped[int | None] = mapped_column(Integer)  # the schedule's T
-    quality: Mapped[float | None] = mapped_column(Float)  # the lab judge's score of the image (issue 13)
+    quality: Mapped[float | None] = mapped_column(Float)  # the lab judge's score of the image
     # DiffServe's light stage, for a job that went through the cascade (db.cascade.LightStage.as_json)
     cascade: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
@@ -171,7 +171,7 @@ class CacheEntry(Base):
     width: Mapped[int] = mapped_column(Integer, default=512)  # size of that generation: latents fit
     height: Mapped[int] = mapped_column(Integer, default=512)  # only runs of the same shape
     source_job_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
-    # A video entry (issue 18, in a "video:" scope): its frames, its prompt's object and background
+    # A video entry (FlexCache, in a "video:" scope): its frames, its prompt's object and background
     # phrases' embeddings, the base blob its compressed states decode against and its object mask.
     frames: Mapped[int | None] = mapped_column(Integer)
     object_embedding: Mapped[Any | None] = mapped_column(Vector())

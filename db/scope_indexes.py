@@ -1,5 +1,5 @@
 """HNSW indexes of one scope each: partial indexes (`WHERE scope = '<scope>'`) of the cache's embedding
-column, for scopes too large for the exact path (issue 17).
+column, for scopes too large for the exact path.
 
 One shared HNSW index serves every scope by filtering while it walks; for a scope holding a small share of
 a large table the walk visits mostly other scopes' entries and can stop at a wrong one: at 1M entries over

@@ -1,4 +1,4 @@
-"""Video cache entries (issue 18, FlexCache): their rows, and the guarded read a video hit makes of
+"""Video cache entries (FlexCache): their rows, and the guarded read a video hit makes of
 its source.
 
 A video entry lives in a "video:" scope (core.scopes.video_scope) and holds, besides the columns of an

@@ -1,4 +1,4 @@
-"""FlexCache's three lookups for a video prompt (issue 18; papers/flexcache-video-approximate-cache.txt
+"""FlexCache's three lookups for a video prompt (papers/flexcache-video-approximate-cache.txt
 4.2.1): the nearest live video entry by the whole prompt's embedding, by its object phrase's and by its
 background phrase's, each in the video scopes a job may read, of the video model's family and of the
 job's frames and size (a latent only continues a run of its own shape).

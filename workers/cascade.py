@@ -20,16 +20,17 @@ from dataclasses import replace
 from PIL import Image
 
 from core.scoring import ConfidenceReader
-from core.vocabulary import DiscriminatorFeatures, JobKind, Route
+from core.vocabulary import DiscriminatorFeatures, Route
 from db import cascade as cascade_db
 from db.engine import session_scope
 from jobs.policies.cascade import accepts, feature_kind_for
 from workers.context import WorkerContext
-from workers.generation import JobView, claim_job, finish_run, generate_run, run_operation
+from workers.job import JobView, claim_job
+from workers.kinds import kind_of
+from workers.kinds.image.generation import finish_run, generate_run, run_operation
 from workers.lease import LeaseKeeper
 from workers.operation import record_service
 from workers.runtime.discriminator import Discriminator, image_features
-from workers.video_generation import run_video_miss
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +45,11 @@ def light_job(context: WorkerContext, job_id: uuid.UUID) -> None:
     if job is None:
         return
     with LeaseKeeper(context.settings, job.id, owner=context.owner) as lease:
-        if job.kind == JobKind.VIDEO:  # no light video model: a video miss runs the video model
-            run_video_miss(context, job, lease)
-        else:
+        kind = kind_of(job.kind)
+        if kind.cascades:
             _light(context, job, lease)
+        else:  # no light model of its kind (a video job): its miss runs
+            kind.generate(context, job, lease)
 
 
 def escalated_job(context: WorkerContext, job_id: uuid.UUID) -> None:

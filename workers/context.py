@@ -25,7 +25,7 @@ from jobs.dispatch import CeleryDispatcher, Dispatcher
 if TYPE_CHECKING:
     from core.scoring import Scorer
     from workers.runtime.runtime import DiffusionRuntime
-    from workers.runtime.video_runtime import VideoRuntime
+    from workers.runtime.video import VideoRuntime
 
 
 class WorkerContext:
@@ -91,7 +91,7 @@ class WorkerContext:
         apart from the role's image model, which a role switch swaps and this one outlives."""
         with self._building:
             if self._video_runtime is None:
-                from workers.runtime.video_runtime import VideoRuntime
+                from workers.runtime.video import VideoRuntime
 
                 self._video_runtime = VideoRuntime(self.settings)
             return self._video_runtime

@@ -22,13 +22,14 @@ from db import stats
 from db.blobs import keys
 from db.codec.latent import decode_latent
 from db.engine import session_scope
-from db.images import encode_image, parse_image_format, record_image_key, video_fps
+from db.images import record_image_key
 from db.reads import record_tier_decision
 from jobs.policies.tier_tuning import Decision
 from jobs.read_routing import ReadReply, ReadRequest, heartbeat, leave, publish_reply
 from workers import metrics
 from workers.context import WorkerContext
 from workers.decode_node import DecodeNode, NodeSetup, WriteBack
+from workers.kinds import kind_of_output
 
 log = logging.getLogger(__name__)
 
@@ -71,12 +72,7 @@ def build_node(context: WorkerContext, name: str) -> DecodeNode:
     def decode(latent_bytes: bytes, fmt: str) -> bytes:
         with metrics.timed(metrics.CODEC_SECONDS, operation="decode"):
             latent = decode_latent(latent_bytes)
-        fps = video_fps(fmt)
-        if fps is not None:  # a video job's latent: its frames, an animated WebP (issue 18)
-            data, _ = context.video_runtime().to_webp(latent.array, fps)
-        else:
-            decoded = context.runtime().decode(latent.array, family=latent.family)
-            data = encode_image(decoded.image, parse_image_format(fmt))
+        data = kind_of_output(fmt).decode(context, latent, fmt)  # an image, or a video's animated WebP
         with session_scope(settings) as session:
             stats.record_decodes(session, read_decodes=1)
         return data

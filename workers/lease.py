@@ -3,9 +3,9 @@
 The lease is lost when a renewal finds the job no longer ours (another worker claimed it after a
 lapse, or it ended), or when no renewal succeeded for a whole lease (Postgres unreachable: another
 worker may have taken the job meanwhile). A lost lease stops the run before it writes anything
-(workers.generation checks it in the denoising loop and before storing); the reconciler sends the
+(workers.operation checks it in the denoising loop and before storing); the reconciler sends the
 job again once the lease has expired, so a dead or cut-off run is retried within about
-lease_s + beat_period_s (issue 12).
+lease_s + beat_period_s.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The workers' Prometheus metrics (issue 16), exported by every worker process.
+"""The workers' Prometheus metrics, exported by every worker process.
 
 A worker's pool children write their samples to files under PROMETHEUS_MULTIPROC_DIR (prometheus_client's
 multiprocess mode, set up by `reprise worker` before anything imports prometheus_client); the worker's main

@@ -1,25 +1,29 @@
-"""What the image and the video task bodies (workers.generation, workers.video_generation) share: one
-denoising run stopped by the job's cancel flag or a lost lease, the reroute of a hit whose source is gone,
-the end of a job that did not complete, and the jobs' metrics."""
+"""What a run of either kind of job (workers.kinds) goes through: one denoising run stopped by the job's
+cancel flag or a lost lease, the final latent's store, the completion that counts every effect once,
+the reroute of a hit whose source is gone, the end of a job that did not complete, and the jobs'
+metrics."""
 
 from __future__ import annotations
 
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
 from core.errors import GenerationCanceled, InvalidInput
 from core.vocabulary import JobStatus, Route, WebhookEvent
-from db import stats
+from db import cache, stats
 from db.blobs import keys
 from db.codec.latent import encode_latent
 from db.engine import session_scope
-from db.job_runs import finish, is_cancel_requested, reroute_to_miss
+from db.images import record_image_key
+from db.job_runs import complete, finish, is_cancel_requested, reroute_to_miss
 from workers import metrics
 from workers.context import WorkerContext
+from workers.job import JobView
 from workers.lease import LeaseKeeper
 from workers.notify import notify
 from workers.progress import ProgressReporter
@@ -59,6 +63,75 @@ def run_denoising(
     except InvalidInput as invalid:
         end(JobStatus.FAILED, f"invalid input: {invalid}")
     return None
+
+
+def run_job(
+    context: WorkerContext, job: JobView, lease: LeaseKeeper, operation: Operation, *, model: str
+) -> GenerationResult | None:
+    """run_denoising for `job`, which a cancel or invalid input ends as a run of `model`."""
+
+    def end(status: JobStatus, error: str | None) -> None:
+        end_job(context, job.id, model=model, route=job.route, status=status, error=error)
+
+    return run_denoising(context, job.id, lease, operation, end)
+
+
+@dataclass(frozen=True)
+class Completion:
+    """What a run's completion records besides its final latent: the job's models and denoiser
+    evaluations, its VAE decodes, an output stored now (its format and key: an eager request's image or
+    WebP), the quality score, and the cached sources the run used (entry, k: None for a final latent)."""
+
+    models: list[str]
+    denoiser_evals: dict[str, int]
+    vae_decodes: int
+    output: tuple[str, str] | None = None
+    quality: float | None = None
+    used: Sequence[tuple[uuid.UUID, int | None]] = ()
+
+
+def complete_run(
+    context: WorkerContext,
+    job: JobView,
+    lease: LeaseKeeper,
+    result: GenerationResult,
+    final_key: str,
+    completion: Completion,
+    *,
+    before_complete: Callable[[Session], None] | None = None,
+) -> None:
+    """Complete the job with its run. Every counted effect (the sources' uses, the interval statistics)
+    commits with the completion, which only the lease holder's first completion makes: a redelivered or
+    restarted run counts nothing twice; a run that lost its lease writes nothing (LeaseLost).
+    `before_complete`: what else commits with it (a cascade's light stage)."""
+    lease.check()
+    with session_scope(context.settings) as session:
+        if completion.output is not None:
+            record_image_key(session, job.id, *completion.output)
+        if before_complete is not None:
+            before_complete(session)
+        completed = complete(
+            session,
+            job.id,
+            owner=context.owner,
+            models_used=completion.models,
+            denoiser_evals=completion.denoiser_evals,
+            final_latent_key=final_key,
+            vae_decodes=completion.vae_decodes,
+            quality=completion.quality,
+        )
+        if completed:
+            for entry_id, k in completion.used:
+                cache.record_use(session, entry_id=entry_id, k=k)
+            record_service(session, context, result)
+            stats.record_decodes(session, generations=1, generation_decodes=completion.vae_decodes)
+    if completed:
+        count_success(context, result)
+        notify(context, job.id, WebhookEvent.COMPLETED)
+    log.info(
+        "%s job %s done on %s: %d steps from %d in %.2fs",
+        *(job.kind, job.id, result.model, result.steps_run, result.start_step, result.wall_s),
+    )
 
 
 def store_final_latent(

@@ -187,7 +187,7 @@ def deliver_webhook(
     )
 
 
-RECORD_PATIENCE_S = 120.0  # issue 12: a made POST survives a Postgres outage this long unrecorded
+RECORD_PATIENCE_S = 120.0  # a made POST survives a Postgres outage this long unrecorded
 
 
 def _insist(write: Callable[[], None], *, what: str, patience_s: float = RECORD_PATIENCE_S) -> None:

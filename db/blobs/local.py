@@ -93,7 +93,7 @@ class LocalBlobStore(BlobStore):
         return iter(sorted(keys))
 
     def delete(self, keys: Iterable[str]) -> None:
-        # Plain strings, not Paths: an eviction pass deletes thousands of keys (issue 17).
+        # Plain strings, not Paths: an eviction pass deletes thousands of keys.
         root = str(self.root)
         paths = [os.path.join(root, *check_key(key).split("/")) for key in keys]  # validate all first
         for path in paths:

@@ -19,7 +19,7 @@ FlexCache (papers/flexcache-video-approximate-cache.txt, 3.1.1, 4.1, Fig. 9) rem
    rebuilt below `threshold` cosine with its original is stored whole as an extra frame, so a
    video that breaks the paper's linear model costs bytes instead of turning into noise.
 3. error_bound=None is the paper's lossy method (6.2.4: cosine > 0.995). error_bound=eps > 0 is
-   the issue's "stated bounded error" mode: the residual r (original - lossy rebuild, all frames)
+   a stated bounded error mode (ours): the residual r (original - lossy rebuild, all frames)
    is stored too, as integers round(r / (2 eps)) through pcodec, so every decoded element is
    within eps of the original, plus the output dtype's rounding. Lossless: db.codec.latent.
 

@@ -76,7 +76,7 @@ def video_command(
     import torch
 
     from bench.video.runner import format_table, measure_video
-    from workers.runtime.tiny_video import ensure_tiny_video_model
+    from workers.runtime.tiny import ensure_tiny_video_model
     from workers.runtime.video import load_video_pipeline
 
     settings = get_settings()

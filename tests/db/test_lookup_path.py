@@ -1,4 +1,4 @@
-"""db.lookup_path's pure part: ef_search by an index's size (issue 17)."""
+"""db.lookup_path's pure part: ef_search by an index's size."""
 
 from __future__ import annotations
 

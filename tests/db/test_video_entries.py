@@ -1,4 +1,4 @@
-"""Video cache entries' rows and the guarded read of a video hit's source (issue 18), and the budget and
+"""Video cache entries' rows and the guarded read of a video hit's source, and the budget and
 policy of a video scope (LRBU under the video budget, FlexCache 4.2.3)."""
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from jobs.policies.k_selection import choose_k
 from jobs.webhooks import verify
 from tests.e2e.conftest import Stack, WebhookReceiver, make_tenant
 from tests.e2e.test_stack import TERMINAL, submit, wait_status
-from workers.video_admission import video_table
+from workers.kinds.video.admission import video_table
 
 pytestmark = pytest.mark.integration
 

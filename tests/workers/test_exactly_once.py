@@ -1,4 +1,4 @@
-"""Every effect of a GPU run happens once per job (issue 11, items 2 and 5): a hit that runs as a miss
+"""Every effect of a GPU run happens once per job: a hit that runs as a miss
 is counted as a miss everywhere, once; a task redelivered after it ended, or after its worker died
 between two effects, counts no use, statistic, cache entry or webhook event twice."""
 
@@ -20,9 +20,10 @@ from db.models import CacheEntry, CacheState, Job
 from jobs.queues import TaskName
 from tests.support.dispatch import RecordingDispatcher
 from tests.workers.conftest import make_job, make_tenant
-from workers import cache_fill, generation
+from workers import operation
 from workers.context import WorkerContext
 from workers.generation import generate_job, reuse_job
+from workers.kinds.image import cache_fill
 
 pytestmark = pytest.mark.integration
 
@@ -150,7 +151,7 @@ def test_a_redelivered_task_counts_every_effect_once(
 
     if crash is not None:  # the worker dies after the run's first effects, before completing
         with monkeypatch.context() as patched:
-            _die_at(patched, cache if crash == "insert_entry" else generation, crash)
+            _die_at(patched, cache if crash == "insert_entry" else operation, crash)
             with pytest.raises(WorkerDied):
                 run(context, job_id)
     run(context, job_id)  # the broker hands the message out again (after the crash, or after success)

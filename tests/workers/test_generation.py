@@ -16,9 +16,9 @@ from db.models import CacheEntry, CacheState, Job
 from jobs.queues import TaskName
 from tests.support.dispatch import RecordingDispatcher
 from tests.workers.conftest import make_job, make_tenant
-from workers.cache_fill import ENTRY_NAMESPACE
 from workers.context import WorkerContext
 from workers.generation import generate_job, reuse_job
+from workers.kinds.image.cache_fill import ENTRY_NAMESPACE
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""Latent-only generation (LatentBox 4.1, issue 11 item 4): a generation decodes only when something needs
+"""Latent-only generation (LatentBox 4.1): a generation decodes only when something needs
 pixels (an image-mode cache entry, an eager request), and every VAE decode is counted, per job and per
 read. Against the real database and blob store, on the tiny models."""
 

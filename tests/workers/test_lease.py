@@ -1,4 +1,4 @@
-"""Short, renewed leases (issue 12): a live run keeps its job; a run that lost the job (another
+"""Short, renewed leases: a live run keeps its job; a run that lost the job (another
 worker took it after a lapse) stops before it writes anything; a dead run's job is found at once."""
 
 from __future__ import annotations

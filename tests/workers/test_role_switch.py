@@ -60,7 +60,7 @@ def test_queues_per_role_keep_misses_before_hits(tiny_settings: Settings) -> Non
     assert consumed_queues(Role.LARGE, tiny_settings) == large
     no_hits = tiny_settings.model_copy(update={"large_serves_hits": False})
     assert consumed_queues(Role.LARGE, no_hits) == (Queue.CACHE_MISS, Queue.CASCADE_HEAVY)
-    # The small model is also the cascade's light one (DiffServe, issue 14): hits first, then light stages.
+    # The small model is also the cascade's light one (DiffServe): hits first, then light stages.
     assert consumed_queues(Role.SMALL, tiny_settings) == (Queue.CACHE_HIT, Queue.CASCADE_LIGHT)
 
 

@@ -1,6 +1,6 @@
 """REPRISE_SCHEDULER reaches the runtime: the configured scheduler runs every call, resumes stay exact
 with the ones the resume policy accepts, and a pipeline whose own scheduler cannot resume is refused
-when it loads (issue 11, item 7)."""
+when it loads."""
 
 from __future__ import annotations
 

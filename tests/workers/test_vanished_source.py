@@ -1,4 +1,4 @@
-"""A hit whose cache entry was evicted after admission runs as a miss (NIRVANA 5.4 holes, issue 4)."""
+"""A hit whose cache entry was evicted after admission runs as a miss (NIRVANA 5.4 holes)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from bench.video.compression import intra_only, measure_compression, relative_error, stored_states
-from workers.runtime.tiny_video import ensure_tiny_video_model
+from workers.runtime.tiny import ensure_tiny_video_model
 from workers.runtime.video import load_video_pipeline
 
 

@@ -11,7 +11,7 @@ import torch
 
 from bench.video.runner import measure_video, trace_prompts
 from core.settings import get_settings
-from workers.runtime.tiny_video import ensure_tiny_video_model
+from workers.runtime.tiny import ensure_tiny_video_model
 from workers.runtime.video import load_video_pipeline
 
 CONTRACT = {

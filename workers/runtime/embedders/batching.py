@@ -1,4 +1,4 @@
-"""Requests that arrive together are embedded together (issue 17): one embedder shared by the threads of
+"""Requests that arrive together are embedded together: one embedder shared by the threads of
 an admit process, gathering their prompts into one call of the embedder it wraps.
 
 The first caller of an idle batcher opens a batch and leads it: it waits at most `max_wait_ms` for other

@@ -1,10 +1,9 @@
-"""Filling the cache from a finished generation: its latents stored, its entry indexed (DESIGN: the
+"""Filling the cache from a finished image generation: its latents stored, its entry indexed (DESIGN: the
 miss path), after making room in the scope's budget."""
 
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -20,10 +19,8 @@ from db.engine import session_scope
 from jobs.passes import eviction
 from workers import metrics
 from workers.context import WorkerContext
+from workers.job import JobView
 from workers.runtime.results import GenerationResult
-
-if TYPE_CHECKING:
-    from workers.generation import JobView
 
 # An entry per job, with an id derived from the job: a redelivered run inserts nothing twice.
 ENTRY_NAMESPACE = uuid.UUID("5d0f4a4e-52c4-4b8e-9a53-6d1f1c2f7a10")

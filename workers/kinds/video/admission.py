@@ -1,4 +1,4 @@
-"""Admission of a video job (issue 18, FlexCache 3.2 and 4.2.1): the whole prompt, its object phrase and
+"""Admission of a video job (FlexCache 3.2 and 4.2.1): the whole prompt, its object phrase and
 its background phrase are embedded together and each looked up in the job's video scopes; FlexCache's
 choice (jobs.policies.video_hits.choose_video_hit) makes a whole hit, a decoupled hit (the object of one
 entry stitched onto the background of another) or a miss.
@@ -10,7 +10,6 @@ T steps are compared in that scale and the k chosen is mapped back (jobs.admissi
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,28 +25,30 @@ from jobs.policies.decoupling import split_prompt
 from jobs.policies.k_selection import AUTO, NIRVANA_T2T, ThresholdTable, configured_table
 from jobs.policies.video_hits import HitKind, Match, VideoHit, choose_video_hit
 from workers.context import WorkerContext
+from workers.job import JobView
+from workers.kinds.base import Admitted, StageTimer
 
 
-@dataclass(frozen=True, slots=True)
-class VideoDecision:
-    """Admission's decision for a video job: the route and k (decision), and for a decoupled hit the
-    background's entry (decision.source_entry_id is the object's)."""
-
-    decision: AdmissionDecision
-    video_hit: HitKind | None = None
-    background_entry_id: uuid.UUID | None = None
+def admit_video(context: WorkerContext, job: JobView, timer: StageTimer) -> Admitted:
+    """FlexCache's three lookups and its choice, unless the request asked for no cache."""
+    if job.caches:
+        admitted = decide_video(context, job.params, job.tenant_id, shared_cache=job.shared_cache)
+    else:
+        admitted = Admitted(AdmissionDecision(AdmissionOutcome.CACHE_OFF, Route.MISS))
+    timer.lap("video_lookup")  # three embeddings in one call, three lookups
+    return admitted
 
 
 def decide_video(
     context: WorkerContext, params: GenerationParams, tenant_id: uuid.UUID, *, shared_cache: bool
-) -> VideoDecision:
+) -> Admitted:
     """Embed, look up three ways and choose; a miss without searching when the run cannot use the cache
     (captures exist only for runs of the configured T)."""
     settings = context.settings
     if not isinstance(params, VideoParams):
         raise TypeError("decide_video takes a video job's parameters")
     if params.steps != settings.steps:
-        return VideoDecision(AdmissionDecision(AdmissionOutcome.CACHE_OFF, Route.MISS))
+        return Admitted(AdmissionDecision(AdmissionOutcome.CACHE_OFF, Route.MISS))
     parts = split_prompt(params.prompt)
     decoupled = parts.decoupled and settings.video_decoupled_lookup
     phrases = [params.prompt, *((parts.object, parts.background) if decoupled else ())]
@@ -76,7 +77,7 @@ def routed(
     whole: VideoMatch | None,
     object_match: VideoMatch | None,
     background_match: VideoMatch | None,
-) -> VideoDecision:
+) -> Admitted:
     """FlexCache's choice over the three matches, in the table's T = 50 scale (module doc)."""
     to_profiled = {k: round(k * PROFILED_STEPS / steps) for k in range(1, steps)}
 
@@ -95,7 +96,7 @@ def routed(
         best = max(
             (m.similarity for m in (whole, object_match, background_match) if m is not None), default=None
         )
-        return VideoDecision(AdmissionDecision(AdmissionOutcome.SEARCHED_MISS, Route.MISS, similarity=best))
+        return Admitted(AdmissionDecision(AdmissionOutcome.SEARCHED_MISS, Route.MISS, similarity=best))
     stored = [
         set(m.stored_ks) for m in (whole, object_match, background_match) if m and m.entry_id in hit.entry_ids
     ]
@@ -105,4 +106,4 @@ def routed(
         source_entry_id=hit.object_entry,
     )  # fmt: skip
     background = hit.background_entry if hit.kind is HitKind.DECOUPLED else None
-    return VideoDecision(decision, video_hit=hit.kind, background_entry_id=background)
+    return Admitted(decision, video_hit=hit.kind, background_entry_id=background)

@@ -1,4 +1,4 @@
-"""Filling the video cache from a finished video job (issue 18, FlexCache 3.2 and 4.2.4): its captured
+"""Filling the video cache from a finished video job (FlexCache 3.2 and 4.2.4): its captured
 states compressed (db.codec.video, 4.1), its object mask (4.2.2), its prompt embedded whole and by
 object and background (4.2.1), the entry indexed in the tenant's video scope after LRBU made room under
 the video budget (4.2.3)."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from core.params import VideoParams
 from core.prompt_key import prompt_key
@@ -21,11 +21,9 @@ from jobs.passes import eviction
 from jobs.policies.decoupling import split_prompt
 from workers import metrics
 from workers.context import WorkerContext
+from workers.job import JobView
 from workers.runtime.results import GenerationResult
 from workers.runtime.stitching import object_mask, pack_mask
-
-if TYPE_CHECKING:
-    from workers.generation import JobView
 
 # A video entry per job, with an id derived from the job: a redelivered run inserts nothing twice.
 VIDEO_ENTRY_NAMESPACE = uuid.UUID("0b8f3c1e-7d2a-4f5e-9c61-3a4e8d2b7f90")

@@ -1,4 +1,4 @@
-"""Video jobs on the tiny text-to-video model (issue 18): built offline and reproducible, loaded like a
+"""Video jobs on the tiny text-to-video model (FlexCache): built offline and reproducible, loaded like a
 real model, exact capture and resume with 5-D latents, cancellation, frames and their animated WebP."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 from core.errors import GenerationCanceled, InvalidInput, LatentError, StepsError
 from core.params import VideoParams
 from workers.runtime import tiny
-from workers.runtime.tiny_video import (
+from workers.runtime.tiny import (
     TINY_VIDEO_MARKER,
     build_tiny_video_model,
     ensure_tiny_video_model,

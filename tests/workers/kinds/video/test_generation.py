@@ -1,5 +1,5 @@
-"""The video task bodies against the real database and blob store, on the tiny video model (issue 18,
-FlexCache): a miss stores its WebP and caches every capture step, compressed, in the tenant's video
+"""A video job's runs against the real database and blob store, on the tiny video model (FlexCache):
+ a miss stores its WebP and caches every capture step, compressed, in the tenant's video
 scope; a whole hit resumes T - k steps and caches the steps after k; a decoupled hit stitches two
 entries' states and counts a use of both; a hit whose source vanished or does not fit runs as a miss;
 cancel stops a video run."""
@@ -26,13 +26,13 @@ from db.models import CacheEntry, CacheState, Job
 from jobs.dispatch import route_task
 from tests.support.dispatch import RecordingDispatcher
 from tests.workers.conftest import make_job, make_tenant
-from workers import video_generation
 from workers.context import WorkerContext
-from workers.generation import JobView, claim_job
+from workers.job import JobView, claim_job
+from workers.kinds.video import generation as video_generation
+from workers.kinds.video.cache_fill import video_entry_id
+from workers.kinds.video.generation import run_video_hit, run_video_miss
 from workers.lease import LeaseKeeper
 from workers.runtime.stitching import Latent, Mask, stitch
-from workers.video_cache_fill import video_entry_id
-from workers.video_generation import run_video_hit, run_video_miss
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""A video job's admission decision over its three matches (workers.video_admission.routed): FlexCache
+"""A video job's admission decision over its three matches (workers.kinds.video.admission.routed): FlexCache
 4.2.1's choice in the threshold table's T = 50 scale, for a run of T = 10 storing states 2, 4, 6, 8."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from core.vocabulary import AdmissionOutcome, Route
 from db.video_lookup import VideoMatch
 from jobs.policies.video_hits import HitKind
 from workers.context import WorkerContext
-from workers.video_admission import decide_video, routed, video_table
+from workers.kinds.video.admission import decide_video, routed, video_table
 
 SETTINGS = load_settings()
 STORED = (2, 4, 6, 8)

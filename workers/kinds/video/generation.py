@@ -1,18 +1,14 @@
-"""The video task bodies (issue 18, FlexCache): a miss generates all T steps; a hit resumes from a cached
-state at step k, whole (one entry's) or stitched from an object entry and a background entry (4.2.2).
+"""A video job's runs (FlexCache): a miss generates all T steps; a hit resumes from a cached state at
+step k, whole (one entry's) or stitched from an object entry and a background entry (4.2.2).
 
-They run inside the image bodies of workers.generation (which claim the job and hold its lease, and call
-these for a job of kind 'video'), with the same guarantees: cancel stops the denoising, invalid input
-fails the job, a run that lost its lease writes nothing, and every counted effect (the sources' uses,
-the interval statistics) commits with the completion, once per job. Both store the final latent (as
-images do: the decode pool decodes it into the animated WebP on the first read, LatentBox 4.1; with
-"decode": "eager" the WebP is stored now, one of the job's image_keys under db.images.video_format)
-and, unless the request turned the cache off, the states FlexCache saves (4.2.4: a miss all capture
-steps, a hit those after k) as a new video entry. A hit whose source vanished or no longer fits the job
-runs as a miss.
-
-What it shares with the image bodies (the denoising run, the reroute, the end of a job, the final latent,
-the metrics) is workers.operation's: workers.generation imports this module, not the other way round.
+They run under the job's claim and lease (workers.generation), with an image job's guarantees
+(workers.operation): cancel stops the denoising, invalid input fails the job, a run that lost its lease
+writes nothing, and every counted effect (the sources' uses, the interval statistics) commits with the
+completion, once per job. Both store the final latent (as images do: the decode pool decodes it into
+the animated WebP on the first read, LatentBox 4.1; with "decode": "eager" the WebP is stored now, one
+of the job's image_keys under db.images.video_format) and, unless the request turned the cache off, the
+states FlexCache saves (4.2.4: a miss all capture steps, a hit those after k) as a new video entry. A
+hit whose source vanished or no longer fits the job runs as a miss.
 """
 
 from __future__ import annotations
@@ -20,40 +16,34 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from core.errors import CodecError, SourceVanished
 from core.params import VideoParams
-from core.vocabulary import DecodeMode, JobStatus, WebhookEvent
-from db import cache, stats
+from core.vocabulary import DecodeMode, JobStatus
 from db.blobs import keys
 from db.codec.video import decode_video_state
 from db.engine import session_scope
-from db.images import record_image_key, video_format
-from db.job_runs import complete
+from db.images import video_format
 from db.video_entries import VideoSource, read_video_source
 from jobs.policies.video_hits import states_to_save
 from workers import metrics
 from workers.context import WorkerContext
+from workers.job import JobView
+from workers.kinds.video.cache_fill import insert_video_result
 from workers.lease import LeaseKeeper
-from workers.notify import notify
 from workers.operation import (
+    Completion,
     Operation,
-    count_success,
+    complete_run,
     end_job,
-    record_service,
     reroute,
-    run_denoising,
+    run_job,
     store_final_latent,
 )
 from workers.runtime.results import GenerationResult, Latent
 from workers.runtime.stitching import stitch, unpack_mask
-from workers.video_cache_fill import insert_video_result
-
-if TYPE_CHECKING:
-    from workers.generation import JobView
 
 log = logging.getLogger(__name__)
 
@@ -149,30 +139,30 @@ def _start_latent(sources: Sequence[VideoSource]) -> Latent:
     return stitch(objects, masks[0], backgrounds, masks[1])
 
 
-# --- shared by both -------------------------------------------------------------------------------
+# --- what a miss and a hit share ----------------------------------------------------------------
 
 
 def _video_params(context: WorkerContext, job: JobView) -> VideoParams | None:
     """The job's VideoParams; None (the job failed) when it is no video job."""
     if isinstance(job.params, VideoParams):
         return job.params
-    _end(context, job, JobStatus.FAILED, f"job {job.id} of kind {job.kind} has no video parameters")
+    error = f"job {job.id} of kind {job.kind} has no video parameters"
+    model = context.settings.video_model
+    end_job(context, job.id, model=model, route=job.route, status=JobStatus.FAILED, error=error)
     return None
 
 
 def _caches(context: WorkerContext, job: JobView, params: VideoParams) -> bool:
     """Whether the run keeps states: the request lets it fill the cache, and it runs the configured T,
     the schedule the capture steps (and the lookups that resume them) are of."""
-    return job.cache_mode != "off" and params.steps == context.settings.steps
+    return job.caches and params.steps == context.settings.steps
 
 
 def _run(
     context: WorkerContext, job: JobView, lease: LeaseKeeper, operation: Operation
 ) -> GenerationResult | None:
-    """Run the denoising with progress (workers.operation.run_denoising), ending the job as a video job."""
-    return run_denoising(
-        context, job.id, lease, operation, lambda status, error: _end(context, job, status, error)
-    )
+    """Run the denoising with progress (workers.operation.run_job) as a run of the video model."""
+    return run_job(context, job, lease, operation, model=context.settings.video_model)
 
 
 def _finish(
@@ -188,38 +178,18 @@ def _finish(
     and the statistics commit with the completion, which only the lease holder's first one makes."""
     lease.check()
     final_key, final_blob = store_final_latent(context, job.id, result)
-    fmt, webp_key = video_format(params.fps), None
+    output = None
     if job.decode_mode == DecodeMode.EAGER:  # else the decode pool decodes it on the first read
-        webp_key = keys.image_key(job.id, fmt)
-        context.blobs.put(webp_key, context.video_runtime().to_webp(result.final_latent, params.fps)[0])
-    if job.cache_mode != "off":
+        output = (video_format(params.fps), keys.image_key(job.id, video_format(params.fps)))
+        context.blobs.put(output[1], context.video_runtime().to_webp(result.final_latent, params.fps)[0])
+    if job.caches:
         insert_video_result(context, job, params, result, final_blob)
-    lease.check()
-    with session_scope(context.settings) as session:
-        if webp_key is not None:
-            record_image_key(session, job.id, fmt, webp_key)
-        decodes = int(webp_key is not None)
-        completed = complete(
-            session, job.id, owner=context.owner, models_used=[result.model],
-            denoiser_evals=dict(result.denoiser_evals), final_latent_key=final_key, vae_decodes=decodes,
-        )  # fmt: skip
-        if completed:
-            for entry_id, k in used:
-                cache.record_use(session, entry_id=entry_id, k=k)
-            record_service(session, context, result)
-            stats.record_decodes(session, generations=1, generation_decodes=decodes)
-    if completed:
-        count_success(context, result)
-        notify(context, job.id, WebhookEvent.COMPLETED)
-    log.info(
-        "video job %s done on %s: %d steps from %d in %.2fs",
-        *(job.id, result.model, result.steps_run, result.start_step, result.wall_s),
-    )
+    completion = Completion(
+        [result.model], dict(result.denoiser_evals), vae_decodes=int(output is not None), output=output,
+        used=used,
+    )  # fmt: skip
+    complete_run(context, job, lease, result, final_key, completion)
 
 
 def _reroute(context: WorkerContext, job: JobView, reason: str) -> None:
     reroute(context, job.id, context.settings.video_model, reason)
-
-
-def _end(context: WorkerContext, job: JobView, status: JobStatus, error: str | None) -> None:
-    end_job(context, job.id, model=context.settings.video_model, route=job.route, status=status, error=error)
