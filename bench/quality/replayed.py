@@ -66,6 +66,6 @@ def fresh_scores(settings: Settings, large: str, jobs: Sequence[Mapping[str, Any
         sampler = samplers[key]
         prompt, seed = str(given.get("prompt", "")), int(given.get("seed", 0))
         images = sampler.images(sampler.generate([prompt], [seed]).latents)
-        score = judge.quality(images, [prompt])[0]
+        score = judge.score(images, [prompt])[0]
         scores.append(0.0 if score is None else score)
     return scores
