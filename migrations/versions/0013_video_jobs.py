@@ -6,7 +6,7 @@
   "eager"), is one of its image_keys, under db.images.video_format(fps).
 - cache_entries: a video entry's `frames`; the embeddings of its prompt's object and background phrases
   (jobs.policies.decoupling; NULL when the prompt names no background), looked up separately (FlexCache
-  4.2.1); `base_key`, the blob every compressed state of the entry is rebuilt against (db.video_codec,
+  4.2.1); `base_key`, the blob every compressed state of the entry is rebuilt against (db.codec.video,
   4.1.2), and `mask_key`, its 1-bit object mask (workers.runtime.stitching, 4.2.2). Video entries live in
   scopes of their own ("video:<scope>", core.scopes.video_scope): an image lookup never finds one, and
   their byte budget and eviction policy (LRBU, 4.2.3) are theirs.
