@@ -19,7 +19,7 @@ class VideoSettings(BaseSettings):
         "tiny-video",
         description="The text-to-video pipeline video jobs run (diffusers' TextToVideoSDPipeline layout): a "
         "Hugging Face id (e.g. ali-vilab/text-to-video-ms-1.7b), a local directory, or 'tiny-video', a "
-        "random tiny model the project builds offline (workers.runtime.tiny_video). Every GPU worker "
+        "random tiny model the project builds offline (workers.runtime.tiny). Every GPU worker "
         "loads it on its first video job.",
     )
     video_cache_budget_bytes: int = Field(
