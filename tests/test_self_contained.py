@@ -11,7 +11,19 @@ import pytest
 from bench import ARRIVALS_DIR, DATA_DIR, PROMPTS_5K
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = ("core", "db", "lab", "migrations", "jobs", "api", "workers", "bench", "reprise", "tests", "clients")
+SOURCES = (
+    "core",
+    "db",
+    "lab",
+    "migrations",
+    "jobs",
+    "api",
+    "workers",
+    "bench",
+    "reprise",
+    "tests",
+    "clients",
+)
 
 # Spelled in pieces so that this file does not match itself.
 SIBLING = re.compile(r"\.\./" + "shared|" + "shared" + "/data|parents\\[[2-9]\\]\\s*/\\s*[\"']" + "shared")
@@ -20,11 +32,7 @@ MACHINE_PATH = re.compile(r"[\"'](/" + "work|/" + "home|/" + "root|/" + "Users|/
 
 def outside_references(text: str) -> list[str]:
     """The lines of a source that reach outside the repository."""
-    return [
-        line.strip()
-        for line in text.splitlines()
-        if SIBLING.search(line) or MACHINE_PATH.search(line)
-    ]
+    return [line.strip() for line in text.splitlines() if SIBLING.search(line) or MACHINE_PATH.search(line)]
 
 
 def test_the_check_catches_a_sibling_folder_and_a_machine_path() -> None:
