@@ -128,9 +128,9 @@ def complete_run(
     if completed:
         count_success(context, result)
         notify(context, job.id, WebhookEvent.COMPLETED)
-    log.info(
-        "%s job %s done on %s: %d steps from %d in %.2fs",
-        *(job.kind, job.id, result.model, result.steps_run, result.start_step, result.wall_s),
+    log.info(  # the line starts "job <id> done" for every kind: operators' searches match it
+        "job %s done on %s (%s): %d steps from %d in %.2fs",
+        *(job.id, result.model, job.kind, result.steps_run, result.start_step, result.wall_s),
     )
 
 
