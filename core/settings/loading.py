@@ -20,6 +20,7 @@ from core.settings.lookup import LookupSettings
 from core.settings.models import ModelSettings
 from core.settings.observability import ObservabilitySettings
 from core.settings.pools import PoolSettings
+from core.settings.quality import QualitySettings
 from core.settings.reads import ReadSettings
 from core.settings.reliability import ReliabilitySettings
 from core.settings.services import ServiceSettings
@@ -36,6 +37,7 @@ class Settings(  # the subsystems, in the order docs/configuration.md lists them
     ModelSettings,
     EmbedderSettings,
     AdmissionSettings,
+    QualitySettings,
     LookupSettings,
     CacheSettings,
     PoolSettings,
