@@ -396,3 +396,38 @@ class ReadTierDecision(Base):
     t_decode_ms: Mapped[float] = mapped_column(Float)
     t_fetch_ms: Mapped[float] = mapped_column(Float)
     gradient: Mapped[float] = mapped_column(Float)
+
+
+class QualityAudit(Base):
+    """One audited hit (the quality guard): the hit's similarity and k, its score and that of a fresh
+    generation of the same request (same prompt, seed and steps, cache off), by the same scorer."""
+
+    __tablename__ = "quality_audits"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    audited_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=_now(), index=True)
+    job_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))  # the hit (no key: it may be purged)
+    similarity: Mapped[float] = mapped_column(Float)
+    k: Mapped[int] = mapped_column(Integer)
+    steps: Mapped[int] = mapped_column(Integer)
+    hit_score: Mapped[float] = mapped_column(Float)
+    fresh_score: Mapped[float] = mapped_column(Float)
+    drop: Mapped[float] = mapped_column(Float)  # fresh_score - hit_score
+    scorer: Mapped[str] = mapped_column(Text)
+
+
+class QualityGuardDecision(Base):
+    """One change of the guarded k table: the configured table, the new one, the target and what moved
+    it. changes: [{k, old, new, reason, drop_mean, n}]; estimates: [{similarity_lo, similarity_hi, k, n,
+    drop_mean}] (jobs.policies.quality_guard)."""
+
+    __tablename__ = "quality_guard_decisions"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    decided_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=_now(), index=True)
+    base_table: Mapped[str] = mapped_column(Text)
+    table: Mapped[str] = mapped_column(Text)
+    target: Mapped[float] = mapped_column(Float)
+    audits: Mapped[int] = mapped_column(Integer)
+    changes: Mapped[list[dict[str, Any]]] = mapped_column(JSONB)
+    estimates: Mapped[list[dict[str, Any]]] = mapped_column(JSONB)

@@ -54,6 +54,7 @@ class TaskName(StrEnum):
     RECONCILE = "reprise.reconcile"
     PURGE_OUTPUTS = "reprise.purge_outputs"  # deleted jobs' and expired outputs (the retention pass)
     CHECK_INDEXES = "reprise.check_indexes"  # the cache's HNSW indexes, rebuilt past a bloat ratio
+    GUARD_QUALITY = "reprise.guard_quality"  # the quality guard's pass: audits in, the k table moved
 
 
 # The route table: each task paired with the queue it goes on.
@@ -76,6 +77,7 @@ ROUTES: Mapping[TaskName, Queue] = MappingProxyType(
         TaskName.RECONCILE: Queue.MAINTENANCE,
         TaskName.PURGE_OUTPUTS: Queue.MAINTENANCE,
         TaskName.CHECK_INDEXES: Queue.MAINTENANCE,
+        TaskName.GUARD_QUALITY: Queue.MAINTENANCE,
     }
 )
 

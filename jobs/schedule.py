@@ -26,6 +26,8 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
         "purge-outputs": _every(TaskName.PURGE_OUTPUTS, period),  # deletes, and REPRISE_RETENTION_DAYS
         "check-indexes": _every(TaskName.CHECK_INDEXES, settings.index_check_period_s),
     }
+    if settings.quality_guard:  # the guard's controller, as often as eviction and retraining
+        schedule["guard-quality"] = _every(TaskName.GUARD_QUALITY, period)
     if settings.monitor_enabled:
         # The one controller of the pools (REPRISE_ALLOCATOR) re-plans once per monitoring period: MoDM
         # 5.3's global monitor, or DiffServe 3.3's MILP, which also sets the cascade's threshold.

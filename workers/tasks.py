@@ -19,6 +19,7 @@ from core.vocabulary import Allocator, WebhookEvent
 from jobs.celery_app import get_celery_app
 from jobs.passes.eviction import evict_all_scopes
 from jobs.passes.index_health import check_indexes
+from jobs.passes.quality_guard import run_guard
 from jobs.passes.reconcile import reconcile
 from jobs.passes.retention import purge_due_outputs
 from jobs.passes.retrain import retrain_predictors
@@ -167,6 +168,12 @@ def rebalance_pools_task() -> None:
         allocate_cascade(settings, PoolActuator(app))
     else:
         rebalance_pools(settings, PoolActuator(app))
+
+
+@app.task(name=TaskName.GUARD_QUALITY.value)
+def guard_quality_task() -> None:
+    """The quality guard's pass (jobs.passes.quality_guard): the k table held to the drop target."""
+    run_guard(get_context().settings)
 
 
 @app.task(name=TaskName.CHECK_INDEXES.value)

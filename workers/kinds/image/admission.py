@@ -15,8 +15,9 @@ from core.vocabulary import AdmissionOutcome, HitPolicy, Route
 from db import cache, predictor_store
 from db.engine import session_scope
 from jobs.admission import MISS_UNSEARCHED, AdmissionDecision, Candidate, cache_applies, decide
+from jobs.passes.quality_guard import GuardedTables
 from jobs.passes.retrain import load_predictor
-from jobs.policies.k_selection import ThresholdTable, configured_table
+from jobs.policies.k_selection import ThresholdTable
 from jobs.policies.predictor import MatchPredictor, likely_hit
 from workers.context import WorkerContext
 from workers.job import JobView
@@ -118,8 +119,12 @@ def lookup_family(settings: Settings) -> str | None:
     return settings.large_family if settings.hit_policy is HitPolicy.RESUME else None
 
 
+_GUARDED = GuardedTables()
+
+
 def threshold_table(settings: Settings) -> ThresholdTable:
-    return configured_table(settings)
+    """The configured table; with the quality guard on, the guard's newest for it (cached briefly)."""
+    return _GUARDED.get(settings)
 
 
 def _predictor(
