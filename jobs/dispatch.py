@@ -68,6 +68,9 @@ class Dispatcher(Protocol):
     ) -> None:
         """Queue one delivery attempt of a job's webhook event."""
 
+    def audit_hit(self, job_id: uuid.UUID, hit_score: float | None, final_key: str) -> None:
+        """Queue the quality guard's audit of a completed hit (workers.audit)."""
+
 
 class DispatcherBase(ABC):
     """The Dispatcher's methods over one `_send`: the arguments each task takes, written once.
@@ -98,6 +101,10 @@ class DispatcherBase(ABC):
     ) -> None:
         """Args of reprise.deliver_webhook: [job_id, event, attempt] (see workers.webhook_delivery)."""
         self._send(TaskName.DELIVER_WEBHOOK, [str(job_id), event.value, attempt], countdown=countdown)
+
+    def audit_hit(self, job_id: uuid.UUID, hit_score: float | None, final_key: str) -> None:
+        """Args of reprise.audit_hit: [job_id, hit_score, final_key] (see workers.audit)."""
+        self._send(TaskName.AUDIT_HIT, [str(job_id), hit_score, final_key])
 
     @abstractmethod
     def _send(

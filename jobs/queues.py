@@ -34,6 +34,7 @@ class Queue(StrEnum):
     DECODE = "decode"  # reads of stored latents: each decode node consumes its own decode.<node>
     WEBHOOKS = "webhooks"  # signed deliveries with retries
     MAINTENANCE = "maintenance"  # eviction, predictor retraining, rebalancing, reconciling
+    QUALITY_AUDIT = "quality_audit"  # a hit generated afresh (the quality guard): large pool, when idle
 
 
 class TaskName(StrEnum):
@@ -54,6 +55,7 @@ class TaskName(StrEnum):
     RECONCILE = "reprise.reconcile"
     PURGE_OUTPUTS = "reprise.purge_outputs"  # deleted jobs' and expired outputs (the retention pass)
     CHECK_INDEXES = "reprise.check_indexes"  # the cache's HNSW indexes, rebuilt past a bloat ratio
+    AUDIT_HIT = "reprise.audit_hit"  # quality_audit
     GUARD_QUALITY = "reprise.guard_quality"  # the quality guard's pass: audits in, the k table moved
 
 
@@ -77,13 +79,15 @@ ROUTES: Mapping[TaskName, Queue] = MappingProxyType(
         TaskName.RECONCILE: Queue.MAINTENANCE,
         TaskName.PURGE_OUTPUTS: Queue.MAINTENANCE,
         TaskName.CHECK_INDEXES: Queue.MAINTENANCE,
+        TaskName.AUDIT_HIT: Queue.QUALITY_AUDIT,
         TaskName.GUARD_QUALITY: Queue.MAINTENANCE,
     }
 )
 
 # A large worker takes cache_miss and the cascade's escalations, then the hits only it can serve, then
 # cache_hit; a small worker (the cascade's light model) takes cache_hit and the cascade's light stage
-# (workers.role_switch.consumed_queues drops a large worker's hits when large_serves_hits is off).
+# (workers.role_switch.consumed_queues drops a large worker's hits when large_serves_hits is off, and
+# adds quality_audit last when the quality guard is on).
 QUEUES_BY_ROLE: dict[Role, tuple[Queue, ...]] = {
     Role.ADMIT: (Queue.ADMIT,),
     Role.LARGE: (Queue.CACHE_MISS, Queue.CASCADE_HEAVY, Queue.CACHE_HIT_LARGE, Queue.CACHE_HIT),

@@ -86,10 +86,14 @@ def consumed_queues(role: Role, settings: Settings) -> tuple[Queue, ...]:
     A large worker takes cache_miss first and, when large_serves_hits, the hits only it can serve
     (cache_hit_large) and then cache_hit (the broker's "priority" order drains misses first); every
     other role takes QUEUES_BY_ROLE's queues. A configuration whose hits all need the large pool while
-    it serves none is refused at start (jobs.configuration)."""
+    it serves none is refused at start (jobs.configuration). With the quality guard on, a large worker
+    takes quality_audit last: audits run on idle capacity only (workers.audit)."""
+    queues = QUEUES_BY_ROLE[role]
     if role is Role.LARGE and not settings.large_serves_hits:
-        return (Queue.CACHE_MISS, Queue.CASCADE_HEAVY)
-    return QUEUES_BY_ROLE[role]
+        queues = (Queue.CACHE_MISS, Queue.CASCADE_HEAVY)
+    if role is Role.LARGE and settings.quality_guard:
+        queues = (*queues, Queue.QUALITY_AUDIT)
+    return queues
 
 
 def queue_changes(now: Sequence[str], wanted: Sequence[str]) -> tuple[list[str], list[str]]:

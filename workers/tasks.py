@@ -30,6 +30,7 @@ from jobs.pools.rebalance import rebalance_pools
 from jobs.queues import ROUTES, TaskName
 from workers import decoding
 from workers.admission import admit
+from workers.audit import audit_hit
 from workers.cascade import escalated_job, light_job
 from workers.context import WorkerContext, get_context
 from workers.generation import generate_job, reuse_job
@@ -90,6 +91,12 @@ def _pool_context(task: TaskName) -> WorkerContext:
     except NotThisPool as moved:
         raise Reject(str(moved), requeue=True) from None
     return context
+
+
+@app.task(name=TaskName.AUDIT_HIT.value)
+def audit_hit_task(job_id: str, hit_score: float | None, final_key: str) -> None:
+    """The quality guard's audit of a hit, on a large worker with nothing else to do (workers.audit)."""
+    audit_hit(_pool_context(TaskName.AUDIT_HIT), uuid.UUID(job_id), hit_score, final_key)
 
 
 @app.task(name=TaskName.GENERATE_LIGHT.value, bind=True, max_retries=None)

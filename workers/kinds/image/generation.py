@@ -20,6 +20,7 @@ from db.codec.latent import decode_latent
 from db.engine import session_scope
 from db.images import ImageFormat, encode_image
 from workers import metrics
+from workers.audit import maybe_audit
 from workers.context import WorkerContext
 from workers.job import JobView
 from workers.kinds.image.cache_fill import insert_entry
@@ -138,6 +139,8 @@ def finish_run(
             cascade_db.record_light_stage(session, job.id, owner=context.owner, stage=cascade)
 
     complete_run(context, job, lease, result, final_key, completion, before_complete=keep_light_stage)
+    if used is not None:  # a hit: the quality guard audits a share of them against a fresh generation
+        maybe_audit(context, job, quality, final_key)
 
 
 def _models_and_evaluations(
