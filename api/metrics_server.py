@@ -12,6 +12,7 @@ import redis
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from api.metrics import exposition
+from api.quality_guard import refresh_guard_gauges
 from api.read_metrics import refresh_read_gauges
 from api.store_metrics import refresh_store_gauges
 from core.settings import Settings
@@ -33,6 +34,7 @@ def start_metrics_server(settings: Settings, *, port: int, address: str) -> Thre
                 def reads() -> None:
                     refresh_read_gauges(broker, session, heartbeat_s=settings.read_heartbeat_s)
                     refresh_store_gauges(broker, session)
+                    refresh_guard_gauges(session, settings)
 
                 body = exposition(session, reads=reads)
             self.send_response(200)

@@ -179,6 +179,40 @@ class QualityStats(BaseModel):
     miss_mean: float | None = Field(description="Mean score of scored misses.")
 
 
+class GuardBin(BaseModel):
+    """The quality guard's drop estimate of one (similarity bin, k): the mean of its newest audits."""
+
+    similarity_lo: float
+    similarity_hi: float
+    k: int = Field(description="Steps the audited hits skipped.")
+    n: int = Field(description="Audits the estimate rests on.")
+    drop_mean: float = Field(description="Mean of fresh score - hit score.")
+
+
+class GuardChange(BaseModel):
+    """The quality guard's latest change of the k table (a row of quality_guard_decisions)."""
+
+    decided_at: datetime
+    table: str = Field(description="The table it set, e.g. '>0.95:25,>0.9:20'.")
+    audits: int = Field(description="Audits the estimates it acted on rest on.")
+    changes: list[dict[str, Any]] = Field(description="[{k, old, new, reason, drop_mean, n}] per moved row.")
+
+
+class QualityGuardView(BaseModel):
+    """The quality guard (jobs/policies/quality_guard.py): its target, its estimate and the table in use."""
+
+    enabled: bool = Field(description="REPRISE_QUALITY_GUARD; off, the configured table is used as is.")
+    target: float = Field(description="REPRISE_QUALITY_DROP_TARGET: the mean drop it holds per bin.")
+    audit_fraction: float = Field(description="REPRISE_QUALITY_AUDIT_FRACTION: share of hits audited.")
+    scorer: str | None = Field(description="The scorer of the newest audit (lab-judge, clip-score).")
+    audits: int = Field(description="Hits audited, ever.")
+    drop_mean: float | None = Field(description="Mean drop of the audits the estimate keeps, every bin.")
+    configured_table: str = Field(description="REPRISE_K_TABLE, read for the lookup mode.")
+    table: str = Field(description="The table admission serves from: the guard's newest, or the configured.")
+    bins: list[GuardBin] = Field(description="The estimate per (similarity bin, k).")
+    last_change: GuardChange | None = Field(description="The newest change; null before the first.")
+
+
 class DecodeStats(BaseModel):
     """VAE decodes (LatentBox 4.1), over the statistics intervals that overlap the window."""
 
@@ -307,6 +341,9 @@ class Stats(BaseModel):
         None, description="DiffServe's cascade and its allocator; global scope only."
     )
     reads: ReadsView | None = Field(None, description="The read path's decode nodes; global scope only.")
+    quality_guard: QualityGuardView | None = Field(
+        None, description="The quality guard: target, estimate, table in use, last change; global scope only."
+    )
     intervals: list[IntervalRow] = Field(
         description="The latest interval aggregates, newest first; global scope only."
     )

@@ -12,6 +12,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from api.deps import SessionDep, StateDep
 from api.metrics import exposition
 from api.problems import Problem
+from api.quality_guard import refresh_guard_gauges
 from api.read_metrics import refresh_read_gauges
 from api.routing import ReleasingRoute
 from api.schemas import problem_responses
@@ -57,5 +58,6 @@ def metrics(session: SessionDep, state: StateDep) -> Response:
     def reads() -> None:
         refresh_read_gauges(state.redis, session, heartbeat_s=state.settings.read_heartbeat_s)
         refresh_store_gauges(state.redis, session)
+        refresh_guard_gauges(session, state.settings)
 
     return Response(exposition(session, reads=reads), media_type=CONTENT_TYPE_LATEST)

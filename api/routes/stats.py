@@ -13,6 +13,7 @@ from redis.exceptions import RedisError
 
 from api.deps import CallerDep, SessionDep, StateDep
 from api.problems import Problem
+from api.quality_guard import guard_view
 from api.read_metrics import read_nodes_view
 from api.routing import ReleasingRoute
 from api.schemas import (
@@ -101,6 +102,7 @@ def get_stats(
         decodes=None,
         cascade=None,
         reads=None,
+        quality_guard=None,
         intervals=[],
     )
     return _with_service_figures(stats, session, state, since) if chosen == "global" else stats
@@ -129,6 +131,7 @@ def _with_service_figures(stats: Stats, session: SessionDep, state: StateDep, si
             ),
             "cascade": _cascade_view(session, state, since),
             "reads": _reads_view(session, state),
+            "quality_guard": guard_view(session, state.settings),
             "intervals": [
                 IntervalRow(
                     period_start=row.period_start,
