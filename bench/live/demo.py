@@ -1,26 +1,35 @@
 """The demo `make run` (`reprise run --demo N`) plays once the stack is up: N prompts through the
 HTTP API with the demo tenant's key, with a progress bar, then a summary of what the cache did. On the quality
 lab's models (the default) the prompts are a lab trace (scenes of the lab's world, Zipf-repeated and
-paraphrased: lab.trace) and the summary adds the judge's quality of hits and misses; on other models,
-the first N prompts of the shared DiffusionDB trace, in file order.
+paraphrased: lab.trace) and the summary adds the judge's quality of hits and misses, and the drop
+over all requests with its 95% interval from DEMO_AUDITS hits audited afresh (bench.live.audit: each
+is the same request again with the cache off, so the audits cost DEMO_AUDITS more full generations
+after the replay; the summary prints the seconds they took). On
+other models, the first N prompts of the shared DiffusionDB trace, in file order.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.live.replay import ReplayOptions, outcome_from_record, replay_workload
-from bench.run.outcomes import RequestOutcome, percentile
+from bench.live.audit import audit_hits
+from bench.live.replay import JobRecord, ReplayOptions, outcome_from_record, replay_workload
+from bench.quality.replayed import replay_quality
+from bench.run.outcomes import RequestOutcome, percentile, summarize_quality
 from bench.run.profiles import ProfileName, build_profile
 from bench.workload.trace import DEFAULT_PROMPTS, ArrivalKind, ArrivalSpec, build_workload, load_prompts
 from core.errors import TraceError
 from core.settings import Settings
 
 DEMO_CONCURRENCY = 4  # requests in flight: enough to keep one worker per role busy
+DEMO_AUDITS = 16
+"""Hits the demo audits: 16 more full generations beside its 100 requests (the summary prints their
+seconds), so the interval rests on more than a handful of hits while the demo stays short."""
 
 
 def demo_summary(outcomes: Sequence[RequestOutcome]) -> str:
@@ -84,6 +93,8 @@ def _run_demo(
     print(demo_summary([outcome_from_record(record) for record in records]), flush=True)
     judged = [(r.job.get("metrics") or {}) for r in records if r.job is not None]
     print(quality_line(judged), flush=True)
+    if any(row.get("quality") is not None for row in judged):
+        print(drop_line(base_url, api_key, records), flush=True)
 
 
 def _on_lab_models(settings: Settings) -> bool:
@@ -109,3 +120,26 @@ def quality_line(metrics: Sequence[dict[str, Any]]) -> str:
         return "  quality      - (judged only on the quality lab's models and prompts)"
     parts = [f"{route}s {sum(v) / len(v):.3f}" for route, v in scores.items() if v]
     return "  quality      " + "  ".join(parts) + "  (the lab judge: share of the prompt's attributes shown)"
+
+
+def drop_line(base_url: str, api_key: str, records: Sequence[JobRecord], audits: int = DEMO_AUDITS) -> str:
+    """The drop over all requests with its 95% interval, from `audits` hits audited afresh."""
+    started = time.monotonic()
+    outcomes = [outcome_from_record(record) for record in records]
+    jobs = [record.job for record in records]
+    scores = audit_hits(base_url, api_key, list(zip(outcomes, jobs, strict=True)), audits)
+    spent = time.monotonic() - started
+    judged, source = replay_quality(outcomes, jobs, audits=scores)
+    quality = summarize_quality([o for o in judged if o.succeeded], source)
+    if quality is None or quality.drop_mean is None:
+        return "  drop         - (no hit could be audited)"
+    interval = (
+        f" (95% interval {quality.drop_ci95[0]:.3f} to {quality.drop_ci95[1]:.3f})"
+        if quality.drop_ci95
+        else ""
+    )
+    hits = "" if quality.hit_drop_mean is None else f"; hits {quality.hit_drop_mean:.3f}"
+    return (
+        f"  drop         {quality.drop_mean:.3f} over all requests{interval}{hits}, from "
+        f"{quality.audited} hits generated again with the cache off ({spent:.0f} s more)"
+    )

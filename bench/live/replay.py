@@ -29,7 +29,9 @@ from typing import Any
 
 import httpx
 
+from bench.live.audit import audit_hits
 from bench.live.decodes import decode_figures, stack_decode_counters
+from bench.live.pngs import fetch_png_sizes
 from bench.live.stack import StackRecord, StackWatch
 from bench.quality.replayed import replay_quality
 from bench.run.costs import StepCosts
@@ -38,7 +40,6 @@ from bench.run.profiles import Profile
 from bench.run.progress import ProgressBar
 from bench.run.report import BenchReport
 from bench.workload.trace import ArrivalKind, Request, Workload
-from core.settings import Settings
 
 TERMINAL = frozenset({"succeeded", "failed", "canceled"})
 RETRY_STATUSES = frozenset({429, 503})  # in-flight limit, backpressure: both send Retry-After
@@ -60,7 +61,7 @@ class ReplayOptions:
     steps: int | None = None
     seed_from_index: bool = True
     fetch_images: int = 0
-    quality_sample: int = 0  # hits generated afresh for the quality drop; 0: quality not measured
+    quality_sample: int = 0  # judged hits audited (generated afresh, cache off) for their drop; 0: none
     video_frames: int | None = None  # video jobs of this many frames (FlexCache); None: images
     video_fps: int = 8
 
@@ -112,6 +113,7 @@ def outcome_from_record(record: JobRecord) -> RequestOutcome:
         status=status if status in TERMINAL else "timeout",
         hit=hit,
         k=int(metrics["k"]) if hit and metrics.get("k") is not None else None,
+        similarity=float(metrics["similarity"]) if hit and metrics.get("similarity") is not None else None,
         steps=int((job.get("input") or {}).get("steps") or 0),
         denoiser_evaluations={str(m): int(n) for m, n in (metrics.get("denoiser_evaluations") or {}).items()},
         arrival_s=record.intended_s,
@@ -165,16 +167,14 @@ def replay_report(
     embedder: Mapping[str, Any],
     gpu_workers: int | None,
     png_bytes: float | None,
-    quality: tuple[Settings, int] | None = None,
+    audits: Mapping[int, float | None] | None = None,
 ) -> BenchReport:
     """The report of a replay. The SLO base is T x large_step_ms + decode_ms from a measured costs
-    file, else the median run time of this replay's misses."""
-    outcomes = [outcome_from_record(r) for r in records]
-    quality_source = None
-    if quality is not None:
-        outcomes, quality_source = replay_quality(
-            outcomes, [r.job for r in records], settings=quality[0], sample=quality[1]
-        )
+    file, else the median run time of this replay's misses. The judged quality of every job, and the
+    drop of the hits `audits` scored afresh (record index -> score: bench.quality.replayed)."""
+    outcomes, quality_source = replay_quality(
+        [outcome_from_record(r) for r in records], [r.job for r in records], audits=audits or {}
+    )
     measured_full = measured_full_generation_ms(records)
     slo_base = (
         costs.full_generation_ms(profile.steps) if costs_measured or measured_full is None else measured_full
@@ -347,31 +347,6 @@ class _Replayer:
         return JobRecord(request, intended_s, post_started, job)
 
 
-async def fetch_png_sizes(options: ReplayOptions, records: Sequence[JobRecord], count: int) -> list[int]:
-    """Sizes of the PNGs of the first `count` succeeded jobs (decoded on read by the stack)."""
-    sizes: list[int] = []
-    headers = {"Authorization": f"Bearer {options.api_key}"}
-    async with httpx.AsyncClient(
-        base_url=options.base_url, headers=headers, timeout=options.http_timeout_s
-    ) as client:
-        for record in records:
-            if len(sizes) >= count:
-                break
-            if record.job is None or record.job.get("status") != "succeeded":
-                continue
-            for _ in range(3):
-                response = await client.get(
-                    f"/v1/generations/{record.job['id']}/image", params={"format": "png"}
-                )
-                if response.status_code == 200:
-                    sizes.append(len(response.content))
-                    break
-                if response.status_code != 503:
-                    break
-                await asyncio.sleep(float(response.headers.get("Retry-After", "1")))
-    return sizes
-
-
 def replay_workload(
     workload: Workload,
     options: ReplayOptions,
@@ -408,11 +383,10 @@ def run_replay(
     embedder: Mapping[str, Any],
     gpu_workers: int | None = None,
     show_progress: bool = True,
-    settings: Settings | None = None,
 ) -> tuple[BenchReport, list[JobRecord], StackRecord | None]:
-    """Replay, fetch a few images for png_bytes, and report, with what the stack ran (None when
-    /v1/stats could not be read). `gpu_workers` (large + small) prices the vanilla estimate; None:
-    the pools the stack started the replay with."""
+    """Replay, fetch a few images for png_bytes, audit `options.quality_sample` judged hits, and
+    report, with what the stack ran (None when /v1/stats could not be read). `gpu_workers` (large +
+    small) prices the vanilla estimate; None: the pools the stack started the replay with."""
     watch = StackWatch(started_at=datetime.now(UTC))
     records = replay_workload(workload, options, profile=profile, show_progress=show_progress, watch=watch)
     stack = watch.record(profile, options.steps) if watch.points else None
@@ -438,9 +412,12 @@ def run_replay(
         embedder=embedder,
         gpu_workers=gpu_workers,
         png_bytes=statistics.mean(sizes) if sizes else (float(costs.png_bytes) if costs_measured else None),
-        quality=(settings, options.quality_sample)
-        if settings is not None and options.quality_sample
-        else None,
+        audits=audit_hits(
+            options.base_url,
+            options.api_key,
+            [(outcome_from_record(r), r.job) for r in records],
+            options.quality_sample,
+        ),
     )
     elapsed_s = (datetime.now(UTC) - watch.started_at).total_seconds()
     counters = stack_decode_counters(

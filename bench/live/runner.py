@@ -41,7 +41,7 @@ class ReplayCliOptions:
     costs: Path | None = None
     steps: int | None = None
     fetch_images: int = 5
-    quality_sample: int = 64  # hits generated afresh to measure the quality drop (bench.quality.replayed)
+    quality_sample: int = 64  # judged hits audited afresh (cache off) for their drop (bench.quality.replayed)
     gpu_workers: int | None = None
     json_path: Path | None = None
     plots: Path | None = None
@@ -94,7 +94,6 @@ def replay_main(settings: Settings, options: ReplayCliOptions) -> int:
         embedder=embedder,
         gpu_workers=options.gpu_workers,
         show_progress=options.progress,
-        settings=settings,
     )
     print(markdown_table([report]))
     if stack is not None:

@@ -5,16 +5,23 @@ on the lab's models (bench.quality.profile.curve). A simulated hit of similarity
 given that bin's hit quality (the nearest profiled bin of that k when s falls in none, the nearest
 profiled K when k was not profiled); a miss, and the fresh generation every request is compared
 with, the profile's fresh quality. This holds only for prompts of the world the profile was
-measured on: `applies_to` checks that a trace is a lab trace.
+measured on: `is_lab_trace` checks that a trace is a lab trace.
+
+Refitted from live replays (`bench simulate --quality-from replay.json`): a replay's JSON holds its
+audited hits' mean drop per (similarity bin, k) (quality.by_bin, bench.quality.drops); a bin with at
+least MIN_LIVE_PAIRS audited hits predicts its hits' drop from them (hit quality = fresh - live
+drop), every other hit falls back to the offline profile.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
+from bench.quality.drops import BinDrop
 from core.vocabulary import HitPolicy
 
 PROFILES_DIR: Final = Path(__file__).resolve().parents[2] / "lab" / "profiles"
@@ -25,6 +32,11 @@ SHIPPED: Final = {
     (HitPolicy.REFINE, True): "refine-small.json",  # MoDM: hits refine on the small model
     (HitPolicy.REFINE, False): "refine-large.json",
 }
+MIN_LIVE_PAIRS: Final = 16
+"""Audited hits a live bin needs to replace the profile's: the support a row of the offline table needs
+(bench.quality.profile.MIN_SUPPORT), for the same reason: a hit's judged quality moves in steps of
+1/6 or 1/9 (the attributes of one prompt), so a mean over fewer hits cannot tell a drop of 0.02 from
+noise. (Offline bins may hold fewer: the profile bins every pair; this is why they are replaced.)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +44,7 @@ class QualityModel:
     fresh: float
     bins: dict[int, list[tuple[float, float, float]]]  # k -> [(low, high, hit quality)]
     source: str
+    live: tuple[BinDrop, ...] = ()  # bins refitted from replays, each of at least MIN_LIVE_PAIRS hits
 
     @classmethod
     def from_profile(cls, path: Path) -> QualityModel:
@@ -47,8 +60,17 @@ class QualityModel:
         )
         return cls(fresh=float(data["fresh_quality"]), bins=bins, source=source)
 
+    def refitted(self, measured: Sequence[BinDrop], origin: str) -> QualityModel:
+        """This model with the live bins of `measured` that hold at least MIN_LIVE_PAIRS hits."""
+        kept = tuple(row for row in measured if row.n >= MIN_LIVE_PAIRS)
+        note = f"; refitted from {origin}: {len(kept)} of {len(measured)} live bins >= {MIN_LIVE_PAIRS} hits"
+        return replace(self, live=kept, source=self.source + note)
+
     def hit(self, similarity: float, k: int) -> float:
         """The predicted quality of a hit of `similarity` served at `k`."""
+        for row in self.live:
+            if row.holds(similarity, k):
+                return self.fresh - row.drop_mean
         k_near = min(self.bins, key=lambda profiled: (abs(profiled - k), -profiled))
         rows = self.bins[k_near]
         for low, high, quality in rows:
@@ -75,12 +97,12 @@ def simulated_quality(
     hit_policy: HitPolicy,
     small_name: str,
     override: Path | None,
+    live: Path | None = None,
 ) -> tuple[list[Any], str | None]:
     """Outcomes with quality and fresh_quality set from a profile (`override`, or the shipped one for
-    the hit operation and the model each hit ran on); unchanged, with source None, for a trace that
-    is not of the lab's world (no profile can predict its quality)."""
-    from dataclasses import replace
-
+    the hit operation and the model each hit ran on), refitted from a replay's JSON `live` where it
+    has enough audited hits; unchanged, with source None, for a trace that is not of the lab's world
+    (no profile can predict its quality)."""
     if override is None and not is_lab_trace(prompts):
         return outcomes, None
     models: dict[bool, QualityModel] = {}
@@ -88,6 +110,9 @@ def simulated_quality(
         path = override if override is not None else shipped_profile(hit_policy, on_small)
         if path.is_file():
             models[on_small] = QualityModel.from_profile(path)
+    if live is not None:
+        measured = live_drops(live)
+        models = {on_small: model.refitted(measured, live.name) for on_small, model in models.items()}
     if not models:
         return outcomes, None
     judged = []
@@ -103,3 +128,25 @@ def simulated_quality(
         judged.append(replace(outcome, quality=quality, fresh_quality=model.fresh))
     sources = sorted({model.source for model in models.values()})
     return judged, "simulated from " + "; ".join(sources)
+
+
+def live_drops(path: Path) -> list[BinDrop]:
+    """The by-bin drops of a replay's JSON (`bench replay --json`: one report, or a list whose reports'
+    bins are pooled, weighted by their hits). ValueError when it holds none."""
+    data: Any = json.loads(path.read_text())
+    reports = data if isinstance(data, list) else [data]
+    pooled: dict[tuple[float, float, int], tuple[int, float]] = {}
+    for report in reports:
+        for row in (report.get("quality") or {}).get("by_bin") or []:
+            bin_drop = BinDrop.from_json(row)
+            if bin_drop.n <= 0:
+                continue
+            key = (bin_drop.similarity_lo, bin_drop.similarity_hi, bin_drop.k)
+            count, total = pooled.get(key, (0, 0.0))
+            pooled[key] = (count + bin_drop.n, total + bin_drop.n * bin_drop.drop_mean)
+    if not pooled:
+        raise ValueError(f"{path} holds no quality.by_bin: replay with --quality-sample to audit hits")
+    return [
+        BinDrop(similarity_lo=lo, similarity_hi=hi, k=k, n=n, drop_mean=total / n)
+        for (lo, hi, k), (n, total) in sorted(pooled.items(), key=lambda item: (item[0][2], item[0][0]))
+    ]

@@ -1,10 +1,12 @@
-"""Quality in a replay: the judge's scores the workers recorded, and a sample of fresh generations.
+"""Quality in a replay: the scores the workers recorded, and audits of a sample of hits.
 
-Where the lab's models run, every job carries the judge's score of its image (metrics.quality). A
-miss is a fresh generation of its prompt and seed by the large model, so its drop is 0 by
-definition; for a sample of hits (the first `sample` in request order) this process generates the
-same prompt, seed, steps and guidance afresh with the large lab model (bench.quality.sampler, the
-runtime's steps) and judges it: the hit's drop is that fresh score minus the hit's.
+Where the workers judge their images (the lab's models: the lab judge; real models with CLIP weights:
+CLIP score), every job carries its score (metrics.quality). A miss is a fresh generation of its
+prompt and seed, so its drop is 0 by definition. A hit's drop needs a fresh generation of the same
+request: the replay audits a uniform random sample of the judged hits (`audit_sample`, seeded) by
+submitting each again to the stack with the cache off (bench.live.audit), and the hit's drop is that
+job's score minus the hit's. The drop over all requests, its interval and the by-bin drops are
+bench.quality.drops'.
 """
 
 from __future__ import annotations
@@ -13,59 +15,60 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
+
+from bench.quality.drops import AUDIT_SEED, INTERVAL_METHOD
 from bench.run.outcomes import RequestOutcome
-from core.settings import Settings
 
 DEFAULT_SAMPLE = 64
+
+
+def judged_quality(job: Mapping[str, Any] | None) -> float | None:
+    quality = ((job or {}).get("metrics") or {}).get("quality")
+    return None if quality is None else float(quality)
+
+
+def audit_sample(
+    outcomes: Sequence[RequestOutcome],
+    jobs: Sequence[Mapping[str, Any] | None],
+    sample: int,
+    *,
+    seed: int = AUDIT_SEED,
+) -> list[int]:
+    """Indices of up to `sample` succeeded, judged hits, drawn uniformly at random (seeded), ascending."""
+    judged = [
+        index
+        for index, (outcome, job) in enumerate(zip(outcomes, jobs, strict=True))
+        if outcome.succeeded and outcome.hit and judged_quality(job) is not None
+    ]
+    if len(judged) <= sample:
+        return judged
+    chosen = np.random.default_rng(seed).choice(len(judged), size=sample, replace=False)
+    return sorted(judged[int(i)] for i in chosen)
 
 
 def replay_quality(
     outcomes: Sequence[RequestOutcome],
     jobs: Sequence[Mapping[str, Any] | None],
     *,
-    settings: Settings,
-    sample: int = DEFAULT_SAMPLE,
+    audits: Mapping[int, float | None],
 ) -> tuple[list[RequestOutcome], str | None]:
-    """Outcomes with quality (and, for misses and sampled hits, fresh_quality); source None when no
-    job was judged (models other than the lab's)."""
+    """Outcomes with quality (and, for misses and audited hits, fresh_quality); `audits` maps an
+    outcome's index to its audit's score (None: the audit failed). Source None when no job was judged."""
     judged: list[RequestOutcome] = []
-    for outcome, job in zip(outcomes, jobs, strict=True):
-        quality = ((job or {}).get("metrics") or {}).get("quality")
+    for index, (outcome, job) in enumerate(zip(outcomes, jobs, strict=True)):
+        quality = judged_quality(job)
         if quality is None:
             judged.append(outcome)
             continue
-        fresh = float(quality) if not outcome.hit else None
-        judged.append(replace(outcome, quality=float(quality), fresh_quality=fresh))
+        fresh = quality if not outcome.hit else audits.get(index)
+        judged.append(replace(outcome, quality=quality, fresh_quality=fresh))
     if all(o.quality is None for o in judged):
         return list(outcomes), None
-    picked = [i for i, o in enumerate(judged) if o.hit and o.quality is not None][:sample]
-    large = settings.model_source("large")
-    if picked and large.startswith("lab:"):
-        scores = fresh_scores(settings, large, [jobs[i] or {} for i in picked])
-        for index, score in zip(picked, scores, strict=True):
-            judged[index] = replace(judged[index], fresh_quality=score)
-    source = f"judged by the workers; fresh generations of {len(picked)} sampled hits on {large}"
+    done = sum(1 for index, score in audits.items() if score is not None and judged[index].hit)
+    hits = sum(1 for o in judged if o.hit and o.quality is not None and o.succeeded)
+    source = (
+        f"judged by the workers; {done} of {hits} hits audited against a fresh generation on the stack "
+        f"(same request, cache off); drop over all requests by stratum, 95% interval: {INTERVAL_METHOD}"
+    )
     return judged, source
-
-
-def fresh_scores(settings: Settings, large: str, jobs: Sequence[Mapping[str, Any]]) -> list[float]:
-    """The judge's score of a fresh large-model generation of each job's prompt, seed and steps."""
-    from bench.quality.sampler import Sampler
-    from lab.judge import Judge
-    from lab.models import ensure_lab_models
-    from workers.runtime.loading import builtin_path
-
-    judge = Judge.load(ensure_lab_models(settings).judge)
-    scores: list[float] = []
-    samplers: dict[tuple[int, float], Sampler] = {}
-    for job in jobs:
-        given = job.get("input") or {}
-        key = (int(given.get("steps", settings.steps)), float(given.get("guidance", 7.5)))
-        if key not in samplers:
-            samplers[key] = Sampler(builtin_path(settings, large), steps=key[0], guidance=key[1])
-        sampler = samplers[key]
-        prompt, seed = str(given.get("prompt", "")), int(given.get("seed", 0))
-        images = sampler.images(sampler.generate([prompt], [seed]).latents)
-        score = judge.score(images, [prompt])[0]
-        scores.append(0.0 if score is None else score)
-    return scores

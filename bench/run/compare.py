@@ -19,6 +19,13 @@ stated tolerance allows for those and for sampling noise, never for a wrong poli
                    counts: the second term bounds the distance two samples of that size from one
                    distribution are expected to show (sum of binomial standard errors, by
                    Cauchy-Schwarz), so a replay of a few dozen hits is not failed for noise
+    quality_drop   |sim - measured| <= max(half the measured drop_ci95's width, QUALITY_TOLERANCE):
+                   the mean judged drop over all requests (bench.quality.drops). The first term is the
+                   measurement's own uncertainty (its audits are a sample); the second what a
+                   prediction may miss by and still be of use (QUALITY_TOLERANCE). A replay that
+                   judged nothing checks nothing (both null: agrees); one whose drop was not
+                   measured (no hit audited) fails the check when the simulator predicts one: an
+                   unchecked quality is not agreement.
 """
 
 from __future__ import annotations
@@ -39,6 +46,11 @@ and compute saved by 9% of their value, by changing the order in which jobs comp
 room for that and for the approximate index, and still fails a twofold error."""
 ABS_FLOOR = 0.01  # below this, a difference is a handful of requests in a few hundred
 K_DISTRIBUTION_TOLERANCE = 0.15
+QUALITY_TOLERANCE = 0.02
+"""The most a predicted mean drop may differ from a measured one beyond the measurement's own
+interval: NIRVANA's quality tolerance (the drop its cache selector allows, 0.02, which the quality
+guard's target REPRISE_QUALITY_DROP_TARGET defaults to). A prediction off by more than the target
+cannot say whether a configuration holds it."""
 STANDARD_ERRORS = 3.0
 
 
@@ -142,5 +154,31 @@ def compare_reports(
                 saved_noise(saved, hit, requests) if saved is not None else None,
             ),
             Check("k_histogram", None, None, distance, k_tolerance, distance <= k_tolerance),
+            quality_check(simulated, measured),
         )
     )
+
+
+def _drop(report: BenchReport | Mapping[str, Any]) -> tuple[bool, float | None, list[float] | None]:
+    """Whether the report judged anything, its mean drop over all requests and its interval."""
+    data = report.as_json() if isinstance(report, BenchReport) else report
+    quality = data.get("quality")
+    if not quality:
+        return False, None, None
+    return True, quality.get("drop_mean"), quality.get("drop_ci95")
+
+
+def quality_check(
+    simulated: BenchReport | Mapping[str, Any], measured: BenchReport | Mapping[str, Any]
+) -> Check:
+    """The quality_drop check (module docstring)."""
+    sim_judged, sim, _ = _drop(simulated)
+    judged, drop, interval = _drop(measured)
+    if not sim_judged and not judged:
+        return Check("quality_drop", None, None, None, QUALITY_TOLERANCE, True)
+    if sim is None or drop is None:
+        return Check("quality_drop", sim, drop, None, QUALITY_TOLERANCE, False)
+    half_width = (interval[1] - interval[0]) / 2.0 if interval else 0.0
+    allowed = max(QUALITY_TOLERANCE, half_width)
+    difference = sim - drop
+    return Check("quality_drop", sim, drop, difference, allowed, abs(difference) <= allowed)

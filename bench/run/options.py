@@ -155,6 +155,7 @@ class SimulateOptions:
     rates: tuple[float, ...] = ()
     k_table: str | None = None
     quality_profile: Path | None = None  # `reprise profile k --json`; None: the lab's shipped profiles
+    quality_from: Path | None = None  # a replay's JSON: its audited drops refit the quality model's bins
     switch_s: float = 0.0
     jobs: int = 1
     json_path: Path | None = None

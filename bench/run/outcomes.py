@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.quality.drops import Strata, by_bin, drop_interval, stratified_drop
 from bench.run.costs import StepCosts
 from bench.run.report import AdmissionLatency, BenchReport, Latency, Quality, SloViolations
 from core.errors import UnknownModel
@@ -70,6 +71,7 @@ class ReportContext:
     entry_bytes: float | None
     png_bytes: float | None
     quality_source: str | None = None  # how outcomes' quality was obtained; None: not judged
+    quality_interval: bool = True  # a measured drop has a bootstrap interval; a profile's prediction none
     slo_s: float | None = None  # the run's own SLO (a DiffServe pair's), reported beside x2 and x4
 
 
@@ -179,36 +181,50 @@ def summarize(outcomes: Sequence[RequestOutcome], context: ReportContext) -> Ben
         embedder=context.embedder,
         trace=context.trace,
         arrivals=context.arrivals,
-        quality=summarize_quality(done, context.quality_source),
+        quality=summarize_quality(done, context.quality_source, interval=context.quality_interval),
     )
 
 
-def summarize_quality(done: Sequence[RequestOutcome], source: str | None) -> Quality | None:
-    """The judge's quality of succeeded requests (see bench.run.report.Quality); None when not judged."""
+def summarize_quality(
+    done: Sequence[RequestOutcome], source: str | None, *, interval: bool = True
+) -> Quality | None:
+    """The judge's quality of succeeded requests (see bench.run.report.Quality); None when not judged.
+    `interval`: bootstrap drop_ci95 (a measurement); False for a model's prediction, which has none."""
     if source is None:
         return None
     judged = [o for o in done if o.quality is not None]
     hits = [o.quality for o in judged if o.hit and o.quality is not None]
     misses = [o.quality for o in judged if not o.hit and o.quality is not None]
     compared = [o for o in judged if o.fresh_quality is not None and o.quality is not None]
-    drops = [
-        o.fresh_quality - o.quality for o in compared if o.fresh_quality is not None and o.quality is not None
-    ]
-    hit_drops = [
-        o.fresh_quality - o.quality
-        for o in compared
-        if o.hit and o.fresh_quality is not None and o.quality is not None
-    ]
+    hit_drops = [_drop(o) for o in compared if o.hit]
+    strata = Strata(
+        hits=len(hits),
+        others=len(misses),
+        hit_drops=hit_drops,
+        other_drops=[_drop(o) for o in compared if not o.hit],
+    )
     return Quality(
         hit_mean=float(np.mean(hits)) if hits else None,
         hit_p5=percentile(hits, 5),
         miss_mean=float(np.mean(misses)) if misses else None,
-        drop_mean=float(np.mean(drops)) if drops else None,
+        drop_mean=stratified_drop(strata),
         hit_drop_mean=float(np.mean(hit_drops)) if hit_drops else None,
         judged=len(judged),
         compared=len(compared),
         source=source,
+        drop_ci95=drop_interval(strata) if interval else None,
+        audited=len(hit_drops),
+        by_bin=tuple(
+            by_bin(
+                (o.similarity, o.k, _drop(o)) for o in compared if o.hit and o.similarity is not None and o.k
+            )
+        ),
     )
+
+
+def _drop(outcome: RequestOutcome) -> float:
+    assert outcome.fresh_quality is not None and outcome.quality is not None
+    return outcome.fresh_quality - outcome.quality
 
 
 def running_rates(

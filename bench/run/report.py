@@ -6,8 +6,9 @@
     vanilla_throughput_rps, latency_ms {p50, p95, p99}, slo_violations {x2, x4},
     admission_ms {p50, p99}, entry_bytes, png_bytes, embedder, trace, arrivals,
     decodes {per_job, per_read, jobs, generation_decodes, reads, read_decodes} (null when not measured,
-    as in a simulation), quality {hit_mean, hit_p5, miss_mean, drop_mean, hit_drop_mean, judged,
-    compared, source} (the judge's scores: bench.quality; null where nothing could be judged)
+    as in a simulation), quality {hit_mean, hit_p5, miss_mean, drop_mean, hit_drop_mean, drop_ci95,
+    judged, compared, audited, by_bin [{similarity_lo, similarity_hi, k, n, drop_mean}], source} (the
+    judge's scores and the drop, bench.quality.drops; null where nothing could be judged)
 
 A sweep (`simulate --sweep`) writes a JSON list of `SweepPoint`s: a report's fields plus
 `cache_bytes` and `policy`. A replay's JSON adds `stack` (what the stack ran: bench.live.stack), a
@@ -21,6 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from bench.quality.drops import BinDrop
 
 REPORT_FIELDS = (
     "profile",
@@ -111,8 +114,11 @@ class Decodes:
 @dataclass(frozen=True, slots=True)
 class Quality:
     """The judge's quality of results (bench.quality): mean and 5th percentile over hits, mean over misses,
-    and the drop against a fresh generation of the same prompt and seed: `drop_mean` over every
-    compared request (a miss is its own fresh generation: drop 0), `hit_drop_mean` over compared hits.
+    and the drop against a fresh generation of the same prompt and seed: `drop_mean` over all judged
+    requests (a miss is its own fresh generation: drop 0; the hits weighed by their count, estimated
+    from the compared ones: bench.quality.drops), with `drop_ci95` its 95% bootstrap interval (None
+    where nothing was sampled: a simulation's profile), `hit_drop_mean` over compared hits, `audited`
+    the hits compared with a fresh generation, `by_bin` the compared hits' drop per (similarity bin, k).
     `source` says how it was obtained (judged images, a sample of fresh generations, or a profile)."""
 
     hit_mean: float | None
@@ -123,6 +129,9 @@ class Quality:
     judged: int
     compared: int
     source: str
+    drop_ci95: tuple[float, float] | None = None
+    audited: int = 0
+    by_bin: tuple[BinDrop, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -131,8 +140,11 @@ class Quality:
             "miss_mean": _round(self.miss_mean),
             "drop_mean": _round(self.drop_mean),
             "hit_drop_mean": _round(self.hit_drop_mean),
+            "drop_ci95": None if self.drop_ci95 is None else [_round(bound) for bound in self.drop_ci95],
             "judged": self.judged,
             "compared": self.compared,
+            "audited": self.audited,
+            "by_bin": [row.as_json() for row in self.by_bin],
             "source": self.source,
         }
 

@@ -38,6 +38,7 @@ class SimConfig:
     monitor: MonitorSpec | None = None  # MoDM's global monitor (bench.sim.monitor); None: a fixed allocation
     allocation_schedule: tuple[ScheduledAllocation, ...] = ()  # a replayed stack's moves (bench.live.stack)
     quality_profile: Path | None = None  # `reprise profile k --json`; None: the lab's shipped profiles
+    quality_from: Path | None = None  # a replay's JSON: its drops refit the profile (bench.quality.model)
     cascade: CascadeSpec | None = None  # DiffServe's cascade for misses (bench.sim.cascade)
     slo_s: float | None = None  # an SLO to report violations of beside x2 and x4 (a DiffServe pair's)
 

@@ -25,12 +25,14 @@ def judged_report(
         hit_policy=cfg.profile.hit_policy,
         small_name=cfg.costs.small_model or "small",
         override=cfg.quality_profile,
+        live=cfg.quality_from,
     )
     if source is None:
         judged = [replace(o, quality=None, fresh_quality=None) for o in judged]
     elif cfg.cascade is not None:
         source += f"; cascade from {cfg.cascade.profile.source}"
-    return summarize(judged, replace(report_context(load, cfg, vanilla, emb), quality_source=source))
+    context = replace(report_context(load, cfg, vanilla, emb), quality_source=source, quality_interval=False)
+    return summarize(judged, context)
 
 
 def report_context(

@@ -151,6 +151,8 @@ def simulate_main(settings: Settings, options: SimulateOptions) -> int:
         f"decode {costs.decode_ms:.1f} ms ({costs.source})"
     )
     profiles = [build_profile(name, settings) for name in options.profiles]
+    for profile in (p for p in profiles if p.name == "nirvana"):
+        _note(f"nirvana: match predictor {'on' if profile.predictor else 'off (REPRISE_PREDICTOR_ENABLED)'}")
     policies = ALL_POLICIES if options.policies == ("all",) else options.policies
     for policy in policies:
         EvictionPolicyName(policy)  # a ValueError names an unknown policy before any work
@@ -251,6 +253,7 @@ def _config_factory(
             switch_s=options.switch_s,
             k_table=options.k_table,
             quality_profile=options.quality_profile,
+            quality_from=options.quality_from,
             large_serves_hits=settings.large_serves_hits,
             monitor=MonitorSpec.from_settings(
                 settings, mode=options.monitor, period_s=options.monitor_period_s

@@ -41,6 +41,15 @@ JsonOpt = Annotated[Path | None, typer.Option("--json", help="Write the report(s
 PlotsOpt = Annotated[Path | None, typer.Option("--plots", help="Write PNG figures into this directory.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the Poisson arrivals.")]
 
+QualitySampleOpt = Annotated[
+    int,
+    typer.Option(
+        "--quality-sample",
+        min=0,
+        help="Judged hits audited: generated again on the stack with the cache off, for their quality drop.",
+    ),
+]
+
 # Options of `simulate` alone: the simulated deployment, sweeps and the pool monitor.
 ProfilesOpt = Annotated[
     str,
@@ -83,6 +92,14 @@ KTableOpt = Annotated[str | None, typer.Option("--k-table", help="Threshold tabl
 QualityProfileOpt = Annotated[
     Path | None,
     typer.Option("--quality-profile", help="`reprise profile k --json` output (default: the lab's shipped)."),
+]
+QualityFromOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--quality-from",
+        help="A `bench replay --json` output: its audited drops per (similarity bin, k) replace the "
+        "profile's in bins of at least 16 hits (bench.quality.model).",
+    ),
 ]
 SwitchOpt = Annotated[
     float, typer.Option("--switch-s", min=0.0, help="Seconds a worker takes to change model.")
@@ -142,9 +159,7 @@ def replay_command(
     costs: CostsOpt = None,
     steps: int | None = typer.Option(None, "--steps", min=1, help="T per request (default: the server's)."),
     fetch_images: int = typer.Option(5, "--fetch-images", min=0, help="PNGs to download for png_bytes."),
-    quality_sample: int = typer.Option(
-        64, "--quality-sample", min=0, help="Hits generated afresh for the quality drop (lab models)."
-    ),
+    quality_sample: QualitySampleOpt = 64,
     gpu_workers: int | None = typer.Option(
         None,
         "--gpu-workers",
@@ -207,6 +222,7 @@ def simulate_command(
     rates: RatesOpt = None,
     k_table: KTableOpt = None,
     quality_profile: QualityProfileOpt = None,
+    quality_from: QualityFromOpt = None,
     switch_s: SwitchOpt = 0.0,
     monitor: MonitorOpt = "off",
     monitor_period_s: MonitorPeriodOpt = None,
@@ -236,7 +252,7 @@ def simulate_command(
             sizes=tuple(parse.parse_size(size) for size in parse.parse_list(sizes or "")),
             policies=tuple(parse.parse_list(policies or "")),
             rates=tuple(float(r) for r in parse.parse_list(rates or "")),
-            k_table=k_table, quality_profile=quality_profile, switch_s=switch_s,
+            k_table=k_table, quality_profile=quality_profile, quality_from=quality_from, switch_s=switch_s,
             monitor=parse.parse_monitor(monitor), monitor_period_s=monitor_period_s,
             allocator=parse.parse_allocator(allocator), cascade_pair=cascade_pair,
             cascade_profile=cascade_profile, jobs=jobs, json_path=json_path, plots=plots, compare=compare,

@@ -58,13 +58,17 @@ def test_replay_reports_the_contract_fields_and_hits_on_repeats(stack: Stack, tm
     assert 0 < report["compute_saved"] < 1
     assert report["admission_ms"]["p50"] is not None
     assert report["embedder"]["name"] == "minilm"
-    # The lab's models ran: the workers judged every image; the hits were generated afresh here to
-    # measure their drop (a miss is its own fresh generation).
+    # The lab's models ran: the workers judged every image; each hit was audited, generated again on
+    # the stack with the cache off, to measure its drop (a miss is its own fresh generation).
     quality = report["quality"]
-    assert (quality["judged"], quality["compared"]) == (6, 6)
+    assert (quality["judged"], quality["compared"], quality["audited"]) == (6, 6, 4)
     assert 0 <= quality["hit_mean"] <= 1 and 0 <= quality["miss_mean"] <= 1
     assert quality["drop_mean"] == pytest.approx(quality["hit_drop_mean"] * 4 / 6, abs=1e-3)
-    assert "4 sampled hits" in quality["source"]
+    low, high = quality["drop_ci95"]
+    assert low <= quality["drop_mean"] <= high
+    assert sum(row["n"] for row in quality["by_bin"]) == 4
+    assert {row["k"] for row in quality["by_bin"]} == {int(k) for k in report["k_histogram"]}
+    assert "4 of 4 hits audited" in quality["source"]
     # what the stack ran, from /v1/stats, for `simulate --compare` (bench.live.stack)
     record = report["stack"]
     assert record["profile"]["name"] == "configured"

@@ -117,8 +117,14 @@ def test_summarize_quality_means_hits_and_misses_and_their_drop() -> None:
     quality = summarize_quality(outcomes, "test")
     assert quality is not None
     assert quality.hit_mean == pytest.approx(2.5 / 3) and quality.miss_mean == pytest.approx(0.6)
-    assert quality.drop_mean == pytest.approx(0.2 / 3) and quality.hit_drop_mean == pytest.approx(0.1)
-    assert (quality.judged, quality.compared) == (4, 3)
+    # Over all requests by stratum: 3 of 4 judged requests are hits, their audited drop 0.1 (the
+    # mean over the compared ones, 0.2 / 3, would weigh the hits by the sample instead).
+    assert quality.drop_mean == pytest.approx(0.75 * 0.1) and quality.hit_drop_mean == pytest.approx(0.1)
+    assert (quality.judged, quality.compared, quality.audited) == (4, 3, 2)
+    assert [(b.similarity_lo, b.k, b.n) for b in quality.by_bin] == [(0.95, 10, 2)]
+    low, high = quality.drop_ci95 or (1.0, -1.0)
+    assert low <= 0.075 <= high
+    assert summarize_quality(outcomes, "test", interval=False).drop_ci95 is None  # type: ignore[union-attr]
     assert summarize_quality(outcomes, None) is None
 
 
