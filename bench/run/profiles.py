@@ -4,7 +4,9 @@ vanilla     no cache: every request runs the large model for all T steps (the ba
             NIRVANA 7 and MoDM 6)
 nirvana     intermediate latents at K (NIRVANA 5.3), text-to-text lookup (5.1), resume on the
             large model (NIRVANA serves one model; a latent resumes only in its own family),
-            LCBFU eviction (5.4), match predictor (5.2)
+            LCBFU eviction (5.4), match predictor (5.2) unless REPRISE_PREDICTOR_ENABLED is set
+            (then as it says: the setting is honoured where it is given; the report's `profile`
+            name says nirvana either way, `nirvana-womp` names the run without it)
 nirvana-womp  nirvana without its match predictor (the paper's NIRVANA-w/oMP baseline, 7)
 modm        final latents, text-to-image lookup (MoDM 5.2), refine hits on the small model,
             FIFO eviction and caching the results of hits too (5.4), no match predictor
@@ -132,7 +134,7 @@ def build_profile(name: str, settings: Settings) -> Profile:
             k_table="nirvana-t2t",
             eviction=EvictionPolicyName.LCBFU,
             cache_all=False,
-            predictor=kind is ProfileName.NIRVANA,
+            predictor=_nirvana_predictor(kind, settings),
             hits_on_small=False,
         )
     if kind is ProfileName.MODM:
@@ -147,6 +149,14 @@ def build_profile(name: str, settings: Settings) -> Profile:
             hits_on_small=True,
         )
     return base
+
+
+def _nirvana_predictor(kind: ProfileName, settings: Settings) -> bool:
+    """NIRVANA runs its match predictor (5.2) and NIRVANA-w/oMP does not (7); an explicit
+    REPRISE_PREDICTOR_ENABLED (a field set, not the default) overrides nirvana's."""
+    if kind is ProfileName.NIRVANA_WOMP:
+        return False
+    return settings.predictor_enabled if "predictor_enabled" in settings.model_fields_set else True
 
 
 def settings_mismatches(profile: Profile, settings: Settings) -> list[str]:
