@@ -1,5 +1,7 @@
 """DiffServe's cascade in the simulator: what a light stage costs, which queries the discriminator
-escalates and how good each answer is, and the allocator that sets the threshold and the split.
+escalates and how good each answer is, and the allocator that sets the threshold and the split (the
+MILP of jobs.policies.allocation with each model at batch size 1, as the service runs it: no batch
+size is chosen).
 
 Which queries escalate, and the quality of each answer, replay the cascade measured on the lab's
 models (`reprise cascade train --json`, bench.quality.cascade): its held-out samples (discriminator

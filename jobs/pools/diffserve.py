@@ -6,8 +6,10 @@ One run, every settings.monitor_period_s, in one transaction:
 2. measure: the period's arrivals, hits and per-model service times (db.stats); the queues (the
    broker) for Little's law; the scores the discriminator gave (f(t) measured, else the profiled
    curve stored with the discriminator); the workers alive and their pins;
-3. estimate the demand (an EWMA over periods), solve the MILP (jobs.policies.allocation), move the
-   fewest unpinned workers to its heavy (large) / light (small) split;
+3. estimate the demand (an EWMA over periods), solve the MILP (jobs.policies.allocation) for the
+   threshold and the split, each model profiled at batch size 1 only (a worker runs one job per
+   call), so no batch size is chosen; move the fewest unpinned workers to its heavy (large) / light
+   (small) split;
 4. record the decision in cascade_decisions: the light workers read its threshold from there.
 """
 
