@@ -126,8 +126,8 @@ def run_stack(settings: Settings, *, port: int, flower_port: int, demo_prompts: 
         print(f"Postgres   {redacted_url(settings.sqlalchemy_url)}")
         print(f"Redis      {redacted_url(settings.broker_url)}")
         key = ensure_demo_key(settings)
-        print(f"API key    {key.api_key}  (stored in {key.path})", flush=True)
         if demo_prompts > 0:
+            print(f"API key    {key.api_key}  (stored in {key.path})", flush=True)
             from bench.live.demo import run_demo
 
             run_demo(
