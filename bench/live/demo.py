@@ -118,7 +118,8 @@ def quality_line(metrics: Sequence[dict[str, Any]]) -> str:
             scores[str(row["route"])].append(float(row["quality"]))
     if not scores["hit"] and not scores["miss"]:
         return "  quality      - (judged only on the quality lab's models and prompts)"
-    parts = [f"{route}s {sum(v) / len(v):.3f}" for route, v in scores.items() if v]
+    plural = {"hit": "hits", "miss": "misses"}
+    parts = [f"{plural[route]} {sum(v) / len(v):.3f}" for route, v in scores.items() if v]
     return "  quality      " + "  ".join(parts) + "  (the lab judge: share of the prompt's attributes shown)"
 
 
