@@ -4,20 +4,22 @@ The quality of an image for a prompt is the fraction of the prompt's attributes 
 the judge reads in the image: 1.0 when the image shows everything asked, 0.0 when nothing; an
 interpretable score, like a VQA score, and what "quality" means in every lab report. The judge is a
 core.scoring.Scorer (scale core.scoring.JUDGE_SCALE), the one serving workers hold on the lab's
-models, and a ConfidenceReader, whose readings the cascade's discriminator takes as features. Its
+models; the cascade does not route on it (lab.discriminator does), so it grades the cascade. Its
 distribution distance is the Frechet distance between the judge's features (the 128-d layer
 before its heads) of two image sets: an FID analogue on the lab's world.
 
 The judge is a small CNN with one head per attribute, trained on jittered true renders with noise
-and blur (so that it reads the models' softer images too), and validated on held-out renders
-(`heldout_accuracy`) before it judges anything: `reprise lab judge` reports that figure.
+and blur (so that it reads the models' softer images too), and validated before it judges anything
+(lab.validation: held-out, blurred and noisy renders, agreement with the second judge, lab.judge_b, on
+the models' images): `Judge.load` refuses a judge whose judge.json lacks that validation or falls
+below a floor (lab.judge_floors), and `reprise lab judge` measures it again.
 """
 
 from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -27,16 +29,24 @@ import torch
 from PIL import Image
 from torch import nn
 
+from core.errors import RepriseError
 from core.scoring import JUDGE_SCALE, ScoreScale
 from lab.captions import parse
 from lab.world import ATTRIBUTES, SIZE, Scene, render, sample_scene
 
 FEATURES: Final = 128
 HELDOUT_SEED: Final = 777_000  # held-out renders: a seed no training run uses
+ARCHITECTURE: Final = "cnn-3x3"  # JudgeNet's name in judge.json; lab.judge_b.ARCHITECTURE the other's
+
+
+class JudgeRefused(RepriseError):
+    """A judge without a validation, or validated below a floor (lab.judge_floors): it must not score."""
 
 
 class JudgeNet(nn.Module):
     """Four stride-2 convolutions to a 128-d feature, one linear head per attribute."""
+
+    ARCHITECTURE: Final = ARCHITECTURE
 
     def __init__(self) -> None:
         super().__init__()
@@ -90,11 +100,15 @@ def _augment(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     return mixed + sigma * torch.randn(images.shape, generator=generator)
 
 
-def train_judge(steps: int, *, seed: int, batch: int = 64, log: Any = print) -> JudgeNet:
+def train_judge(
+    steps: int, *, seed: int, batch: int = 64, log: Any = print, network: Callable[[], nn.Module] = JudgeNet
+) -> nn.Module:
+    """A judge network (`network()`, built once seeded: JudgeNet, or lab.judge_b's) trained on
+    jittered, blurred and noisy true renders, one cross-entropy per attribute."""
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
-    net = JudgeNet().train()
+    net = network().train()
     optimizer = torch.optim.AdamW(net.parameters(), lr=2e-3)
     loss_fn = nn.CrossEntropyLoss(ignore_index=-100)
     for step in range(steps):
@@ -119,19 +133,26 @@ class Judge:
     scale: Final[ScoreScale] = JUDGE_SCALE
     worth_a_decode: Final = True  # core.scoring.Scorer.worth_a_decode
 
-    def __init__(self, net: JudgeNet) -> None:
+    def __init__(self, net: nn.Module) -> None:
         self._net = net.eval()
 
     @classmethod
-    def load(cls, directory: Path) -> Judge:
+    def load(cls, directory: Path, *, validated: bool = True) -> Judge:
+        """The judge saved in `directory`. It must carry a validation at or above every floor
+        (lab.judge_floors.FLOORS), else JudgeRefused says which and how to fix it; `validated=False`
+        loads it anyway, for the validation itself."""
         from safetensors.torch import load_file
+
+        from lab.judge_floors import refusal
 
         meta = json.loads((directory / "judge.json").read_text())
         if meta.get("attributes") != {name: list(values) for name, values in ATTRIBUTES.items()}:
             raise ValueError(
                 f"the judge in {directory} was trained on another world: run `reprise models train`"
             )
-        net = JudgeNet()
+        if validated and (reason := refusal(meta.get("validation"))) is not None:
+            raise JudgeRefused(f"the judge in {directory} is refused: {reason}")
+        net = _network(meta.get("architecture", ARCHITECTURE))
         net.load_state_dict(load_file(str(directory / "judge.safetensors")))
         return cls(net)
 
@@ -142,7 +163,9 @@ class Judge:
         state = {name: tensor.contiguous() for name, tensor in self._net.state_dict().items()}
         save_file(state, str(directory / "judge.safetensors"))
         attributes = {name: list(values) for name, values in ATTRIBUTES.items()}
-        (directory / "judge.json").write_text(json.dumps({"attributes": attributes, **meta}, indent=2) + "\n")
+        architecture = getattr(self._net, "ARCHITECTURE", ARCHITECTURE)
+        body = {"attributes": attributes, "architecture": architecture, **meta}
+        (directory / "judge.json").write_text(json.dumps(body, indent=2) + "\n")
 
     def _run(
         self, images: Sequence[Image.Image | npt.NDArray[np.uint8]]
@@ -194,6 +217,16 @@ class Judge:
             asked = parse(prompt)
             scores.append(None if asked is None else agreement(asked, reading))
         return scores
+
+
+def _network(architecture: str) -> nn.Module:
+    from lab.judge_b import ARCHITECTURE as SECOND
+    from lab.judge_b import JudgeNetB
+
+    networks: dict[str, type[nn.Module]] = {ARCHITECTURE: JudgeNet, SECOND: JudgeNetB}
+    if architecture not in networks:
+        raise ValueError(f"unknown judge architecture {architecture!r}: one of {sorted(networks)}")
+    return networks[architecture]()
 
 
 def agreement(asked: dict[str, str], reading: dict[str, str]) -> float:

@@ -156,7 +156,9 @@ def ensure_lab_models(
 
 def load_judge(settings: Settings) -> Judge:
     """The lab's trained judge, from the committed weights: the scorer (core.scoring.Scorer) of the
-    lab's images, which workers load like the lab's pipelines, through this module."""
+    lab's images, which workers load like the lab's pipelines, through this module. Raises
+    lab.judge.JudgeRefused (a core.errors.RepriseError) when its validation is missing or below a
+    floor (lab.judge_floors), which a worker's scorer (workers.runtime.quality) raises in turn."""
     from lab.judge import Judge
 
     return Judge.load(ensure_lab_models(settings).judge)

@@ -1,0 +1,111 @@
+"""A judge's validation: how well it reads what it was trained for, and whether a second judge of
+another architecture reads the models' own images the same way (lab.judge_floors holds the floors).
+
+- held-out accuracy: lab.judge.heldout_accuracy, true renders of a seed no training uses;
+- blurred / noisy accuracy: the same renders through a Gaussian blur of BLUR_RADIUS pixels, or with
+  Gaussian noise of NOISE_SIGMA (uint8 levels) added: the softness the judge was trained to see past;
+- generated agreement: on the lab's models' images of held-out captions (lab.generation), the share
+  of attribute readings (the attributes each caption's scene shows) on which both judges agree, per
+  attribute and overall. Agreement is not accuracy: two judges can agree and both be wrong; where
+  they disagree, at least one is, so the share bounds how far either can be trusted there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+from PIL import Image, ImageFilter
+
+from lab.judge import HELDOUT_SEED, Judge
+from lab.world import Scene, render, sample_scene
+
+BLUR_RADIUS: Final = 1.0  # pixels of a 64x64 render (PIL's GaussianBlur radius)
+NOISE_SIGMA: Final = 12.0  # uint8 levels: 0.094 in the judge's [-1, 1] input, inside its training's 0..0.15
+NOISE_SEED: Final = 777_001
+AGREEMENT_SEED: Final = 778_000  # held-out captions of the generated images: no training uses it
+
+Array = npt.NDArray[np.uint8]
+
+
+def blurred(image: Array) -> Array:
+    return np.asarray(Image.fromarray(image).filter(ImageFilter.GaussianBlur(BLUR_RADIUS)), dtype=np.uint8)
+
+
+def noisy(image: Array, rng: np.random.Generator) -> Array:
+    return np.clip(image + rng.normal(0.0, NOISE_SIGMA, image.shape), 0, 255).round().astype(np.uint8)
+
+
+def degraded_accuracy(judge: Judge, count: int, seed: int = HELDOUT_SEED) -> dict[str, float]:
+    """Attribute accuracy on `count` held-out renders (lab.judge.heldout_accuracy's), blurred and noisy."""
+    rng = np.random.default_rng(seed)
+    scenes = [sample_scene(rng) for _ in range(count)]
+    renders = [render(scene, rng) for scene in scenes]
+    noise = np.random.default_rng(NOISE_SEED)
+    return {
+        "blurred_accuracy": _accuracy(judge, scenes, [blurred(image) for image in renders]),
+        "noisy_accuracy": _accuracy(judge, scenes, [noisy(image, noise) for image in renders]),
+    }
+
+
+def _accuracy(judge: Judge, scenes: Sequence[Scene], images: Sequence[Array]) -> float:
+    readings: list[dict[str, str]] = []
+    for start in range(0, len(images), 256):
+        readings += judge.read(images[start : start + 256])
+    shown = [scene.attributes() for scene in scenes]
+    right = sum(
+        reading[name] == value
+        for asked, reading in zip(shown, readings, strict=True)
+        for name, value in asked.items()
+    )
+    return right / sum(len(asked) for asked in shown)
+
+
+def agreement(
+    first: Judge, second: Judge, scenes: Sequence[Scene], images_by_model: Mapping[str, Sequence[Array]]
+) -> dict[str, Any]:
+    """Per attribute, per model and overall: the share of readings of the scenes' shown attributes on
+    which both judges agree (each model's images are of `scenes`, in order)."""
+    agreed: dict[str, list[bool]] = {}
+    by_model: dict[str, float] = {}
+    for model, images in images_by_model.items():
+        one, other = first.read(list(images)), second.read(list(images))
+        marks = []
+        for scene, a, b in zip(scenes, one, other, strict=True):
+            for name in scene.attributes():
+                agreed.setdefault(name, []).append(a[name] == b[name])
+                marks.append(a[name] == b[name])
+        by_model[model] = float(np.mean(marks))
+    every = [mark for marks in agreed.values() for mark in marks]
+    return {
+        "generated_agreement": float(np.mean(every)),
+        "per_attribute": {name: float(np.mean(marks)) for name, marks in agreed.items()},
+        "per_model": by_model,
+        "readings": len(every),
+    }
+
+
+def validate(
+    judge: Judge,
+    second: Judge,
+    scenes: Sequence[Scene],
+    images_by_model: Mapping[str, Sequence[Array]],
+    *,
+    heldout: int,
+    accuracy: Callable[[Judge, int], float],
+) -> dict[str, Any]:
+    """The validation judge.json records (lab.judge_floors.refusal reads it)."""
+    agreed = agreement(judge, second, scenes, images_by_model)
+    return {
+        "heldout_accuracy": accuracy(judge, heldout),
+        **degraded_accuracy(judge, heldout),
+        "generated_agreement": agreed["generated_agreement"],
+        "agreement_per_attribute": agreed["per_attribute"],
+        "agreement_per_model": agreed["per_model"],
+        "heldout_images": heldout,
+        "generated_images": sum(len(images) for images in images_by_model.values()),
+        "blur_radius": BLUR_RADIUS,
+        "noise_sigma": NOISE_SIGMA,
+    }

@@ -1,0 +1,82 @@
+"""The judges' validation: a judge without one, or below a floor, is refused at load with the reason;
+the committed judges carry theirs, and the second judge is another network."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from core.errors import RepriseError
+from lab import judge_b
+from lab.judge import ARCHITECTURE, Judge, JudgeNet, JudgeRefused
+from lab.judge_b import JudgeNetB
+from lab.judge_floors import FLOORS, refusal
+from lab.models import WEIGHTS_DIR
+from lab.validation import blurred, noisy
+from lab.world import render, sample_scene
+
+
+def _copy(tmp_path: Path, name: str = "judge") -> Path:
+    directory = tmp_path / name
+    shutil.copytree(WEIGHTS_DIR / name, directory)
+    return directory
+
+
+def _rewrite(directory: Path, **changes: object) -> None:
+    meta = json.loads((directory / "judge.json").read_text())
+    for key, value in changes.items():
+        if value is None:
+            meta.pop(key, None)
+        else:
+            meta[key] = value
+    (directory / "judge.json").write_text(json.dumps(meta))
+
+
+def test_the_committed_judge_is_validated_at_or_above_every_floor() -> None:
+    validation = json.loads((WEIGHTS_DIR / "judge" / "judge.json").read_text())["validation"]
+    assert refusal(validation) is None
+    assert set(FLOORS) <= set(validation) and validation["generated_images"] > 0
+    assert isinstance(Judge.load(WEIGHTS_DIR / "judge"), Judge)
+
+
+def test_the_committed_second_judge_is_refused_as_a_scorer_below_the_held_out_floor() -> None:
+    """It was trained too briefly to score (held-out 0.75): it serves as a second opinion only."""
+    with pytest.raises(JudgeRefused, match="heldout_accuracy"):
+        Judge.load(WEIGHTS_DIR / "judge-b")
+
+
+def test_a_judge_without_validation_is_refused_with_the_fix(tmp_path: Path) -> None:
+    directory = _copy(tmp_path)
+    _rewrite(directory, validation=None)
+    with pytest.raises(JudgeRefused, match=r"no validation.*--only judge-b,discriminator"):
+        Judge.load(directory)
+    assert isinstance(Judge.load(directory, validated=False), Judge)  # the validation itself loads it
+
+
+def test_a_judge_below_a_floor_is_refused_naming_the_figure(tmp_path: Path) -> None:
+    directory = _copy(tmp_path)
+    validation = json.loads((directory / "judge.json").read_text())["validation"]
+    _rewrite(directory, validation=validation | {"generated_agreement": 0.4})
+    with pytest.raises(JudgeRefused, match=r"generated_agreement 0\.4000 is below the floor 0\.5") as refused:
+        Judge.load(directory)
+    assert isinstance(refused.value, RepriseError) and not refused.value.recoverable
+
+
+def test_the_second_judge_is_another_architecture_and_loads_as_one() -> None:
+    meta = json.loads((WEIGHTS_DIR / "judge-b" / "judge.json").read_text())
+    first = json.loads((WEIGHTS_DIR / "judge" / "judge.json").read_text())
+    assert meta["architecture"] == judge_b.ARCHITECTURE != first.get("architecture", ARCHITECTURE)
+    loaded = Judge.load(WEIGHTS_DIR / "judge-b", validated=False)
+    assert isinstance(loaded._net, JudgeNetB) and not isinstance(loaded._net, JudgeNet)
+
+
+def test_degradations_change_the_image_and_keep_its_shape() -> None:
+    import numpy as np
+
+    image = render(sample_scene(np.random.default_rng(0)))
+    soft, grainy = blurred(image), noisy(image, np.random.default_rng(1))
+    assert soft.shape == grainy.shape == image.shape and soft.dtype == grainy.dtype == np.uint8
+    assert np.abs(soft.astype(int) - image).mean() > 0 and np.abs(grainy.astype(int) - image).mean() > 3
