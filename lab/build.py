@@ -24,6 +24,7 @@ import torch
 
 from lab.judge import Judge, heldout_accuracy, train_judge
 from lab.models import LAB_MODELS, LabPaths, assemble
+from lab.stages import manifest_entries, train_stages
 from lab.training import DEFAULT, SMOKE, THREADS, Log, Recipe, train_models
 
 SEED: Final = 20261125
@@ -86,6 +87,8 @@ def _train(weights: Path, *, smoke: bool, seed: int, log: Log, kernels: dict[str
         judge.save(staging / "judge", heldout_accuracy=accuracy)
         seconds = {"judge": time.perf_counter() - judge_started}
         seconds |= train_models(staging, recipe, seed=seed, log=log)
+        stages = train_stages(staging, seed=seed, smoke=smoke, log=log)
+        seconds |= stages["seconds"]
         manifest = {
             "command": "reprise models train" + (" --smoke" if smoke else ""),
             "seed": seed,
@@ -94,6 +97,7 @@ def _train(weights: Path, *, smoke: bool, seed: int, log: Log, kernels: dict[str
             "cpu_kernels": kernels,
             "recipe": asdict(recipe),
             "judge_heldout_accuracy": accuracy,
+            **manifest_entries(stages),
             "seconds": {name: round(value, 1) for name, value in seconds.items()},
             "total_seconds": round(time.perf_counter() - started, 1),
         } | digests(staging)

@@ -29,6 +29,13 @@ def train_command(
     ),
     seed: int | None = typer.Option(None, "--seed", help="Training seed (default: the committed weights')."),
     json_out: Path | None = typer.Option(None, "--json", help="Write {models, seconds, ...} to this file."),
+    only: str | None = typer.Option(
+        None,
+        "--only",
+        help="Train just these again (comma-separated: judge-b and discriminator, the stages after the "
+        "models, which validate the judges) into the trained weights of --out, with their manifest's "
+        "seed; the rest is kept.",
+    ),
 ) -> None:
     """Train the quality lab's judge, autoencoders and UNets on this CPU (about 14 minutes on 2 cores;
     --smoke: seconds), then assemble their pipelines. Same seed, same torch, kernels pinned to AVX2
@@ -40,7 +47,15 @@ def train_command(
     weights = (
         out if out is not None else (settings.data_dir / "lab-smoke" / "weights" if smoke else WEIGHTS_DIR)
     )
-    manifest = train_lab(weights, smoke=smoke, seed=SEED if seed is None else seed, log=typer.echo)
+    if only is not None:
+        from lab.stages import STAGES, retrain_stages
+
+        if not {name.strip() for name in only.split(",")} <= set(STAGES):
+            typer.echo(f"--only {only!r}: choose among {', '.join(STAGES)}", err=True)
+            raise typer.Exit(1)
+        manifest = retrain_stages(weights, smoke=smoke, log=typer.echo)
+    else:
+        manifest = train_lab(weights, smoke=smoke, seed=SEED if seed is None else seed, log=typer.echo)
     paths = assemble_into(weights.parent / f"{weights.name}-pipelines", weights)
     report = {
         "models": model_dirs(paths),

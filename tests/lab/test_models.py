@@ -99,11 +99,12 @@ def test_the_judge_command_validates_the_judge_on_held_out_images(
     tmp_path: Path, lab_settings: Settings
 ) -> None:
     out = tmp_path / "judge.json"
-    result = CliRunner().invoke(cli, ["lab", "judge", "--images", "300", "--json", str(out)],
-                                env={"REPRISE_DATA_DIR": str(lab_settings.data_dir)})  # fmt: skip
+    args = ["lab", "judge", "--images", "300", "--generated", "0", "--json", str(out)]
+    result = CliRunner().invoke(cli, args, env={"REPRISE_DATA_DIR": str(lab_settings.data_dir)})
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
     assert report["heldout_images"] == 300 and report["attribute_accuracy"] >= 0.95
+    assert report["blurred_accuracy"] >= 0.9 and report["noisy_accuracy"] >= 0.9
 
 
 def test_smoke_training_writes_the_contract_and_reproduces_its_weights(tmp_path: Path) -> None:
