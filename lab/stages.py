@@ -91,33 +91,6 @@ def train_stages(weights: Path, *, seed: int, smoke: bool, log: Any = print) -> 
     return {"seconds": seconds, "recipe": asdict(recipe), "validation": validations}
 
 
-def retrain_stages(weights: Path, *, smoke: bool, log: Any = print) -> dict[str, Any]:
-    """Run every stage again into `weights`, from the judge and models there, with the manifest's seed,
-    as the whole run does (lab.build: kernels pinned, deterministic algorithms on THREADS threads);
-    update the manifest (these stages' recipe, validation, seconds, hashes, digest)."""
-    import torch
-
-    from lab.build import digests, pinned_cpu_kernels
-    from lab.training import THREADS
-
-    manifest_path = weights / "manifest.json"
-    manifest: dict[str, Any] = json.loads(manifest_path.read_text())
-    threads = torch.get_num_threads()
-    with pinned_cpu_kernels() as kernels:
-        torch.set_num_threads(THREADS)
-        torch.use_deterministic_algorithms(True)
-        try:
-            stages = train_stages(weights, seed=manifest["seed"], smoke=smoke, log=log)
-        finally:
-            torch.set_num_threads(threads)
-            torch.use_deterministic_algorithms(False)
-    manifest |= {"cpu_kernels": kernels, "torch": torch.__version__, **manifest_entries(stages)}
-    manifest["seconds"] |= {name: round(value, 1) for name, value in stages["seconds"].items()}
-    manifest |= digests(weights)
-    manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
-    return manifest
-
-
 def manifest_entries(stages: dict[str, Any]) -> dict[str, Any]:
     """The manifest's record of these stages: their recipe and each judge's validation figures."""
     figures = ("heldout_accuracy", "blurred_accuracy", "noisy_accuracy", "generated_agreement")

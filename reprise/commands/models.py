@@ -48,7 +48,8 @@ def train_command(
         out if out is not None else (settings.data_dir / "lab-smoke" / "weights" if smoke else WEIGHTS_DIR)
     )
     if only is not None:
-        from lab.stages import STAGES, retrain_stages
+        from lab.retraining import retrain_stages
+        from lab.stages import STAGES
 
         if not {name.strip() for name in only.split(",")} <= set(STAGES):
             typer.echo(f"--only {only!r}: choose among {', '.join(STAGES)}", err=True)
