@@ -160,7 +160,7 @@ class Allocator(StrEnum):
 class DiscriminatorFeatures(StrEnum):
     """What the cascade's discriminator reads of an image (workers.runtime.discriminator)."""
 
-    JUDGE = "judge"  # how clearly the quality lab's judge reads each attribute (the lab's models)
+    LAB = "lab"  # the lab's discriminator network (lab.discriminator), for the lab's models
     CLIP = "clip"  # open_clip image embeddings (real models)
 
 

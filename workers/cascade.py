@@ -19,7 +19,6 @@ from dataclasses import replace
 
 from PIL import Image
 
-from core.scoring import ConfidenceReader
 from core.vocabulary import DiscriminatorFeatures, Route
 from db import cascade as cascade_db
 from db.engine import session_scope
@@ -113,13 +112,9 @@ def _score(context: WorkerContext, image: Image.Image) -> tuple[float | None, in
         light = context.settings.model_source("small")
         return None, None, f"no discriminator trained for {light}: run `reprise cascade train`; escalated"
     version, discriminator = loaded
-    on_judge = discriminator.kind is DiscriminatorFeatures.JUDGE
-    scorer = context.scorer() if on_judge else None
+    on_lab = discriminator.kind is DiscriminatorFeatures.LAB
     features = image_features(
-        discriminator.kind,
-        [image],
-        reader=scorer if isinstance(scorer, ConfidenceReader) else None,
-        embedder=None if on_judge else context.image_embedder(),
+        discriminator.kind, [image], embedder=None if on_lab else context.image_embedder()
     )
     return float(discriminator.confidence(features)[0]), version, None
 

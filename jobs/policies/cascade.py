@@ -46,8 +46,8 @@ def quantile_grid(scores: Sequence[float], steps: int = QUANTILE_STEPS) -> tuple
 
 
 def feature_kind_for(light_model: str) -> DiscriminatorFeatures:
-    """The lab judge reads the lab's images; every other model's images go through CLIP."""
-    return DiscriminatorFeatures.JUDGE if light_model.startswith("lab:") else DiscriminatorFeatures.CLIP
+    """The lab's discriminator network reads the lab's images; every other model's go through CLIP."""
+    return DiscriminatorFeatures.LAB if light_model.startswith("lab:") else DiscriminatorFeatures.CLIP
 
 
 def accepts(score: float, threshold: float) -> bool:

@@ -227,7 +227,7 @@ def _check_stats_and_allocator(stack: Stack, escalated: int) -> None:
     stats = httpx.get(f"{stack.base_url}/v1/stats", headers=admin.auth_headers, timeout=10).json()
     cascade = stats["cascade"]
     assert cascade["allocator"] == "diffserve" and cascade["light_stages"] == 2 * len(PROMPTS)
-    assert cascade["escalated"] == escalated and cascade["discriminator"]["features"] == "judge"
+    assert cascade["escalated"] == escalated and cascade["discriminator"]["features"] == "lab"
 
     now = datetime.now(UTC)
     actuator = PoolActuator(make_celery_app(stack.settings))

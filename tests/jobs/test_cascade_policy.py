@@ -46,7 +46,7 @@ def test_curve_round_trips_through_json() -> None:
 
 
 def test_lab_models_are_read_by_the_judge_others_by_clip() -> None:
-    assert feature_kind_for("lab:small") is DiscriminatorFeatures.JUDGE
+    assert feature_kind_for("lab:small") is DiscriminatorFeatures.LAB
     assert feature_kind_for("stabilityai/sd-turbo") is DiscriminatorFeatures.CLIP
 
 

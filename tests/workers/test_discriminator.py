@@ -9,7 +9,6 @@ import numpy.typing as npt
 import pytest
 from PIL import Image
 
-from core.scoring import ConfidenceReader
 from core.vocabulary import DiscriminatorFeatures
 from workers.runtime.discriminator import Discriminator, accuracy, fit_discriminator, image_features
 
@@ -21,7 +20,7 @@ def _features(seed: int, shift: float, n: int = 200) -> np.ndarray:
 
 def test_it_learns_real_from_generated_and_grades_in_between() -> None:
     real, generated = _features(0, 1.0), _features(1, -1.0)
-    disc = fit_discriminator(real, generated, kind=DiscriminatorFeatures.JUDGE)
+    disc = fit_discriminator(real, generated, kind=DiscriminatorFeatures.LAB)
     assert accuracy(disc, _features(2, 1.0), _features(3, -1.0)) > 0.9
     halfway = disc.confidence(np.zeros((1, 8)))[0]
     assert disc.confidence(_features(4, 1.0)).mean() > halfway > disc.confidence(_features(5, -1.0)).mean()
@@ -29,7 +28,7 @@ def test_it_learns_real_from_generated_and_grades_in_between() -> None:
 
 
 def test_it_cannot_learn_what_is_not_there() -> None:
-    disc = fit_discriminator(_features(0, 0.0), _features(1, 0.0), kind=DiscriminatorFeatures.JUDGE)
+    disc = fit_discriminator(_features(0, 0.0), _features(1, 0.0), kind=DiscriminatorFeatures.LAB)
     assert 0.35 < accuracy(disc, _features(2, 0.0), _features(3, 0.0)) < 0.65
 
 
@@ -42,21 +41,19 @@ def test_it_round_trips_through_bytes() -> None:
 
 
 def test_bad_inputs_are_refused_with_the_fix() -> None:
-    disc = fit_discriminator(_features(0, 1.0), _features(1, -1.0), kind=DiscriminatorFeatures.JUDGE)
-    with pytest.raises(ValueError, match="expected 8-d judge features"):
+    disc = fit_discriminator(_features(0, 1.0), _features(1, -1.0), kind=DiscriminatorFeatures.LAB)
+    with pytest.raises(ValueError, match="expected 8-d lab features"):
         disc.confidence(np.zeros((1, 4)))
     with pytest.raises(ValueError, match="train it again"):
         Discriminator.from_bytes(b'{"format": 0}')
     with pytest.raises(ValueError, match="both real and generated"):
-        fit_discriminator(np.zeros((0, 8)), _features(1, 0.0), kind=DiscriminatorFeatures.JUDGE)
-    with pytest.raises(ValueError, match="lab's judge"):
-        image_features(DiscriminatorFeatures.JUDGE, [np.zeros((64, 64, 3), np.uint8)])
+        fit_discriminator(np.zeros((0, 8)), _features(1, 0.0), kind=DiscriminatorFeatures.LAB)
 
 
 class _Reader:
-    """A ConfidenceReader reading every image as the same two confidences."""
+    """A lab feature reader reading every image as the same two features."""
 
-    def confidences(self, images: Sequence[Image.Image]) -> npt.NDArray[np.float64]:
+    def features(self, images: Sequence[Image.Image]) -> npt.NDArray[np.float64]:
         return np.tile([0.9, 0.1], (len(images), 1))
 
 
@@ -65,12 +62,26 @@ class _Embedder:
         return np.ones((len(images), 3), dtype=np.float32)
 
 
-def test_judge_features_come_through_the_confidence_reader_and_clip_features_from_the_embedder() -> None:
+def test_lab_features_come_from_the_lab_network_and_clip_features_from_the_embedder() -> None:
     images = [Image.new("RGB", (8, 8)) for _ in range(2)]
-    assert isinstance(_Reader(), ConfidenceReader)
-    judged = image_features(DiscriminatorFeatures.JUDGE, images, reader=_Reader())
+    judged = image_features(DiscriminatorFeatures.LAB, images, lab=_Reader())
     assert judged.dtype == np.float64 and judged.tolist() == [[0.9, 0.1], [0.9, 0.1]]
     clip = image_features(DiscriminatorFeatures.CLIP, images, embedder=_Embedder())  # type: ignore[arg-type]
     assert clip.shape == (2, 3) and clip.dtype == np.float64
     with pytest.raises(ValueError, match="image embedder"):
-        image_features(DiscriminatorFeatures.CLIP, images, reader=_Reader())
+        image_features(DiscriminatorFeatures.CLIP, images, lab=_Reader())
+
+
+def test_the_committed_lab_network_reads_true_renders_as_more_real_than_noise() -> None:
+    """Without a reader given, the lab's features are the committed discriminator network's (its hidden
+    feature and its "real" logit), never the judge's."""
+    from lab.world import render, sample_scene
+
+    rng = np.random.default_rng(3)
+    renders = [render(sample_scene(rng)) for _ in range(16)]
+    muddled = [np.full((64, 64, 3), 128, np.uint8) for _ in range(16)]
+    real, flat = (
+        image_features(DiscriminatorFeatures.LAB, renders),
+        image_features(DiscriminatorFeatures.LAB, muddled),
+    )
+    assert real.shape == (16, 17) and real[:, -1].mean() > flat[:, -1].mean()

@@ -2,27 +2,27 @@
 light model's image is good enough to keep.
 
 The paper trains an EfficientNet to tell real images (MS-COCO, the ground truth) from generated ones
-(both models'), and reads its softmax for "real" as the confidence score. Here the classifier is a
+(both models'), and reads its softmax for "real" as the confidence score. Here the confidence is a
 logistic regression over image features a network already computes, which is what fits a CPU:
-- for the lab's models, how clearly the quality lab's judge reads each attribute (its
-  `confidences`, core.scoring.ConfidenceReader: top probability and entropy per head), whose world
-  gives the ground truth: the true render of each caption's scene. On the lab these routed better
-  than the judge's 128-d embedding (an exploratory comparison);
+- for the lab's models, the lab's own discriminator network (lab.discriminator: trained on true
+  renders against both lab models' images, committed under lab/weights/discriminator/): its hidden
+  feature and its "real" logit. It is not the quality lab's judge, so the cascade is graded by a
+  judge whose readings it does not route on;
 - CLIP image features (open_clip, the image embedder) for real models, with real images supplied.
 Its weights are a small JSON document, versioned in Postgres (db.discriminators) like the predictor.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from core.scoring import ConfidenceReader
 from core.vocabulary import DiscriminatorFeatures as FeatureKind
 from workers.runtime.embedders.base import ImageEmbedder
 
@@ -103,19 +103,33 @@ def accuracy(discriminator: Discriminator, real: Features, generated: Features) 
     return (on_real + on_generated) / 2
 
 
+class FeatureReader(Protocol):
+    """What reads the lab's images for the discriminator (lab.discriminator.LabDiscriminator)."""
+
+    def features(self, images: Sequence[Any]) -> npt.NDArray[np.float64]: ...
+
+
+@functools.cache
+def lab_feature_reader() -> FeatureReader:
+    """The lab's discriminator network from the committed weights, loaded once per process."""
+    from lab.discriminator import LabDiscriminator
+    from lab.models import WEIGHTS_DIR
+
+    return LabDiscriminator.load(WEIGHTS_DIR / "discriminator")
+
+
 def image_features(
     kind: FeatureKind,
     images: Sequence[Any],
     *,
-    reader: ConfidenceReader | None = None,
+    lab: FeatureReader | None = None,
     embedder: ImageEmbedder | None = None,
 ) -> Features:
-    """The features a discriminator of `kind` reads: the judge's confidences from `reader` (the
-    scorer of the lab's images), or CLIP image features from the image embedder."""
-    if kind is FeatureKind.JUDGE:
-        if reader is None:
-            raise ValueError("judge features need the lab's judge: the light model is not one of the lab's")
-        return np.asarray(reader.confidences(list(images)), dtype=np.float64)
+    """The features a discriminator of `kind` reads: the lab discriminator network's (`lab`, by
+    default lab_feature_reader()), or CLIP image features from the image embedder."""
+    if kind is FeatureKind.LAB:
+        reader = lab if lab is not None else lab_feature_reader()
+        return np.asarray(reader.features(list(images)), dtype=np.float64)
     if embedder is None:
         raise ValueError("CLIP features need the image embedder")
     return np.asarray(embedder.embed_image(list(images)), dtype=np.float64)
