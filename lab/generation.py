@@ -54,7 +54,7 @@ def generate(
     from diffusers import StableDiffusionPipeline
 
     library: Any = StableDiffusionPipeline
-    pipe: Any = library.from_pretrained(str(pipeline_dir), torch_dtype=torch.float32)
+    pipe: Any = library.from_pretrained(str(pipeline_dir), dtype=torch.float32)
     pipe.set_progress_bar_config(disable=True)
     images: Images = []
     for start in range(0, len(captions), BATCH):
