@@ -25,7 +25,7 @@ import torch
 from lab.judge import Judge, heldout_accuracy, train_judge
 from lab.models import LAB_MODELS, LabPaths, assemble
 from lab.stages import manifest_entries, train_stages
-from lab.training import DEFAULT, SMOKE, THREADS, Log, Recipe, train_models
+from lab.training import DEFAULT, SMOKE, THREADS, Log, Recipe, load_vae, train_models, train_unets
 
 SEED: Final = 20261125
 HELDOUT_IMAGES: Final = 2000
@@ -105,6 +105,39 @@ def _train(weights: Path, *, smoke: bool, seed: int, log: Log, kernels: dict[str
         shutil.rmtree(weights, ignore_errors=True)
         staging.rename(weights)
         return manifest
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(False)
+
+
+def retrain_unet(weights: Path, name: str, *, smoke: bool, log: Log = print) -> dict[str, Any]:
+    """Train one UNet of the recipe again into `weights`, from the VAE (and teacher) already there,
+    with the manifest's seed, and update the manifest (recipe, its seconds, hashes, digest): the
+    same bytes as the whole run's, in minutes (its inputs are rebuilt as that run builds them)."""
+    manifest_path = weights / "manifest.json"
+    manifest: dict[str, Any] = json.loads(manifest_path.read_text())
+    recipe = recipe_for(smoke)
+    chosen = tuple(unet for unet in recipe.unets if unet.name == name)
+    if not chosen:
+        raise ValueError(f"no UNet {name!r} in the recipe: {[unet.name for unet in recipe.unets]}")
+    with pinned_cpu_kernels() as kernels, _deterministic():
+        vaes = {chosen[0].vae: load_vae(weights / chosen[0].vae)}
+        seconds = train_unets(weights, recipe, vaes, seed=manifest["seed"], log=log, only=chosen)
+    manifest |= {"recipe": asdict(recipe), "cpu_kernels": kernels, "torch": torch.__version__}
+    manifest["seconds"][name] = round(seconds[name], 1)
+    manifest |= digests(weights)
+    manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest
+
+
+@contextmanager
+def _deterministic() -> Iterator[None]:
+    """THREADS threads and deterministic algorithms, as the whole run trains."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(THREADS)
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
     finally:
         torch.set_num_threads(threads)
         torch.use_deterministic_algorithms(False)

@@ -11,6 +11,10 @@ Recipe (`DEFAULT`; `SMOKE` is the same at a size that trains in seconds, for tes
    classifier-free guidance, AdamW with warm-up and cosine decay, and an EMA of the weights (the
    EMA weights are saved). "large" is wider and trained longer than "small" and "small-b" (on
    vae-b: the second family).
+3. A UNet recipe that names a `teacher` is distilled from that trained UNet (lab.distillation:
+   BK-SDM's denoising, output and feature losses; SMOKE's "small" is, DEFAULT's not yet), the
+   teacher read back from its saved float16 weights, so that retraining the student alone from the
+   committed teacher (`reprise models train --only unet-small`) gives the bytes of the whole run.
 
 Determinism: every component is seeded from the run's seed, data come from numpy generators,
 torch runs with deterministic algorithms on `THREADS` threads, and lab.build pins the CPU kernels'
@@ -32,6 +36,7 @@ import numpy as np
 import torch
 
 from lab.captions import caption
+from lab.distillation import Distillation
 from lab.models import MAX_TOKENS, SCHEDULER_CONFIG
 from lab.world import Scene, render, render_with_mask, sample_scene
 
@@ -47,6 +52,7 @@ class UNetRecipe:
     steps: int
     seed_offset: int
     cross_attention_levels: int = 1  # 2: cross-attention at 8x8 and 4x4; 1: at 8x8 only
+    teacher: str | None = None  # distilled from this (trained) UNet (lab.distillation), else from data
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +93,7 @@ SMOKE: Final = Recipe(
     judge_steps=10,
     unets=(
         UNetRecipe("unet-large", "vae-a", (32, 32), 8, 10),
-        UNetRecipe("unet-small", "vae-a", (32, 32), 4, 11),
+        UNetRecipe("unet-small", "vae-a", (32, 32), 4, 11, teacher="unet-large"),
         UNetRecipe("unet-small-b", "vae-b", (32, 32), 4, 12),
     ),
 )
@@ -247,15 +253,19 @@ def train_unet(
     batch: int,
     seed: int,
     log: Log,
+    teacher: Any = None,
 ) -> Any:
-    """An epsilon-predicting UNet on the pool's latents; returns the EMA weights' model."""
+    """An epsilon-predicting UNet on the pool's latents, on the denoising loss alone or, given a
+    `teacher`, on BK-SDM's distillation objective (lab.distillation); returns the EMA weights' model."""
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     latents, states = pool
     unet = new_unet(recipe.channels, recipe.cross_attention_levels).train()
     ema = copy.deepcopy(unet).eval()
+    objective = Distillation(unet, teacher) if teacher is not None else None
     noise_schedule = _diffusers().DDPMScheduler.from_config(SCHEDULER_CONFIG)
-    optimizer = torch.optim.AdamW(unet.parameters(), lr=UNET_LR, weight_decay=0.0)
+    trained = list(unet.parameters()) + (objective.parameters() if objective is not None else [])
+    optimizer = torch.optim.AdamW(trained, lr=UNET_LR, weight_decay=0.0)
     for step in range(recipe.steps):
         index = torch.randint(0, latents.shape[0], (batch,), generator=generator)
         clean, context = latents[index], states[index].float()
@@ -264,20 +274,32 @@ def train_unet(
         noise = torch.randn(clean.shape, generator=generator)
         timesteps = torch.randint(0, 1000, (batch,), generator=generator)
         noisy = noise_schedule.add_noise(clean, noise, timesteps)
-        loss = torch.nn.functional.mse_loss(
-            unet(noisy, timesteps, encoder_hidden_states=context).sample, noise
-        )
+        if objective is None:
+            loss = torch.nn.functional.mse_loss(
+                unet(noisy, timesteps, encoder_hidden_states=context).sample, noise
+            )
+            line = f"loss {loss.item():.4f}"
+        else:
+            losses = objective(noisy, timesteps, context, noise)
+            loss = losses.total
+            line = losses.line()
         optimizer.zero_grad()
         loss.backward()  # type: ignore[no-untyped-call]
         torch.nn.utils.clip_grad_norm_(unet.parameters(), 1.0)
         optimizer.step()
         _set_lr(optimizer, UNET_LR, step, recipe.steps)
-        with torch.no_grad():
-            for kept, live in zip(ema.parameters(), unet.parameters(), strict=True):
-                kept.mul_(_EMA if step > 50 else 0.0).add_(live, alpha=1 - (_EMA if step > 50 else 0.0))
+        _update_ema(ema, unet, step)
         if step % 100 == 0 or step == recipe.steps - 1:
-            log(f"{recipe.name} step {step}/{recipe.steps} loss {loss.item():.4f}")
+            log(f"{recipe.name} step {step}/{recipe.steps} {line}")
     return ema
+
+
+def _update_ema(ema: Any, unet: Any, step: int) -> None:
+    """EMA of the weights, from step 50 on (a copy before)."""
+    decay = _EMA if step > 50 else 0.0
+    with torch.no_grad():
+        for kept, live in zip(ema.parameters(), unet.parameters(), strict=True):
+            kept.mul_(decay).add_(live, alpha=1 - decay)
 
 
 def train_models(weights: Path, recipe: Recipe, *, seed: int, log: Log) -> dict[str, float]:
@@ -294,15 +316,22 @@ def train_models(weights: Path, recipe: Recipe, *, seed: int, log: Log) -> dict[
 
 
 def train_unets(
-    weights: Path, recipe: Recipe, vaes: dict[str, Any], *, seed: int, log: Log
+    weights: Path,
+    recipe: Recipe,
+    vaes: dict[str, Any],
+    *,
+    seed: int,
+    log: Log,
+    only: tuple[UNetRecipe, ...] | None = None,
 ) -> dict[str, float]:
-    """Every UNet of `recipe` on its (trained) VAE's latents, into `weights`; seconds per step of the work."""
+    """Every UNet of `recipe` (or `only` these) on its (trained) VAE's latents, into `weights`; seconds
+    per step of the work. A distilled UNet's teacher is read from `weights`: trained before it."""
     started = time.perf_counter()
     text = TextStates()
     empty = text([""])[0]
     pools, states = encode_pools(vaes, text, recipe.pool, seed + 100)
     seconds = {"latent-pools": time.perf_counter() - started}
-    for unet_recipe in recipe.unets:
+    for unet_recipe in recipe.unets if only is None else only:
         started = time.perf_counter()
         unet = train_unet(
             unet_recipe,
@@ -311,8 +340,18 @@ def train_unets(
             batch=recipe.unet_batch,
             seed=seed + unet_recipe.seed_offset,
             log=log,
+            teacher=None if unet_recipe.teacher is None else load_unet(weights / unet_recipe.teacher),
         )
         # Saved in float16 (loaded back in the runtime's dtype): half the bytes of the 20 MB budget.
         unet.to(torch.float16).save_pretrained(weights / unet_recipe.name, safe_serialization=True)
         seconds[unet_recipe.name] = time.perf_counter() - started
     return seconds
+
+
+def load_unet(directory: Path) -> Any:
+    """A saved UNet (float16 on disk) in float32, as a teacher."""
+    return _diffusers().UNet2DConditionModel.from_pretrained(directory, torch_dtype=torch.float32)
+
+
+def load_vae(directory: Path) -> Any:
+    return _diffusers().AutoencoderKL.from_pretrained(directory).eval()

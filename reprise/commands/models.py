@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -32,14 +33,14 @@ def train_command(
     only: str | None = typer.Option(
         None,
         "--only",
-        help="Train just these again (comma-separated: judge-b and discriminator, the stages after the "
-        "models, which validate the judges) into the trained weights of --out, with their manifest's "
-        "seed; the rest is kept.",
+        help="Train just these again (comma-separated: a UNet such as unet-small, distilled from the "
+        "unet-large there; judge-b and discriminator, the stages after the models, which validate the "
+        "judges) into the trained weights of --out, with their manifest's seed; the rest is kept.",
     ),
 ) -> None:
-    """Train the quality lab's judge, autoencoders and UNets on this CPU (about 14 minutes on 2 cores;
-    --smoke: seconds), then assemble their pipelines. Same seed, same torch, kernels pinned to AVX2
-    (lab.build.PINNED_KERNELS): the same weights."""
+    """Train the quality lab's judge, autoencoders and UNets on this CPU (about 35 minutes on 2 cores;
+    --smoke: seconds; --only unet-small: minutes), then assemble their pipelines. Same seed, same
+    torch, kernels pinned to AVX2 (lab.build.PINNED_KERNELS): the same weights."""
     from lab.build import SEED, assemble_into, model_dirs, train_lab
     from lab.models import WEIGHTS_DIR
 
@@ -48,13 +49,11 @@ def train_command(
         out if out is not None else (settings.data_dir / "lab-smoke" / "weights" if smoke else WEIGHTS_DIR)
     )
     if only is not None:
-        from lab.retraining import retrain_stages
-        from lab.stages import STAGES
-
-        if not {name.strip() for name in only.split(",")} <= set(STAGES):
-            typer.echo(f"--only {only!r}: choose among {', '.join(STAGES)}", err=True)
-            raise typer.Exit(1)
-        manifest = retrain_stages(weights, smoke=smoke, log=typer.echo)
+        try:
+            manifest = _retrain(weights, only, smoke=smoke)
+        except (ValueError, FileNotFoundError) as error:
+            typer.echo(str(error), err=True)
+            raise typer.Exit(1) from None
     else:
         manifest = train_lab(weights, smoke=smoke, seed=SEED if seed is None else seed, log=typer.echo)
     paths = assemble_into(weights.parent / f"{weights.name}-pipelines", weights)
@@ -72,6 +71,24 @@ def train_command(
     typer.echo(f"trained in {manifest['total_seconds']:.0f} s; weights digest {manifest['digest'][:12]}")
     if json_out is not None:
         json_out.write_text(json.dumps(report, indent=2) + "\n")
+
+
+def _retrain(weights: Path, only: str, *, smoke: bool) -> dict[str, Any]:
+    """`--only`: each named UNet again, then the stages after the models once if any is named."""
+    from lab.build import retrain_unet
+    from lab.retraining import retrain_stages
+    from lab.stages import STAGES
+
+    names = [name.strip() for name in only.split(",") if name.strip()]
+    manifest: dict[str, Any] = {}
+    for name in names:
+        if name not in STAGES:
+            manifest = retrain_unet(weights, name, smoke=smoke, log=typer.echo)
+    if any(name in STAGES for name in names):
+        manifest = retrain_stages(weights, smoke=smoke, log=typer.echo)
+    if not manifest:
+        raise ValueError(f"--only {only!r} names nothing to train")
+    return manifest
 
 
 @models_app.command("tiny")

@@ -118,6 +118,10 @@ def test_smoke_training_writes_the_contract_and_reproduces_its_weights(tmp_path:
     again = CliRunner().invoke(cli, [*args[:-2], "--json", str(tmp_path / "again.json")], env=env)
     assert again.exit_code == 0, again.output
     assert json.loads((tmp_path / "again.json").read_text())["digest"] == report["digest"]
+    # The distilled student alone, from the teacher and VAE of that run: the same bytes again.
+    only = CliRunner().invoke(cli, [*args[:-2], "--only", "unet-small"], env=env)
+    assert only.exit_code == 0, only.output
+    assert json.loads((tmp_path / "weights" / "manifest.json").read_text())["digest"] == report["digest"]
     smoke = load_settings(data_dir=tmp_path / "data", device="cpu", large_model=report["models"]["large"],
                           large_family="smoke", steps=4, capture_steps="2")  # fmt: skip
     params = GenerationParams(prompt="a red box", steps=4, width=64, height=64)
