@@ -33,6 +33,8 @@ EXPECTED_TABLES = {
     "read_tier_decisions",  # LatentBox 4.3: the decode nodes' tuning decisions
     "cache_scope_bytes",  # per-scope byte counters, and the blob-deletion outbox
     "blob_deletions",
+    "quality_audits",  # the quality guard: hits audited against fresh generations
+    "quality_guard_decisions",  # and every change it made to the k table
 }
 
 
