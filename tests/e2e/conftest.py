@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -158,6 +159,19 @@ class Stack:
             time.sleep(0.5)
         raise AssertionError(f"the API was not ready within {START_TIMEOUT_S}s; logs in {self.logs}")
 
+    @contextmanager
+    def serving(self, port: int, roles: tuple[Role, ...]) -> Iterator[None]:
+        """The API on `port` and one worker per role, ready; everything stopped on exit."""
+        try:
+            self.start("api", ["api", "--port", str(port)])
+            for role in roles:
+                self.start_worker(role)
+            self.wait_api()
+            self.wait_workers(roles)
+            yield
+        finally:
+            self.stop()
+
     def _check_alive(self) -> None:
         dead = [name for name, process in self.processes.items() if process.poll() is not None]
         if dead:
@@ -209,15 +223,8 @@ def stack(
     port = free_port()
     logs = tmp_path_factory.mktemp("logs")
     running = Stack(settings=settings, base_url=f"http://127.0.0.1:{port}", env=env, logs=logs)
-    try:
-        running.start("api", ["api", "--port", str(port)])
-        for role in STACK_ROLES:
-            running.start_worker(role)
-        running.wait_api()
-        running.wait_workers(STACK_ROLES)
+    with running.serving(port, STACK_ROLES):
         yield running
-    finally:
-        running.stop()
 
 
 def make_tenant(

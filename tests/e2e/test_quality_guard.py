@@ -86,15 +86,8 @@ def guard_stack(
             env={**os.environ, **overrides},
             logs=tmp_path_factory.mktemp("guard-logs"),
         )
-        try:
-            stack.start("api", ["api", "--port", str(port)])
-            for role in ROLES:
-                stack.start_worker(role)
-            stack.wait_api()
-            stack.wait_workers(ROLES)
+        with stack.serving(port, ROLES):
             yield stack
-        finally:
-            stack.stop()
 
 
 def _submit(stack: Stack, headers: dict[str, str], seed: int) -> uuid.UUID:

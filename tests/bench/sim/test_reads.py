@@ -129,30 +129,27 @@ def test_a_spilled_decode_is_written_back_to_its_owner() -> None:
     assert path.nodes[1].cache.totals.reads == 0  # node 1 lent its GPU, never its cache
 
 
+# 3000 objects read 30,000 times, tuned every 100 reads by steps of 0.02 (LatentBox 4.3)
+TUNING_WORKLOAD: dict[str, Any] = {
+    "objects": 3000,
+    "reads": 30_000,
+    "window": 100,
+    "step": 0.02,
+    "rate": 5.0,
+    "seed": 1,
+}
+
+
 def test_a_costly_decode_moves_alpha_toward_images() -> None:
     # Zipf 1.11 over 3000 objects: a small hot set whose decodes cost 0.5 s each
-    base: dict[str, Any] = {
-        "objects": 3000,
-        "reads": 30_000,
-        "window": 100,
-        "step": 0.02,
-        "rate": 5.0,
-        "seed": 1,
-    }
+    base = dict(TUNING_WORKLOAD)
     up = simulate_reads(ReadSimSpec(**base, t_decode_s=0.5, t_fetch_s=0.01), setups=("adaptive",))
     assert min(up["setups"]["adaptive"]["alpha_nodes"]) > 0.6
 
 
 def test_coverage_worth_more_than_decodes_moves_alpha_toward_latents() -> None:
     # a broad catalogue (Zipf 0.8), fetches of 1 s, decodes of 1 ms: covering more objects pays
-    base: dict[str, Any] = {
-        "objects": 3000,
-        "reads": 30_000,
-        "window": 100,
-        "step": 0.02,
-        "rate": 5.0,
-        "seed": 1,
-    }
+    base = dict(TUNING_WORKLOAD)
     broad = ReadSimSpec(**base, zipf=0.8, t_decode_s=0.001, t_fetch_s=1.0)
     down = simulate_reads(broad, setups=("adaptive",))["setups"]["adaptive"]
     assert max(down["alpha_nodes"]) < 0.3
