@@ -1,5 +1,6 @@
-"""Pools and monitor: which GPU pool serves hits, and MoDM 5.3's global monitor (Algorithm 1 with a
-PID controller) that moves GPU workers between the large and small pools."""
+"""Pools and monitor: which GPU pool serves hits, how many jobs a GPU worker denoises together, and
+MoDM 5.3's global monitor (Algorithm 1 with a PID controller) that moves GPU workers between the large
+and small pools."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from core.vocabulary import MonitorMode
 
 
 class PoolSettings(BaseSettings):
-    """Pools and monitor (MoDM 5.3): hit routing, the monitor's mode, period, PID gains and pool bounds.
+    """Pools and monitor (MoDM 5.3): hit routing, the batch size of a GPU worker, the monitor's mode,
+    period, PID gains and pool bounds.
 
     Under the DiffServe allocator (see the cascade) the monitor solves DiffServe's MILP every period
     instead of running Algorithm 1.
@@ -22,6 +24,14 @@ class PoolSettings(BaseSettings):
         True,
         description="Large workers also take cache_hit tasks when cache_miss is empty (DESIGN: 'small pool, "
         "or large when idle'). Off: hits run only on the small pool.",
+    )
+    max_batch: int = Field(
+        8,
+        ge=1,
+        le=256,
+        description="Jobs a GPU worker denoises together, one UNet call per step, each at its own step "
+        "(step-level batching, workers.runtime.batching; a guided job is two UNet samples). Default: the "
+        "knee of the lab's large model's batch table (docs/results/simulator.md, Runtime).",
     )
     monitor_enabled: bool = Field(
         True, description="Run MoDM 5.3's monitor: it moves GPU workers between the large and small pools."

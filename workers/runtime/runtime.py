@@ -5,6 +5,11 @@
     refine    MoDM 5.1: noise a cached final latent to step k, denoise T-k steps (img2img)
     decode    LatentBox 4.1: a stored latent back to pixels, VAE only
 
+and batches several generate and resume runs in one UNet call per step (workers.runtime.batching):
+generation_member / resume_member prepare a job as a batch member, new_batch makes the batch a
+worker loop admits them to between steps, batch_result turns a retired member into its result, and
+generate_batch runs a list of members to the end.
+
 Each operation checks its inputs, then runs the denoising loop of workers.runtime.denoising
 (capture, evaluation counts, cancellation) and the VAE of workers.runtime.latents. generate, resume
 and refine return the final latent and decode it to an image only when asked (decode=True):
@@ -14,18 +19,19 @@ LatentBox stores latents and decodes on read. `vae_decodes` counts every VAE dec
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import torch
 from PIL import Image
 
-from core.errors import LatentError, RoleMismatch, SettingsError, StepsError
+from core.errors import GenerationCanceled, LatentError, RoleMismatch, SettingsError, StepsError
 from core.params import GenerationParams, Limits, check_k, check_params
 from core.schedulers import DIFFUSERS_CLASS, resume_refusal
 from core.settings import Settings
 from core.vocabulary import GPU_ROLES, HitPolicy, Role
 from workers import metrics
+from workers.runtime.batching import BatchMember, DenoisingBatch
 from workers.runtime.denoising import (
     DenoiseRun,
     OnStep,
@@ -55,7 +61,8 @@ class DiffusionRuntime:
 
     The model is loaded once, at construction or on `switch_role`, onto settings.device in
     float16 on CUDA and float32 on a CPU. Inputs are checked before any model work and raise
-    core.errors classes. Not thread-safe: a worker runs one job at a time (prefetch 1).
+    core.errors classes. Not thread-safe: one worker loop drives it, one job at a time or one
+    DenoisingBatch of several (max_batch: settings.max_batch); switch_role only between batches.
 
     scheduler: the name of a diffusers scheduler class (e.g. "EulerDiscreteScheduler") built
     from the pipeline's scheduler config; None keeps the pipeline's own (DDIM for the tiny
@@ -81,6 +88,7 @@ class DiffusionRuntime:
             max_steps=settings.max_steps,
             max_side=settings.max_side,
         )
+        self.max_batch = settings.max_batch
         self.device = resolve_device(settings.device)
         self.dtype = compute_dtype(self.device)
         self._role: Role | None = None
@@ -168,12 +176,7 @@ class DiffusionRuntime:
         # 1. Check inputs
         pipe = self._require_pipeline("generate")
         check_params(params, self._limits)
-        for k in capture:
-            if not 1 <= k <= params.steps - 1:
-                raise StepsError(
-                    f"capture step {k} must be in 1..{params.steps - 1} for {params.steps} steps",
-                    field="capture",
-                )
+        _check_capture(capture, params.steps)
         with torch.inference_mode():
             # 2. Encode the prompt
             embeds, guided = encode_prompt(pipe, params, self.device)
@@ -197,7 +200,7 @@ class DiffusionRuntime:
             )
             # 5. Decode, when pixels are asked for
             image = self._to_image(self._vae, run.latents) if decode else None
-        return self._result(params, run, image, start_step=0, started=started, decodes=int(decode))
+        return self._result(params.steps, run, image, start_step=0, started=started, decodes=int(decode))
 
     def resume(
         self,
@@ -221,15 +224,7 @@ class DiffusionRuntime:
         started = time.perf_counter()
         # 1. Check inputs
         pipe = self._require_pipeline("resume")
-        check_params(params, self._limits)
-        check_k(k, params.steps)
-        if family != self.family:
-            raise LatentError(
-                f"a latent of family {family!r} cannot be resumed by {self.model_name} "
-                f"(family {self.family!r})",
-                field="latent",
-            )
-        latents = self._checked_latent(latent, pipe.unet.config.in_channels, params)
+        latents = self._resumable_latent(pipe, params, latent, k, family)
         with torch.inference_mode():
             # 2. Encode the prompt
             embeds, guided = encode_prompt(pipe, params, self.device)
@@ -242,7 +237,7 @@ class DiffusionRuntime:
             )  # fmt: skip
             # 5. Decode, when pixels are asked for
             image = self._to_image(self._vae, run.latents) if decode else None
-        return self._result(params, run, image, start_step=k, started=started, decodes=int(decode))
+        return self._result(params.steps, run, image, start_step=k, started=started, decodes=int(decode))
 
     def refine(
         self,
@@ -294,7 +289,7 @@ class DiffusionRuntime:
             # 6. Decode, when pixels are asked for
             image = self._to_image(self._vae, run.latents) if decode else None
         decodes = int(crossing) + int(decode)
-        return self._result(params, run, image, start_step=k, started=started, decodes=decodes)
+        return self._result(params.steps, run, image, start_step=k, started=started, decodes=decodes)
 
     def decode(self, latent: Latent | torch.Tensor, *, family: str) -> DecodeResult:
         """A stored latent (C, H/8, W/8) of `family` to its image (LatentBox decode-on-read).
@@ -314,7 +309,119 @@ class DiffusionRuntime:
             image = self._to_image(vae if vae is not None else self._family_vae(family), latents)
         return DecodeResult(image=image, family=family, wall_s=time.perf_counter() - started)
 
+    # --- step-level batching (workers.runtime.batching) ------------------------------------
+    def new_batch(self, max_batch: int | None = None) -> DenoisingBatch:
+        """An empty batch on the hosted model's UNet, of max_batch members (default: settings)."""
+        pipe = self._require_pipeline("a batch")
+        size = self.max_batch if max_batch is None else max_batch
+        return DenoisingBatch(pipe.unet, max_batch=size, device=self.device)
+
+    def generation_member(
+        self,
+        params: GenerationParams,
+        *,
+        capture: Collection[int] = (),
+        should_stop: ShouldStop | None = None,
+        on_step: OnStep | None = None,
+    ) -> BatchMember:
+        """generate's run as a batch member: the same checks, prompt encoding and seeded noise;
+        the member starts at step 0. Raises what generate raises for bad params or captures."""
+        pipe = self._require_pipeline("generate")
+        check_params(params, self._limits)
+        _check_capture(capture, params.steps)
+        with torch.inference_mode():
+            embeds, _ = encode_prompt(pipe, params, self.device)
+            scheduler = self._new_scheduler(params.steps, start_step=0)
+            latents = self._noise(params, pipe.unet.config.in_channels) * scheduler.init_noise_sigma
+        return self._member(params, latents, embeds, scheduler, 0, capture, should_stop, on_step)
+
+    def resume_member(
+        self,
+        params: GenerationParams,
+        latent: Latent | torch.Tensor,
+        k: int,
+        *,
+        family: str,
+        should_stop: ShouldStop | None = None,
+        on_step: OnStep | None = None,
+    ) -> BatchMember:
+        """resume's run as a batch member: it joins at step k with the latent captured after k
+        steps. Raises what resume raises for a bad k, latent or family."""
+        pipe = self._require_pipeline("resume")
+        latents = self._resumable_latent(pipe, params, latent, k, family)
+        with torch.inference_mode():
+            embeds, _ = encode_prompt(pipe, params, self.device)
+            scheduler = self._new_scheduler(params.steps, start_step=k)
+        return self._member(params, latents, embeds, scheduler, k, (), should_stop, on_step)
+
+    def batch_result(self, member: BatchMember, *, decode: bool = False) -> GenerationResult:
+        """A retired member's result, as generate or resume returns it (wall_s from the member's
+        making; step_ms: the batch steps it took part in). Raises its GenerationCanceled."""
+        run = member.result()
+        with torch.inference_mode():
+            image = self._to_image(self._vae, run.latents) if decode else None
+        return self._result(
+            member.steps, run, image,
+            start_step=member.start_step, started=member.created, decodes=int(decode),
+        )  # fmt: skip
+
+    def generate_batch(
+        self,
+        members: Sequence[BatchMember],
+        *,
+        max_batch: int | None = None,
+        decode: bool = False,
+    ) -> list[GenerationResult | GenerationCanceled]:
+        """Run members to the end in one batch, admitting the next as a slot frees (continuous
+        batching); results in the order given, a canceled member's GenerationCanceled in its place."""
+        batch = self.new_batch(max_batch)
+        waiting = list(members)
+        outcomes: dict[int, GenerationResult | GenerationCanceled] = {}
+        while waiting or len(batch):
+            while waiting and batch.free_slots:
+                batch.admit(waiting.pop(0))
+            for member in batch.step().retired:
+                outcomes[id(member)] = self._outcome(member, decode=decode)
+        return [outcomes[id(member)] for member in members]
+
     # --- helpers --------------------------------------------------------------------------
+    def _member(
+        self,
+        params: GenerationParams,
+        latents: torch.Tensor,
+        embeds: torch.Tensor,
+        scheduler: Any,
+        start_step: int,
+        capture: Collection[int],
+        should_stop: ShouldStop | None,
+        on_step: OnStep | None,
+    ) -> BatchMember:
+        return BatchMember(
+            latents=latents, scheduler=scheduler, embeds=embeds, guidance=params.guidance,
+            steps=params.steps, step=start_step, seed=params.seed, capture=capture,
+            should_stop=should_stop, on_step=on_step,
+        )  # fmt: skip
+
+    def _outcome(self, member: BatchMember, *, decode: bool) -> GenerationResult | GenerationCanceled:
+        try:
+            return self.batch_result(member, decode=decode)
+        except GenerationCanceled as canceled:
+            return canceled
+
+    def _resumable_latent(
+        self, pipe: Any, params: GenerationParams, latent: Latent | torch.Tensor, k: int, family: str
+    ) -> torch.Tensor:
+        """resume's input checks: params, k, the latent's family, shape and values."""
+        check_params(params, self._limits)
+        check_k(k, params.steps)
+        if family != self.family:
+            raise LatentError(
+                f"a latent of family {family!r} cannot be resumed by {self.model_name} "
+                f"(family {self.family!r})",
+                field="latent",
+            )
+        return self._checked_latent(latent, pipe.unet.config.in_channels, params)
+
     def _to_image(self, vae: Any, latents: torch.Tensor) -> Image.Image:
         self.vae_decodes += 1
         with metrics.timed(metrics.DECODE_SECONDS, role=self.role.value):
@@ -359,7 +466,7 @@ class DiffusionRuntime:
 
     def _result(
         self,
-        params: GenerationParams,
+        steps: int,
         run: DenoiseRun,
         image: Image.Image | None,
         *,
@@ -375,10 +482,16 @@ class DiffusionRuntime:
             family=self.family,
             model=self.model_name,
             role=self.role,
-            steps=params.steps,
+            steps=steps,
             start_step=start_step,
             denoiser_evals={self.model_name: len(run.step_ms)},
             step_ms=tuple(run.step_ms),
             wall_s=time.perf_counter() - started,
             vae_decodes=decodes,
         )
+
+
+def _check_capture(capture: Collection[int], steps: int) -> None:
+    for k in capture:
+        if not 1 <= k <= steps - 1:
+            raise StepsError(f"capture step {k} must be in 1..{steps - 1} for {steps} steps", field="capture")

@@ -1,0 +1,266 @@
+"""Step-level (continuous) batching: several jobs' denoising runs on one loaded pipeline share one
+UNet forward pass per step, each sample at its own timestep.
+
+A cache hit resumed at step k (NIRVANA 4.1) and a miss at step 0 run the same UNet at different
+timesteps; UNet2DConditionModel takes one timestep per sample, so a GPU worker can run both in one
+call. A `DenoisingBatch` holds the runs of one model at one latent shape. A worker loop admits jobs
+between steps (`admit`), runs one step over every active member (`step`), and collects the members
+that step retired, finished or canceled; so a job joins at its own step and leaves at its last,
+without waiting for the others: continuous batching as LLM servers do it, one denoising step per
+iteration.
+
+Each member keeps what `denoise()` keeps for one job: its latents, its own scheduler instance and
+step kwargs (schedulers hold step state), its prompt embeddings (guided: the unconditional and
+conditional pair as `encode_prompt` returns it, two samples; unguided: one), its guidance, its
+capture set and its callbacks. Per step, the member's rows of the shared prediction get its own
+guidance and its own scheduler's step at its own timestep: the operations `denoise()` runs, on the
+same values, so only the UNet's kernels see the batch. These per-member steps are a Python loop:
+on the lab's large model on a CPU everything but the UNet call costs about 1 ms of a 41 ms step at
+batch 8 (`reprise bench runtime --batch`: step_ms against unet_ms), so the DDIM step is not
+vectorized across members, and any first-order scheduler works.
+
+Exactness. A batch of one runs the same kernels on the same shapes as `denoise()` and equals it bit
+for bit. With several members the UNet's CPU kernels (oneDNN convolutions, blocked matmuls) change
+their blocking with the batch dimension, so a sample's prediction can differ from its prediction
+alone in the last bits (up to 1e-6 in one call of the lab's UNet), and the differences carry through
+the remaining steps. Measured on the lab's large and small models in float32 on a CPU, 50 DDIM steps,
+batches of 2 to 32 of misses and resumed hits at guidance 1 to 12: the final latents were within
+4.5e-5 (absolute) of each job run alone (`DiffusionRuntime.generate` / `resume`), for latents of
+magnitude up to 19. The stated tolerance is BATCH_ATOL = 1e-3. A member canceled mid-batch leaves the
+others' results equal to a batch run without it within the same tolerance, and bit for bit when it
+leaves before the batch's first step with it. float16 on CUDA has kernels of its own; `reprise bench
+runtime --batch ...` measures batch_max_abs_diff on the card.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from core.errors import GenerationCanceled
+from workers.runtime.denoising import DenoiseRun, OnStep, ShouldStop, step_kwargs
+from workers.runtime.latents import to_numpy
+from workers.runtime.results import Latent
+
+BATCH_ATOL = 1e-3
+"""Largest absolute difference allowed between a batched member's final latent and the same job run
+alone, on a CPU in float32 (measured: 4.5e-5 at most; see the module docstring)."""
+
+
+class BatchFull(RuntimeError):
+    """admit() on a batch that already holds max_batch members. Recoverable: step until one retires."""
+
+
+@dataclass(kw_only=True, eq=False, slots=True)
+class BatchMember:
+    """One job's denoising run inside a DenoisingBatch: schedule steps `step`..steps-1 to run.
+
+    latents: (1, C, h, w), the input of schedule step `step` (noise for a miss; for a hit resumed at
+    k, the latent captured after k steps). scheduler: a fresh instance for this job
+    (denoising.new_scheduler with start_step=step). embeds: (2, L, D) [unconditional, conditional]
+    when guidance > 1, else (1, L, D). capture: steps k after which the latent is kept (as in
+    denoise()). should_stop is asked before each step; on_step is told (steps done, steps) after it.
+    A member that a callback fails is retired with the error recorded; the others go on.
+    """
+
+    latents: torch.Tensor
+    scheduler: Any
+    embeds: torch.Tensor
+    guidance: float
+    steps: int
+    step: int
+    seed: int
+    capture: Collection[int] = ()
+    should_stop: ShouldStop | None = None
+    on_step: OnStep | None = None
+    captured: dict[int, Latent] = field(init=False, default_factory=dict)
+    step_ms: list[float] = field(init=False, default_factory=list)
+    start_step: int = field(init=False)
+    error: Exception | None = field(init=False, default=None)
+    step_options: dict[str, Any] = field(init=False)
+    created: float = field(init=False, default_factory=time.perf_counter)  # for a job's wall time
+
+    def __post_init__(self) -> None:
+        if self.latents.ndim != 4 or self.latents.shape[0] != 1:
+            raise ValueError(f"a member's latents are (1, C, h, w), got {tuple(self.latents.shape)}")
+        if self.embeds.ndim != 3 or self.embeds.shape[0] != self.samples:
+            given = tuple(self.embeds.shape)
+            raise ValueError(f"guidance {self.guidance} takes {self.samples} embedding(s), got {given}")
+        if not 0 <= self.step < self.steps:
+            raise ValueError(f"start step {self.step} is outside 0..{self.steps - 1}")
+        if len(self.scheduler.timesteps) != self.steps:
+            made = len(self.scheduler.timesteps)
+            raise ValueError(f"the scheduler is set to {made} steps, not {self.steps}")
+        self.capture = frozenset(self.capture)
+        self.start_step = self.step
+        self.step_options = step_kwargs(self.scheduler, self.seed)  # made once, as denoise() does
+
+    @property
+    def guided(self) -> bool:
+        return self.guidance > 1.0
+
+    @property
+    def samples(self) -> int:
+        """Rows this member takes in the UNet's batch: the guidance pair, or one."""
+        return 2 if self.guided else 1
+
+    @property
+    def done(self) -> bool:
+        """Retired: every step run, or stopped by an error."""
+        return self.error is not None or self.step == self.steps
+
+    @property
+    def timestep(self) -> Any:
+        """The timestep of the step this member runs next."""
+        return self.scheduler.timesteps[self.step]
+
+    def result(self) -> DenoiseRun:
+        """The run, as denoise() returns it; raises the recorded error (GenerationCanceled) instead."""
+        if self.error is not None:
+            raise self.error
+        if self.step < self.steps:
+            raise RuntimeError(f"the member is at step {self.step} of {self.steps}: not finished")
+        return DenoiseRun(latents=self.latents, captured=self.captured, step_ms=self.step_ms)
+
+    def model_input(self) -> torch.Tensor:
+        """This member's rows of the UNet's input, scaled by its own scheduler."""
+        model_in = torch.cat([self.latents] * 2) if self.guided else self.latents
+        scaled: torch.Tensor = self.scheduler.scale_model_input(model_in, self.timestep)
+        return scaled
+
+    def take_step(self, noise_pred: torch.Tensor) -> None:
+        """Apply this member's guidance to its rows of the prediction and its scheduler's step."""
+        if self.guided:
+            uncond, cond = noise_pred.chunk(2)
+            noise_pred = uncond + self.guidance * (cond - uncond)
+        self.latents = self.scheduler.step(
+            noise_pred, self.timestep, self.latents, **self.step_options, return_dict=False
+        )[0]
+
+    def stopped(self) -> bool:
+        """Ask should_stop; a cancel or a failing callback is recorded, and the member retires."""
+        try:
+            if self.should_stop is not None and self.should_stop():
+                message = f"canceled after {self.step} of {self.steps} steps"
+                raise GenerationCanceled(message, step=self.step)
+        except Exception as error:
+            self.error = error
+        return self.error is not None
+
+    def finish_step(self, ms: float) -> None:
+        """Book the step just taken: its time, the capture, progress; then move to the next step."""
+        self.step += 1
+        self.step_ms.append(ms)
+        if self.step in self.capture:
+            self.captured[self.step] = to_numpy(self.latents)
+        try:
+            if self.on_step is not None:
+                self.on_step(self.step, self.steps)
+        except Exception as error:
+            self.error = error
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStep:
+    """What one DenoisingBatch.step() did: how many members its UNet call ran (0: none was left),
+    its wall time and the UNet call's within it, and the members it retired (finished or failed)."""
+
+    size: int
+    ms: float
+    unet_ms: float
+    retired: tuple[BatchMember, ...]
+
+
+class DenoisingBatch:
+    """The denoising runs of one pipeline's UNet at one latent shape, stepped together.
+
+    Up to max_batch members (jobs; a guided one is two UNet samples). admit() between steps; step()
+    asks each member's should_stop, runs one UNet call over every active member, each at its own
+    timestep, and retires the members that finished or failed. Not thread-safe: one worker loop
+    drives it.
+    """
+
+    def __init__(self, unet: Any, *, max_batch: int, device: torch.device) -> None:
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be at least 1, got {max_batch}")
+        self.unet = unet
+        self.max_batch = max_batch
+        self.device = device
+        self._members: list[BatchMember] = []
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    @property
+    def members(self) -> tuple[BatchMember, ...]:
+        """The active members, in admission order."""
+        return tuple(self._members)
+
+    @property
+    def free_slots(self) -> int:
+        return self.max_batch - len(self._members)
+
+    def admit(self, member: BatchMember) -> None:
+        """Add a member; it runs from its own step at the next step(). Raises BatchFull when full and
+        ValueError for a member that cannot share the UNet call (another shape, dtype or device)."""
+        if any(member is other for other in self._members):
+            raise ValueError("the member is already in the batch")
+        if member.done:
+            raise ValueError("the member has already finished")
+        if not self.free_slots:
+            raise BatchFull(f"the batch holds its max_batch={self.max_batch} members")
+        if self._members:
+            first = self._members[0]
+            for name in ("latents", "embeds"):
+                mine, theirs = _layout(getattr(member, name)), _layout(getattr(first, name))
+                if mine != theirs:
+                    raise ValueError(f"{name} {mine} cannot share a UNet call with {name} {theirs}")
+        self._members.append(member)
+
+    def step(self) -> BatchStep:
+        """One schedule step of every active member in one UNet call; the members it retired."""
+        with torch.inference_mode():
+            return self._step()
+
+    def _step(self) -> BatchStep:
+        started = time.perf_counter()
+        # 1. Ask each member whether to stop: a canceled one leaves before the UNet call
+        stopped = [member for member in self._members if member.stopped()]
+        active = [member for member in self._members if member.error is None]
+        if not active:
+            self._members = []
+            return BatchStep(size=0, ms=0.0, unet_ms=0.0, retired=tuple(stopped))
+        # 2. One UNet call: each member's rows at its own timestep
+        model_in = torch.cat([member.model_input() for member in active])
+        timesteps = torch.cat([member.timestep.reshape(1).expand(member.samples) for member in active]).to(
+            self.device
+        )
+        embeds = torch.cat([member.embeds for member in active])
+        unet_started = time.perf_counter()
+        noise_pred = self.unet(model_in, timesteps, encoder_hidden_states=embeds, return_dict=False)[0]
+        self._synchronize()
+        unet_ms = (time.perf_counter() - unet_started) * 1000.0
+        # 3. Each member's guidance and scheduler step on its own rows
+        for member, rows in zip(active, noise_pred.split([m.samples for m in active]), strict=True):
+            member.take_step(rows)
+        self._synchronize()  # so step_ms is the step's device time, not its launch
+        ms = (time.perf_counter() - started) * 1000.0
+        # 4. Capture, progress; retire the finished
+        for member in active:
+            member.finish_step(ms)
+        self._members = [member for member in active if not member.done]
+        retired = tuple(stopped) + tuple(member for member in active if member.done)
+        return BatchStep(size=len(active), ms=ms, unet_ms=unet_ms, retired=retired)
+
+    def _synchronize(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+
+def _layout(tensor: torch.Tensor) -> str:
+    """What members must share to be one UNet call: a sample's shape, the dtype and the device."""
+    return f"{tuple(tensor.shape[1:])} {str(tensor.dtype).removeprefix('torch.')} on {tensor.device}"
