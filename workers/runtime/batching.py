@@ -89,7 +89,7 @@ class BatchMember:
             raise ValueError(f"a member's latents are (1, C, h, w), got {tuple(self.latents.shape)}")
         if self.embeds.ndim != 3 or self.embeds.shape[0] != self.samples:
             given = tuple(self.embeds.shape)
-            raise ValueError(f"guidance {self.guidance} takes {self.samples} embedding(s), got {given}")
+            raise ValueError(f"guidance {self.guidance} takes {self.samples} prompt embeddings, got {given}")
         if not 0 <= self.step < self.steps:
             raise ValueError(f"start step {self.step} is outside 0..{self.steps - 1}")
         if len(self.scheduler.timesteps) != self.steps:
