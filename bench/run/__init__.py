@@ -17,5 +17,7 @@ requests, hit_rate, k_histogram, compute_saved, throughput_rps, vanilla_throughp
 {p50, p95, p99}, slo_violations {x2, x4}, admission_ms {p50, p99}, entry_bytes, png_bytes, embedder,
 trace, arrivals, decodes, quality, escalation_rate, threshold_timeline; a sweep adds cache_bytes and
 policy (SWEEP_FIELDS). `reprise bench runtime --json`: large_step_ms, small_step_ms, decode_ms,
-codec_ratio, entry_bytes, png_bytes, resume_exact (what `--costs FILE` reads).
+codec_ratio, entry_bytes, png_bytes, resume_exact (what `--costs FILE` reads); with `--batch`,
+batch {n: {images_per_s, step_ms, unet_ms, max_abs_diff}}, batch_max_abs_diff, batch_exact, batch_atol,
+batch_within_atol and batch_model (step-level batching, bench.run.runtime).
 """

@@ -1,8 +1,8 @@
 """The options the bench commands share, from their raw command-line values.
 
-Sizes ("1GiB"), comma lists, the monitor mode, and the workload options (bench.workload.trace) that
-`reprise bench replay` and `reprise bench simulate` take alike, so that a replay and its
-simulation describe the same requests. A bad value raises ValueError naming the option;
+Sizes ("1GiB"), comma lists, batch sizes, the monitor mode, and the workload options
+(bench.workload.trace) that `reprise bench replay` and `reprise bench simulate` take alike, so that
+a replay and its simulation describe the same requests. A bad value raises ValueError naming the option;
 `guarded` turns it into one line and exit status 2.
 """
 
@@ -48,6 +48,17 @@ def parse_size(text: str) -> int:
 
 def parse_list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def parse_batch_sizes(text: str) -> list[int]:
+    """--batch '1,2,4,8,16' -> [1, 2, 4, 8, 16]: jobs per batch, each at least 1."""
+    try:
+        sizes = [int(part) for part in parse_list(text)]
+    except ValueError:
+        raise ValueError(f"--batch {text!r}: a comma list of batch sizes, e.g. 1,2,4,8,16") from None
+    if not sizes or min(sizes) < 1:
+        raise ValueError(f"--batch {text!r}: batch sizes are whole numbers of at least 1")
+    return sizes
 
 
 def parse_monitor(text: str) -> MonitorMode | None:

@@ -13,13 +13,30 @@ Measures, on this machine and settings.device:
                     bit for bit
 These JSON field names are a contract (the simulator reads them as profiled costs); further
 fields give the context of the measurement.
+
+With batch sizes (`--batch 1,2,4,8,16`), step-level batching (workers.runtime.batching) on one
+model (batch_model, the large one unless `--model small`): for each size n, n guided misses of
+distinct seeds run their T steps in one batch, one UNet call per step:
+    batch               {"n": {"images_per_s", "step_ms", "unet_ms", "max_abs_diff"}}: images
+                        denoised per second (n over the median batch run's wall time), the median
+                        step's and its UNet call's wall time, and the largest absolute difference
+                        of a final latent from the same job run alone (DiffusionRuntime.generate)
+    batch_max_abs_diff  the largest of those over every size
+    batch_exact         every batched job equalled its run alone bit for bit
+    batch_atol          the tolerance workers.runtime.batching states (BATCH_ATOL)
+    batch_within_atol   batch_max_abs_diff <= batch_atol
+Without sizes, batch is {} and the other batch fields are null.
 """
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+
+import numpy as np
 
 from core.params import GenerationParams
 from core.settings import Settings
@@ -27,6 +44,7 @@ from core.vocabulary import Role
 from db.codec.latent import encode_latent
 from db.images import ImageFormat, encode_image
 from workers.runtime import DiffusionRuntime, GenerationResult
+from workers.runtime.batching import BATCH_ATOL
 
 BENCH_PROMPT = "a lighthouse on a rocky coast at sunset, oil painting"
 
@@ -51,20 +69,49 @@ class RuntimeBench:
     width: int
     height: int
     repeats: int
+    # step-level batching (empty / null without --batch)
+    batch: dict[str, dict[str, float]] = field(default_factory=dict)
+    batch_max_abs_diff: float | None = None
+    batch_exact: bool | None = None
+    batch_atol: float | None = None
+    batch_within_atol: bool | None = None
+    batch_model: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def measure_runtime(settings: Settings, *, repeats: int = 3, decode_repeats: int = 10) -> RuntimeBench:
+@dataclass(frozen=True, slots=True)
+class BatchBench:
+    """Step-level batching on one model: the `batch` block and its exactness (see the module doc)."""
+
+    sizes: dict[str, dict[str, float]]
+    max_abs_diff: float
+    exact: bool
+    model: str
+
+
+def measure_runtime(
+    settings: Settings,
+    *,
+    repeats: int = 3,
+    decode_repeats: int = 10,
+    batch_sizes: Sequence[int] = (),
+    batch_role: Role = Role.LARGE,
+) -> RuntimeBench:
     """Run the benchmark on the configured models (tiny ones when none are configured).
 
     One untimed warm-up precedes each measurement. Generations use settings.steps,
     settings.capture_steps and the large model's native size. Roles are hosted one at a time,
-    as a worker would, so peak memory is one model.
+    as a worker would, so peak memory is one model. With batch_sizes, batch_role's model also
+    runs batches of each size (`repeats` timed runs each, after one warm-up).
     """
     if repeats < 1 or decode_repeats < 1:
         raise ValueError("repeats and decode_repeats must be at least 1")
+    if any(size < 1 for size in batch_sizes):
+        raise ValueError("batch sizes must be at least 1")
+    if batch_role not in (Role.LARGE, Role.SMALL):
+        raise ValueError("batches run on the large or the small model")
     capture = list(settings.capture_steps)  # settings guarantee each is in 1..T-1
     runtime = DiffusionRuntime(settings, Role.LARGE)
     size = runtime.native_size
@@ -84,11 +131,18 @@ def measure_runtime(settings: Settings, *, repeats: int = 3, decode_repeats: int
     assert reference.image is not None  # generated with decode=True
     png_bytes = len(encode_image(reference.image, ImageFormat.PNG))
 
-    # Small model: the same generation, timed per step.
+    # Step-level batching on the large model, while it is hosted (unless the small one is asked).
+    batching = None
+    if batch_role is Role.LARGE:
+        batching = measure_batches(runtime, params, batch_sizes, repeats=repeats)
+
+    # Small model: the same generation, timed per step (and batched, when asked).
     runtime.switch_role(Role.SMALL)
     small_name = runtime.model_name
     runtime.generate(params)
     small_steps = [ms for _ in range(repeats) for ms in runtime.generate(params).step_ms]
+    if batch_role is Role.SMALL:
+        batching = measure_batches(runtime, params, batch_sizes, repeats=repeats)
 
     # Decode role: the final latent back to pixels.
     runtime.switch_role(Role.DECODE)
@@ -114,7 +168,78 @@ def measure_runtime(settings: Settings, *, repeats: int = 3, decode_repeats: int
         width=size,
         height=size,
         repeats=repeats,
+        **(_batch_fields(batching) if batching is not None else {}),
     )
+
+
+def measure_batches(
+    runtime: DiffusionRuntime, params: GenerationParams, sizes: Sequence[int], *, repeats: int
+) -> BatchBench | None:
+    """Batches of each size on the hosted model: n misses (params with seeds 0..n-1) in one batch.
+
+    Each job of the largest batch is first run alone (generate), the reference every batch's final
+    latents are compared with; each size runs once untimed, then `repeats` times timed.
+    """
+    if not sizes:
+        return None
+    jobs = [replace(params, seed=seed) for seed in range(max(sizes))]
+    alone = [runtime.generate(job).final_latent for job in jobs]
+    table: dict[str, dict[str, float]] = {}
+    exact, largest = True, 0.0
+    for size in sorted(set(sizes)):
+        runs = [_run_batch(runtime, jobs[:size]) for _ in range(1 + repeats)][1:]  # the first warms up
+        finals = [result.final_latent for result in runs[-1].results]
+        diffs = [
+            float(np.abs(final - reference).max()) for final, reference in zip(finals, alone, strict=False)
+        ]
+        exact = exact and all(
+            final.tobytes() == ref.tobytes() for final, ref in zip(finals, alone, strict=False)
+        )
+        largest = max(largest, *diffs)
+        table[str(size)] = {
+            "images_per_s": size / statistics.median(run.wall_s for run in runs),
+            "step_ms": statistics.median(ms for run in runs for ms in run.step_ms),
+            "unet_ms": statistics.median(ms for run in runs for ms in run.unet_ms),
+            "max_abs_diff": max(diffs),
+        }
+    return BatchBench(sizes=table, max_abs_diff=largest, exact=exact, model=runtime.model_name)
+
+
+@dataclass(frozen=True, slots=True)
+class _BatchRun:
+    results: list[GenerationResult]
+    wall_s: float  # every step of the batch, from the first to the last
+    step_ms: list[float]
+    unet_ms: list[float]
+
+
+def _run_batch(runtime: DiffusionRuntime, jobs: Sequence[GenerationParams]) -> _BatchRun:
+    """`jobs` admitted together to one batch and stepped to the end."""
+    batch = runtime.new_batch(max_batch=len(jobs))
+    members = [runtime.generation_member(job) for job in jobs]
+    for member in members:
+        batch.admit(member)
+    started, steps = time.perf_counter(), []
+    while len(batch):
+        steps.append(batch.step())
+    wall_s = time.perf_counter() - started
+    return _BatchRun(
+        results=[runtime.batch_result(member) for member in members],
+        wall_s=wall_s,
+        step_ms=[step.ms for step in steps],
+        unet_ms=[step.unet_ms for step in steps],
+    )
+
+
+def _batch_fields(batching: BatchBench) -> dict[str, Any]:
+    return {
+        "batch": batching.sizes,
+        "batch_max_abs_diff": batching.max_abs_diff,
+        "batch_exact": batching.exact,
+        "batch_atol": BATCH_ATOL,
+        "batch_within_atol": batching.max_abs_diff <= BATCH_ATOL,
+        "batch_model": batching.model,
+    }
 
 
 def _stored_bytes(reference: GenerationResult) -> tuple[int, int]:
@@ -143,5 +268,23 @@ def format_table(report: RuntimeBench) -> str:
             f"family {report.family}",
         ),
     ]
+    for size, row in report.batch.items():
+        speedup = row["images_per_s"] / report.batch[min(report.batch, key=int)]["images_per_s"]
+        rows.append(
+            (
+                f"batch {size}",
+                f"{row['images_per_s']:.2f} images/s ({speedup:.2f}x), step {row['step_ms']:.2f} ms, "
+                f"UNet {row['unet_ms']:.2f} ms, max |diff| {row['max_abs_diff']:.2e}",
+            )
+        )
+    if report.batch:
+        rows.append(
+            (
+                "batch exactness",
+                f"{report.batch_model}: max |batched - alone| {report.batch_max_abs_diff:.2e}, "
+                f"bit for bit {str(report.batch_exact).lower()}, within {report.batch_atol:g} "
+                f"{str(report.batch_within_atol).lower()}",
+            )
+        )
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name.ljust(width)}  {value}" for name, value in rows)
