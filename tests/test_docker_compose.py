@@ -364,8 +364,9 @@ def test_every_named_volume_is_declared() -> None:
     assert used <= set(compose["volumes"]), used - set(compose["volumes"])
 
 
-def test_the_gpu_override_changes_nothing_but_the_device_reservation() -> None:
+def test_the_gpu_override_changes_nothing_but_the_device_reservation_and_the_device() -> None:
     override = yaml.safe_load((COMPOSE.parent / "docker-compose.gpu.yml").read_text())
     for name, service in override["services"].items():
-        assert set(service) == {"deploy"}, name  # the base file's worker image and build stay in force
+        assert set(service) == {"deploy", "environment"}, name  # the base file's image and build stay
+        assert service["environment"] == {"REPRISE_DEVICE": "cuda"}, name
         assert _compose()["services"][name]["build"]["target"] == "worker", name
