@@ -124,7 +124,9 @@ def retrain_unet(weights: Path, name: str, *, smoke: bool, log: Log = print) -> 
         vaes = {chosen[0].vae: load_vae(weights / chosen[0].vae)}
         seconds = train_unets(weights, recipe, vaes, seed=manifest["seed"], log=log, only=chosen)
     manifest |= {"recipe": asdict(recipe), "cpu_kernels": kernels, "torch": torch.__version__}
+    before = manifest["seconds"].get(name, 0.0)
     manifest["seconds"][name] = round(seconds[name], 1)
+    manifest["total_seconds"] = round(manifest["total_seconds"] - before + seconds[name], 1)  # whole run
     manifest |= digests(weights)
     manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest

@@ -130,7 +130,7 @@ def ensure_lab_models(
     if not weights_present(weights):
         raise FileNotFoundError(
             f"the lab's trained weights are missing from {weights}: run `reprise models train` "
-            "(about 14 minutes on 2 cores) or set REPRISE_MODEL_SET=tiny"
+            "(about an hour on 2 cores: manifest.json total_seconds) or set REPRISE_MODEL_SET=tiny"
         )
     base = out if out is not None else settings.tiny_models_dir
     paths = LabPaths(root=lab_root(base, weights), weights=weights)

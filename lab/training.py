@@ -12,7 +12,7 @@ Recipe (`DEFAULT`; `SMOKE` is the same at a size that trains in seconds, for tes
    EMA weights are saved). "large" is wider and trained longer than "small" and "small-b" (on
    vae-b: the second family).
 3. A UNet recipe that names a `teacher` is distilled from that trained UNet (lab.distillation:
-   BK-SDM's denoising, output and feature losses; SMOKE's "small" is, DEFAULT's not yet), the
+   BK-SDM's denoising, output and feature losses: "small" is, "small-b" of the other family is not), the
    teacher read back from its saved float16 weights, so that retraining the student alone from the
    committed teacher (`reprise models train --only unet-small`) gives the bytes of the whole run.
 
@@ -81,7 +81,7 @@ DEFAULT: Final = Recipe(
     judge_steps=500,
     unets=(
         UNetRecipe("unet-large", "vae-a", (64, 64), 1500, 10, cross_attention_levels=2),
-        UNetRecipe("unet-small", "vae-a", (32, 32), 500, 11),
+        UNetRecipe("unet-small", "vae-a", (32, 32), 1200, 11, teacher="unet-large"),
         UNetRecipe("unet-small-b", "vae-b", (32, 32), 400, 12),
     ),
 )

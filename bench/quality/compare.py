@@ -53,9 +53,12 @@ def compare_models(
     prompts: int,
     seed: int,
     guidance: float,
+    steps: int | None = None,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """The report: true_renders and models: {name: {mean, p5, all_attributes, frechet_distance}}}"""
+    """The report: true_renders and models: {name: {mean, p5, all_attributes, frechet_distance}}};
+    every model runs `steps` DDIM steps (default the service's, settings.steps): fewer measure a
+    model's few-step light variant (DiffServe 2.1: the same model at fewer steps is a light model)."""
     from lab.judge import Judge
     from lab.models import ensure_lab_models
     from workers.runtime.loading import builtin_path
@@ -68,7 +71,7 @@ def compare_models(
     chance_scores = [q or 0.0 for q in judge.score(shuffled, texts)]
     report: dict[str, Any] = {
         "prompts": prompts,
-        "steps": settings.steps,
+        "steps": steps or settings.steps,
         "guidance": guidance,
         "seed": seed,
         "true_renders": summary(true_scores, true_features, true_features, 0.0),
@@ -77,7 +80,7 @@ def compare_models(
     }
     for model in models:
         started = time.perf_counter()
-        sampler = Sampler(builtin_path(settings, model), steps=settings.steps, guidance=guidance)
+        sampler = Sampler(builtin_path(settings, model), steps=steps or settings.steps, guidance=guidance)
         images = []
         for start in range(0, prompts, BATCH):
             chunk = texts[start : start + BATCH]

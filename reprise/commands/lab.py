@@ -94,6 +94,9 @@ def quality_command(
     prompts: int = typer.Option(500, "--prompts", min=2, help="Lab prompts each model draws."),
     guidance: float = typer.Option(7.5, "--guidance", help="Classifier-free guidance."),
     seed: int = typer.Option(1, "--seed", help="Seed of the prompts."),
+    steps: int | None = typer.Option(
+        None, "--steps", min=1, help="DDIM steps of every model (default REPRISE_STEPS): a few-step variant."
+    ),
     json_out: Path | None = typer.Option(None, "--json", help="Write the report to this file."),
 ) -> None:
     """Judge each model's fresh generations of the same lab prompts: mean and 5th-percentile quality,
@@ -103,7 +106,7 @@ def quality_command(
     settings = get_settings()
     names = [name.strip() for name in models.split(",") if name.strip()]
     report = compare_models(
-        settings, names, prompts=prompts, seed=seed, guidance=guidance, log=lambda _: None
+        settings, names, prompts=prompts, seed=seed, guidance=guidance, steps=steps, log=lambda _: None
     )
     rows = {"true renders": report["true_renders"], "chance": report["chance"], **report["models"]}
     for name, row in rows.items():
