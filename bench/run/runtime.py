@@ -178,23 +178,24 @@ def measure_batches(
     """Batches of each size on the hosted model: n misses (params with seeds 0..n-1) in one batch.
 
     Each job of the largest batch is first run alone (generate), the reference every batch's final
-    latents are compared with; each size runs once untimed, then `repeats` times timed.
+    latents are compared with; each size runs once untimed, then `repeats` times timed, the sizes
+    taking turns so that load from other processes falls on every size alike.
     """
     if not sizes:
         return None
     jobs = [replace(params, seed=seed) for seed in range(max(sizes))]
     alone = [runtime.generate(job).final_latent for job in jobs]
+    ordered = sorted(set(sizes))
+    for size in ordered:  # warm-up
+        _run_batch(runtime, jobs[:size])
+    rounds = [[_run_batch(runtime, jobs[:size]) for size in ordered] for _ in range(repeats)]
     table: dict[str, dict[str, float]] = {}
     exact, largest = True, 0.0
-    for size in sorted(set(sizes)):
-        runs = [_run_batch(runtime, jobs[:size]) for _ in range(1 + repeats)][1:]  # the first warms up
-        finals = [result.final_latent for result in runs[-1].results]
-        diffs = [
-            float(np.abs(final - reference).max()) for final, reference in zip(finals, alone, strict=False)
-        ]
-        exact = exact and all(
-            final.tobytes() == ref.tobytes() for final, ref in zip(finals, alone, strict=False)
-        )
+    for column, size in enumerate(ordered):
+        runs = [row[column] for row in rounds]
+        pairs = [(result.final_latent, alone[i]) for i, result in enumerate(runs[-1].results)]
+        diffs = [float(np.abs(final - reference).max()) for final, reference in pairs]
+        exact = exact and all(final.tobytes() == reference.tobytes() for final, reference in pairs)
         largest = max(largest, *diffs)
         table[str(size)] = {
             "images_per_s": size / statistics.median(run.wall_s for run in runs),
