@@ -22,14 +22,19 @@ vectorized across members, and any first-order scheduler works.
 Exactness. A batch of one runs the same kernels on the same shapes as `denoise()` and equals it bit
 for bit. With several members the UNet's CPU kernels (oneDNN convolutions, blocked matmuls) change
 their blocking with the batch dimension, so a sample's prediction can differ from its prediction
-alone in the last bits (up to 1e-6 in one call of the lab's UNet), and the differences carry through
-the remaining steps. Measured on the lab's large and small models in float32 on a CPU, 50 DDIM steps,
-batches of 2 to 32 of misses and resumed hits at guidance 1 to 12: the final latents were within
-4.5e-5 (absolute) of each job run alone (`DiffusionRuntime.generate` / `resume`), for latents of
-magnitude up to 19. The stated tolerance is BATCH_ATOL = 1e-3. A member canceled mid-batch leaves the
-others' results equal to a batch run without it within the same tolerance, and bit for bit when it
-leaves before the batch's first step with it. float16 on CUDA has kernels of its own; `reprise bench
-runtime --batch ...` measures batch_max_abs_diff on the card.
+alone in the last bits (up to 1e-6 in one call of the lab's UNet), and the job's own dynamics carry
+the difference through the remaining steps. Measured in float32 on a CPU, 50 DDIM steps, batches of
+2 to 32 mixing misses, resumed hits and guidances, the largest difference of a final latent from the
+same job run alone (`DiffusionRuntime.generate` / `resume`):
+    lab prompts, guidance 1 to 20, large and small models         6.6e-5  (latents up to 19)
+    other prompts (the models' world is shapes), guidance <= 20   9.3e-4  (small model, guidance 20)
+The stated tolerance, BATCH_ATOL = 5e-3, holds for guidance up to 20. Above it no tolerance holds:
+at guidance 30 to 50 a job's trajectory is unstable, so that a 1e-6 change of its starting noise
+alone moves its final latent by up to 0.4 (the large model, guidance 50), and a batched run moved
+one by 2.5; there only a batch of one gives the unbatched bits. A member canceled mid-batch leaves
+the others' results within the tolerance of a batch run without it, and bit for bit when it leaves
+before the batch's first step with it. float16 on CUDA has kernels of its own; `reprise bench runtime
+--batch ...` measures batch_max_abs_diff on the card.
 """
 
 from __future__ import annotations
@@ -46,9 +51,9 @@ from workers.runtime.denoising import DenoiseRun, OnStep, ShouldStop, step_kwarg
 from workers.runtime.latents import to_numpy
 from workers.runtime.results import Latent
 
-BATCH_ATOL = 1e-3
+BATCH_ATOL = 5e-3
 """Largest absolute difference allowed between a batched member's final latent and the same job run
-alone, on a CPU in float32 (measured: 4.5e-5 at most; see the module docstring)."""
+alone, in float32 on a CPU, for guidance up to 20 (measured: 9.3e-4 at most; see the module doc)."""
 
 
 class BatchFull(RuntimeError):
