@@ -30,8 +30,10 @@ class PoolSettings(BaseSettings):
         ge=1,
         le=256,
         description="Jobs a GPU worker denoises together, one UNet call per step, each at its own step "
-        "(step-level batching, workers.runtime.batching; a guided job is two UNet samples). Default: the "
-        "knee of the lab's large model's batch table (docs/results/simulator.md, Runtime).",
+        "(step-level batching, workers.runtime.batching; a guided job is two UNet samples). 8 by "
+        "measurement: `reprise bench runtime --batch 1,2,4,8,16` found the lab's large model's images/s "
+        "growing to 8 jobs (2.6x one job's on a CPU) and no further at 16 (docs/results/simulator.md, "
+        "'Step-level batching').",
     )
     monitor_enabled: bool = Field(
         True, description="Run MoDM 5.3's monitor: it moves GPU workers between the large and small pools."

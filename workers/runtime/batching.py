@@ -15,9 +15,9 @@ conditional pair as `encode_prompt` returns it, two samples; unguided: one), its
 capture set and its callbacks. Per step, the member's rows of the shared prediction get its own
 guidance and its own scheduler's step at its own timestep: the operations `denoise()` runs, on the
 same values, so only the UNet's kernels see the batch. These per-member steps are a Python loop:
-on the lab's large model on a CPU everything but the UNet call costs about 1 ms of a 41 ms step at
-batch 8 (`reprise bench runtime --batch`: step_ms against unet_ms), so the DDIM step is not
-vectorized across members, and any first-order scheduler works.
+on the lab's large model on a CPU everything but the UNet call costs 1.5 ms of a 62 ms step at batch
+8 and 3.6 ms of 130 at batch 16 (`reprise bench runtime --batch`: step_ms against unet_ms), so the
+DDIM step is not vectorized across members (3% at most to win), and any first-order scheduler works.
 
 Exactness. A batch of one runs the same kernels on the same shapes as `denoise()` and equals it bit
 for bit. With several members the UNet's CPU kernels (oneDNN convolutions, blocked matmuls) change
