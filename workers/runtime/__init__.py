@@ -1,7 +1,9 @@
 """The diffusion runtime a model worker hosts: model loading per role, generation with latent
-capture, resume (NIRVANA), refine (MoDM), decode (LatentBox), embedders and the quality score."""
+capture, resume (NIRVANA), refine (MoDM), decode (LatentBox), step-level batching of several jobs'
+denoising runs, embedders and the quality score."""
 
 from core.errors import RoleMismatch
+from workers.runtime.batching import BATCH_ATOL, BatchFull, BatchMember, BatchStep, DenoisingBatch
 from workers.runtime.denoising import ShouldStop
 from workers.runtime.loading import TINY_NOTICE, ModelSources, VaeSource, resolve_model_sources
 from workers.runtime.results import DecodeResult, GenerationResult, Latent
@@ -9,8 +11,13 @@ from workers.runtime.runtime import DiffusionRuntime
 from workers.runtime.tiny import TinyModelPaths, ensure_tiny_models
 
 __all__ = [
+    "BATCH_ATOL",
     "TINY_NOTICE",
+    "BatchFull",
+    "BatchMember",
+    "BatchStep",
     "DecodeResult",
+    "DenoisingBatch",
     "DiffusionRuntime",
     "GenerationResult",
     "Latent",
