@@ -48,7 +48,7 @@ def _scheduler(settings: Settings) -> tuple[str | None, str | None]:
     """Under NIRVANA's resume, the scheduler must resume a cached latent exactly."""
     class_name = DIFFUSERS_CLASS[settings.scheduler]
     if settings.hit_policy is not HitPolicy.RESUME or class_name is None:
-        return None, None  # `pipeline`: checked when the model loads (workers/runtime/runtime.py)
+        return None, None  # `pipeline`: checked when the model loads (workers/runtime/hosting.py)
     refusal = resume_refusal(class_name)
     return (f"REPRISE_SCHEDULER={settings.scheduler.value}: {refusal}" if refusal else None), None
 

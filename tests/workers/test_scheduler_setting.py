@@ -42,7 +42,7 @@ def test_a_pipeline_scheduler_that_cannot_resume_is_refused_at_load(
     def shipped(pipeline_scheduler: object, _name: str | None) -> object:
         return scheduler_template(pipeline_scheduler, "DPMSolverMultistepScheduler")
 
-    monkeypatch.setattr("workers.runtime.runtime.scheduler_template", shipped)
+    monkeypatch.setattr("workers.runtime.hosting.scheduler_template", shipped)
     settings = tiny_settings.model_copy(update={"scheduler": SchedulerName.PIPELINE})
     with pytest.raises(SettingsError, match="DPMSolverMultistepScheduler cannot resume"):
         DiffusionRuntime(settings, Role.SMALL).generate(PARAMS)
