@@ -23,7 +23,7 @@ from bench.workload.trace import (
     build_workload,
     load_prompts,
 )
-from core.vocabulary import Allocator, MonitorMode
+from core.vocabulary import Allocator, MonitorMode, Role
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
@@ -59,6 +59,13 @@ def parse_batch_sizes(text: str) -> list[int]:
     if not sizes or min(sizes) < 1:
         raise ValueError(f"--batch {text!r}: batch sizes are whole numbers of at least 1")
     return sizes
+
+
+def parse_batch_model(text: str) -> Role:
+    """--model: the model `bench runtime --batch` runs, large or small."""
+    if text not in (Role.LARGE, Role.SMALL):
+        raise ValueError(f"--model {text!r}: choose large or small")
+    return Role(text)
 
 
 def parse_monitor(text: str) -> MonitorMode | None:

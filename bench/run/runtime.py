@@ -43,7 +43,7 @@ from core.settings import Settings
 from core.vocabulary import Role
 from db.codec.latent import encode_latent
 from db.images import ImageFormat, encode_image
-from workers.runtime import DiffusionRuntime, GenerationResult
+from workers.runtime import DiffusionRuntime, GenerationResult, Latent
 from workers.runtime.batching import BATCH_ATOL
 
 BENCH_PROMPT = "a lighthouse on a rocky coast at sunset, oil painting"
@@ -103,51 +103,32 @@ def measure_runtime(
 
     One untimed warm-up precedes each measurement. Generations use settings.steps,
     settings.capture_steps and the large model's native size. Roles are hosted one at a time,
-    as a worker would, so peak memory is one model. With batch_sizes, batch_role's model also
-    runs batches of each size (`repeats` timed runs each, after one warm-up).
+    as a worker would, so peak memory is one model. batch_role's model runs batch_sizes' batches.
     """
     if repeats < 1 or decode_repeats < 1:
         raise ValueError("repeats and decode_repeats must be at least 1")
-    if any(size < 1 for size in batch_sizes):
-        raise ValueError("batch sizes must be at least 1")
-    if batch_role not in (Role.LARGE, Role.SMALL):
-        raise ValueError("batches run on the large or the small model")
+    batches = {batch_role: batch_sizes}
     capture = list(settings.capture_steps)  # settings guarantee each is in 1..T-1
     runtime = DiffusionRuntime(settings, Role.LARGE)
     size = runtime.native_size
     params = GenerationParams(prompt=BENCH_PROMPT, seed=0, steps=settings.steps, width=size, height=size)
 
-    # Large model: full generations with capture, as a cache miss runs them.
-    reference = runtime.generate(params, capture=capture, decode=True)  # the PNG size needs pixels
-    large_steps = [ms for _ in range(repeats) for ms in runtime.generate(params, capture=capture).step_ms]
-    final = reference.final_latent
-    resume_exact = all(
-        runtime.resume(params, reference.captured[k], k, family=runtime.family).final_latent.tobytes()
-        == final.tobytes()
-        for k in capture
-    )
-    family, large_name = runtime.family, runtime.model_name
+    # Large model: full generations with capture, as a cache miss runs them; batches, when asked.
+    large_steps, reference, resume_exact = _large_generations(runtime, params, capture, repeats)
+    family, large_name, final = runtime.family, runtime.model_name, reference.final_latent
     final_bytes, entry_bytes = _stored_bytes(reference)
-    assert reference.image is not None  # generated with decode=True
-    png_bytes = len(encode_image(reference.image, ImageFormat.PNG))
+    batching = measure_batches(runtime, params, batches.get(Role.LARGE, ()), repeats=repeats)
 
-    # Step-level batching on the large model, while it is hosted (unless the small one is asked).
-    batching = None
-    if batch_role is Role.LARGE:
-        batching = measure_batches(runtime, params, batch_sizes, repeats=repeats)
-
-    # Small model: the same generation, timed per step (and batched, when asked).
+    # Small model: the same generation, timed per step; batches, when asked.
     runtime.switch_role(Role.SMALL)
     small_name = runtime.model_name
     runtime.generate(params)
     small_steps = [ms for _ in range(repeats) for ms in runtime.generate(params).step_ms]
-    if batch_role is Role.SMALL:
-        batching = measure_batches(runtime, params, batch_sizes, repeats=repeats)
+    batching = batching or measure_batches(runtime, params, batches.get(Role.SMALL, ()), repeats=repeats)
 
     # Decode role: the final latent back to pixels.
     runtime.switch_role(Role.DECODE)
-    runtime.decode(final, family=family)
-    decode_ms = [runtime.decode(final, family=family).wall_s * 1000.0 for _ in range(decode_repeats)]
+    decode_ms = _decode_ms(runtime, final, family, decode_repeats)
     runtime.release()
 
     return RuntimeBench(
@@ -156,7 +137,7 @@ def measure_runtime(
         decode_ms=statistics.median(decode_ms),
         codec_ratio=final.nbytes / final_bytes,
         entry_bytes=entry_bytes,
-        png_bytes=png_bytes,
+        png_bytes=_png_bytes(reference),
         resume_exact=resume_exact,
         large_model=large_name,
         small_model=small_name,
@@ -172,6 +153,21 @@ def measure_runtime(
     )
 
 
+def _large_generations(
+    runtime: DiffusionRuntime, params: GenerationParams, capture: list[int], repeats: int
+) -> tuple[list[float], GenerationResult, bool]:
+    """Step times of `repeats` generations with capture; the reference run (decoded: the PNG size
+    needs pixels); whether resuming from each captured latent reproduced its final latent bit for bit."""
+    reference = runtime.generate(params, capture=capture, decode=True)
+    steps = [ms for _ in range(repeats) for ms in runtime.generate(params, capture=capture).step_ms]
+    final, family = reference.final_latent.tobytes(), runtime.family
+    resume_exact = all(
+        runtime.resume(params, reference.captured[k], k, family=family).final_latent.tobytes() == final
+        for k in capture
+    )
+    return steps, reference, resume_exact
+
+
 def measure_batches(
     runtime: DiffusionRuntime, params: GenerationParams, sizes: Sequence[int], *, repeats: int
 ) -> BatchBench | None:
@@ -183,6 +179,8 @@ def measure_batches(
     """
     if not sizes:
         return None
+    if min(sizes) < 1:
+        raise ValueError(f"batch sizes must be at least 1, got {list(sizes)}")
     jobs = [replace(params, seed=seed) for seed in range(max(sizes))]
     alone = [runtime.generate(job).final_latent for job in jobs]
     ordered = sorted(set(sizes))
@@ -241,6 +239,16 @@ def _batch_fields(batching: BatchBench) -> dict[str, Any]:
         "batch_within_atol": batching.max_abs_diff <= BATCH_ATOL,
         "batch_model": batching.model,
     }
+
+
+def _decode_ms(runtime: DiffusionRuntime, final: Latent, family: str, repeats: int) -> list[float]:
+    runtime.decode(final, family=family)  # warm-up
+    return [runtime.decode(final, family=family).wall_s * 1000.0 for _ in range(repeats)]
+
+
+def _png_bytes(reference: GenerationResult) -> int:
+    assert reference.image is not None  # generated with decode=True
+    return len(encode_image(reference.image, ImageFormat.PNG))
 
 
 def _stored_bytes(reference: GenerationResult) -> tuple[int, int]:

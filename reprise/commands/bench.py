@@ -12,7 +12,6 @@ import httpx
 import typer
 
 from core.settings import Settings, get_settings
-from core.vocabulary import Role
 
 if TYPE_CHECKING:
     from bench.sim.reads import ReadSimSpec
@@ -130,22 +129,20 @@ ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="Pro
 def runtime_command(
     json_path: Path | None = typer.Option(None, "--json", help="Also write the results to this JSON file."),
     repeats: int = typer.Option(3, min=1, help="Timed generations per model (after one warm-up)."),
-    batch: str | None = typer.Option(
-        None, "--batch", help="Batch sizes to run with step-level batching, e.g. 1,2,4,8,16 (adds `batch`)."
-    ),
+    batch: str | None = typer.Option(None, "--batch", help="Step-level batch sizes, e.g. 1,2,4,8,16."),
     model: str = typer.Option("large", "--model", help="The model --batch runs: large or small."),
 ) -> None:
     """Time the configured models per denoising step and per decode; codec ratio, entry and PNG bytes;
     with --batch, images per second of batches of each size and their exactness."""
-    from bench.run.options import guarded, parse_batch_sizes
+    from bench.run.options import guarded, parse_batch_model, parse_batch_sizes
 
     def main() -> int:
         from bench.run.runtime import format_table, measure_runtime  # torch loads only for this command
 
         sizes = parse_batch_sizes(batch) if batch is not None else []
-        if model not in ("large", "small"):
-            raise ValueError(f"--model {model!r}: choose large or small")
-        report = measure_runtime(get_settings(), repeats=repeats, batch_sizes=sizes, batch_role=Role(model))
+        report = measure_runtime(
+            get_settings(), repeats=repeats, batch_sizes=sizes, batch_role=parse_batch_model(model)
+        )
         typer.echo(format_table(report))
         if json_path is not None:
             json_path.write_text(json.dumps(report.as_json(), indent=2) + "\n")
