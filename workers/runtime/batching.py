@@ -240,18 +240,18 @@ class DenoisingBatch:
             self._members = []
             return BatchStep(size=0, ms=0.0, unet_ms=0.0, retired=tuple(stopped))
         # 2. One UNet call: each member's rows at its own timestep
+        rows = [member.samples for member in active]
         model_in = torch.cat([member.model_input() for member in active])
-        timesteps = torch.cat([member.timestep.reshape(1).expand(member.samples) for member in active]).to(
-            self.device
-        )
+        timesteps = [member.timestep.reshape(1).expand(n) for member, n in zip(active, rows, strict=True)]
         embeds = torch.cat([member.embeds for member in active])
         unet_started = time.perf_counter()
-        noise_pred = self.unet(model_in, timesteps, encoder_hidden_states=embeds, return_dict=False)[0]
+        t = torch.cat(timesteps).to(self.device)
+        noise_pred = self.unet(model_in, t, encoder_hidden_states=embeds, return_dict=False)[0]
         self._synchronize()
         unet_ms = (time.perf_counter() - unet_started) * 1000.0
         # 3. Each member's guidance and scheduler step on its own rows
-        for member, rows in zip(active, noise_pred.split([m.samples for m in active]), strict=True):
-            member.take_step(rows)
+        for member, prediction in zip(active, noise_pred.split(rows), strict=True):
+            member.take_step(prediction)
         self._synchronize()  # so step_ms is the step's device time, not its launch
         ms = (time.perf_counter() - started) * 1000.0
         # 4. Capture, progress; retire the finished
