@@ -1,0 +1,59 @@
+"""`reprise bench gpu`, registered on the bench command group: the runtime's GPU path checked on the
+lab's models (bench.gpu; `python -m bench.gpu` runs the same where only the worker's libraries are)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from reprise.commands.bench import bench_app
+
+
+@bench_app.command("gpu")
+def gpu_command(
+    device: str = typer.Option("cuda", "--device", help="cuda, cuda:N, or cpu for a float32 dry run."),
+    json_path: Path | None = typer.Option(None, "--json", help="Write the report to this JSON file."),
+    runtime_json: Path | None = typer.Option(
+        None, "--runtime-json", help="Also write the runtime bench's own JSON (`--costs` reads it)."
+    ),
+    steps: int = typer.Option(50, "--steps", min=2, help="T, the denoising steps of every run."),
+    capture: str | None = typer.Option(
+        None, "--capture", help="K, the captured steps (default 10%..50% of T)."
+    ),
+    refine_k: int | None = typer.Option(
+        None, "--refine-k", min=1, help="The step refine starts at (default T/2)."
+    ),
+    prompts: int = typer.Option(4, "--prompts", min=1, max=4, help="How many of the check's 4 lab prompts."),
+    seed: int = typer.Option(7, "--seed", help="Seed of every generation."),
+    repeats: int = typer.Option(3, "--repeats", min=1, help="Timed runs per figure of the runtime bench."),
+    batch: str = typer.Option("1,2,4,8,16", "--batch", help="Batch sizes for the runtime bench, or none."),
+    reference: bool = typer.Option(True, "--reference/--no-reference", help="The float32 CPU reference."),
+) -> None:
+    """Run generate, resume, refine, decode, the CPU reference and the runtime bench (with its batches) on
+    the lab's models on a GPU in float16, print a summary and exit 1 when a check failed."""
+    from bench.gpu.runner import (
+        GpuCheckOptions,
+        parse_steps,
+        progress,
+        quiet_offline,
+        run_gpu_check,
+        write_outputs,
+    )
+
+    try:
+        options = GpuCheckOptions(
+            device=device, steps=steps, prompts=prompts, seed=seed, refine_k=refine_k, repeats=repeats,
+            capture=parse_steps(capture, "--capture") if capture is not None else None,
+            batch_sizes=parse_steps(batch, "--batch"), reference=reference,
+        )  # fmt: skip
+        options.checked_capture()
+    except ValueError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from None
+    quiet_offline()
+    report = run_gpu_check(options, on_check=progress(json_path))
+    typer.echo(report.summary())
+    for path in write_outputs(report, json_path=json_path, runtime_json=runtime_json):
+        typer.echo(f"wrote {path}")
+    raise typer.Exit(0 if report.ok else 1)
