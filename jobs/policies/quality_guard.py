@@ -143,7 +143,7 @@ def adjust(
             thresholds[index] = round(min(max(moved[0], floor), ceiling), 6)
             causes[index] = (moved[1], moved[2])
     thresholds = _valid(thresholds)
-    if thresholds == [row.similarity for row in current.rows]:
+    if not causes or thresholds == [row.similarity for row in current.rows]:
         return GuardDecision(current, ())
     table = ThresholdTable(
         name=f"{base.name} (guarded)",
@@ -205,7 +205,10 @@ def _exceeds(found: BinEstimate | None, config: GuardConfig) -> bool:
 
 
 def _valid(thresholds: list[float]) -> list[float]:
-    """Distinct and highest first: a row pushed up pushes the rows above it (larger k) up too."""
+    """Distinct and highest first: a row pushed up to or past the row above it (larger k) pushes that
+    row one bin above it. Rows already in order stay where they are, however close (a profiled table's
+    rows may lie 0.005 apart)."""
     for index in range(len(thresholds) - 2, -1, -1):
-        thresholds[index] = round(max(thresholds[index], thresholds[index + 1] + BIN_WIDTH), 6)
+        if thresholds[index] <= thresholds[index + 1]:
+            thresholds[index] = round(thresholds[index + 1] + BIN_WIDTH, 6)
     return thresholds

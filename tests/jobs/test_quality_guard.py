@@ -98,3 +98,17 @@ def test_the_estimate_is_a_window_of_each_bins_newest_audits() -> None:
 def test_a_table_of_other_rows_is_refused() -> None:
     with pytest.raises(ValueError, match="does not have the rows"):
         adjust(parse_table("0.9:20"), NIRVANA_T2T, {}, SERVED, CONFIG)
+
+
+def test_a_profiled_table_closer_than_a_bin_holds_until_an_estimate_moves_a_row() -> None:
+    """The profiler may write rows 0.005 apart (lab-minilm): with nothing to act on the table stays as
+    it is; a row tightened to or past the row above it pushes that row one bin above it."""
+    close = parse_table("0.826:25,0.821:20,0.816:15")
+    served = {row.k: row.k for row in close.rows}
+    few = _audits(0.83, 25, 0.5, n=1)  # under the minimum sample
+    assert not adjust(close, close, estimate(few), served, CONFIG).changed
+    pushed = adjust(close, close, estimate(_audits(0.818, 15, 0.3)), served, CONFIG)
+    assert pushed.changed
+    lowest, middle, top = (row.similarity for row in reversed(pushed.table.rows))
+    assert lowest > 0.821 and middle == pytest.approx(lowest + BIN_WIDTH) and top > middle
+    assert [row.k for row in pushed.table.rows] == [25, 20, 15]
