@@ -56,6 +56,13 @@ class ImageFormatError(InvalidInput):
     """An image format the service does not encode (accepted: png, webp, jpeg)."""
 
 
+class BatchFull(RepriseError):
+    """A step-level batch (workers.runtime.batching) was asked to admit a member while it holds
+    max_batch of them. Recoverable: step the batch until a member retires, then admit it."""
+
+    recoverable = True
+
+
 class GenerationCanceled(RepriseError):
     """The job was canceled while its model ran: the runtime stopped after `step` denoising steps
     of the schedule (counted from its start, so a resume from k stops at k or later).

@@ -2,8 +2,8 @@
 capture, resume (NIRVANA), refine (MoDM), decode (LatentBox), step-level batching of several jobs'
 denoising runs, embedders and the quality score."""
 
-from core.errors import RoleMismatch
-from workers.runtime.batching import BATCH_ATOL, BatchFull, BatchMember, BatchStep, DenoisingBatch
+from core.errors import BatchFull, RoleMismatch
+from workers.runtime.batching import BATCH_ATOL, BatchMember, BatchStep, DenoisingBatch
 from workers.runtime.denoising import ShouldStop
 from workers.runtime.loading import TINY_NOTICE, ModelSources, VaeSource, resolve_model_sources
 from workers.runtime.results import DecodeResult, GenerationResult, Latent

@@ -46,7 +46,7 @@ from typing import Any
 
 import torch
 
-from core.errors import GenerationCanceled
+from core.errors import BatchFull, GenerationCanceled
 from workers.runtime.denoising import DenoiseRun, OnStep, ShouldStop, step_kwargs
 from workers.runtime.latents import to_numpy
 from workers.runtime.results import Latent
@@ -54,10 +54,6 @@ from workers.runtime.results import Latent
 BATCH_ATOL = 5e-3
 """Largest absolute difference allowed between a batched member's final latent and the same job run
 alone, in float32 on a CPU, for guidance up to 20 (measured: 9.3e-4 at most; see the module doc)."""
-
-
-class BatchFull(RuntimeError):
-    """admit() on a batch that already holds max_batch members. Recoverable: step until one retires."""
 
 
 @dataclass(kw_only=True, eq=False, slots=True)

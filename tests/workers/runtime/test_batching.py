@@ -20,12 +20,12 @@ import numpy.typing as npt
 import pytest
 import torch
 
-from core.errors import GenerationCanceled, SettingsError
+from core.errors import BatchFull, GenerationCanceled, SettingsError
 from core.params import GenerationParams
 from core.settings import Settings, load_settings
 from core.vocabulary import Role
 from workers.runtime import DiffusionRuntime, GenerationResult
-from workers.runtime.batching import BATCH_ATOL, BatchFull, BatchMember, DenoisingBatch
+from workers.runtime.batching import BATCH_ATOL, BatchMember, DenoisingBatch
 from workers.runtime.denoising import DenoiseRun, denoise, new_scheduler, seeded_noise
 
 torch.set_num_threads(1)
