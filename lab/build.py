@@ -124,12 +124,18 @@ def retrain_unet(weights: Path, name: str, *, smoke: bool, log: Log = print) -> 
         vaes = {chosen[0].vae: load_vae(weights / chosen[0].vae)}
         seconds = train_unets(weights, recipe, vaes, seed=manifest["seed"], log=log, only=chosen)
     manifest |= {"recipe": asdict(recipe), "cpu_kernels": kernels, "torch": torch.__version__}
-    before = manifest["seconds"].get(name, 0.0)
-    manifest["seconds"][name] = round(seconds[name], 1)
-    manifest["total_seconds"] = round(manifest["total_seconds"] - before + seconds[name], 1)  # whole run
+    retimed(manifest, {name: seconds[name]})
     manifest |= digests(weights)
     manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
+
+
+def retimed(manifest: dict[str, Any], seconds: dict[str, float]) -> None:
+    """Record the seconds of the parts trained again, and the whole run's total with them in place of
+    what those parts took before (the manifest's `total_seconds` stays the time of a whole run)."""
+    before = sum(manifest["seconds"].get(name, 0.0) for name in seconds)
+    manifest["seconds"] |= {name: round(value, 1) for name, value in seconds.items()}
+    manifest["total_seconds"] = round(manifest["total_seconds"] - before + sum(seconds.values()), 1)
 
 
 @contextmanager

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from lab.build import digests, pinned_cpu_kernels
+from lab.build import digests, pinned_cpu_kernels, retimed
 from lab.stages import manifest_entries, train_stages
 from lab.training import THREADS
 
@@ -30,10 +30,7 @@ def retrain_stages(weights: Path, *, smoke: bool, log: Any = print) -> dict[str,
             torch.set_num_threads(threads)
             torch.use_deterministic_algorithms(False)
     manifest |= {"cpu_kernels": kernels, "torch": torch.__version__, **manifest_entries(stages)}
-    before = sum(manifest["seconds"].get(name, 0.0) for name in stages["seconds"])
-    manifest["seconds"] |= {name: round(value, 1) for name, value in stages["seconds"].items()}
-    after = sum(stages["seconds"].values())
-    manifest["total_seconds"] = round(manifest["total_seconds"] - before + after, 1)  # the whole run's
+    retimed(manifest, stages["seconds"])
     manifest |= digests(weights)
     manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest

@@ -22,7 +22,7 @@ DEMO_TENANT = "demo"
 KEY_FILE = "demo-api-key"
 # A caption of the quality lab's world (lab.captions), the default models' language: its image is
 # one the judge can read.
-FIRST_PROMPT = "a small red circle left of a blue square on a striped yellow background"
+FIRST_PROMPT = "a small red circle left of a large blue square on a striped yellow background"
 FIRST_WAIT_S = 60  # Prefer: wait=N answers when the job ends, at most 60 s (api/routes)
 
 

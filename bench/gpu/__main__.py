@@ -26,38 +26,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from bench.gpu.runner import (
-        GpuCheckOptions,
-        parse_steps,
-        progress,
-        quiet_offline,
-        run_gpu_check,
-        write_outputs,
-    )
-    from core.errors import SettingsError
+    from bench.gpu.runner import run_command
 
     args = parser().parse_args(argv)
-    try:
-        options = GpuCheckOptions(
-            device=args.device, steps=args.steps, prompts=args.prompts, seed=args.seed,
-            capture=parse_steps(args.capture, "--capture") if args.capture is not None else None,
-            refine_k=args.refine_k, repeats=args.repeats, batch_sizes=parse_steps(args.batch, "--batch"),
-            reference=not args.no_reference,
-        )  # fmt: skip
-        options.checked_capture()
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    quiet_offline()
-    try:
-        report = run_gpu_check(options, on_check=progress(args.json))
-    except SettingsError as error:  # a REPRISE_* variable of this host is invalid
-        print(error, file=sys.stderr)
-        return 2
-    print(report.summary())
-    for path in write_outputs(report, json_path=args.json, runtime_json=args.runtime_json):
-        print(f"wrote {path}")
-    return 0 if report.ok else 1
+    return run_command(
+        device=args.device, steps=args.steps, capture=args.capture, refine_k=args.refine_k,
+        prompts=args.prompts, seed=args.seed, repeats=args.repeats, batch=args.batch,
+        reference=not args.no_reference, json_path=args.json, runtime_json=args.runtime_json,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

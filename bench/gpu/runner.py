@@ -252,6 +252,47 @@ def parse_steps(text: str, option: str) -> tuple[int, ...]:
     return values
 
 
+def run_command(
+    *,
+    device: str,
+    steps: int,
+    capture: str | None,
+    refine_k: int | None,
+    prompts: int,
+    seed: int,
+    repeats: int,
+    batch: str,
+    reference: bool,
+    json_path: Path | None,
+    runtime_json: Path | None,
+) -> int:
+    """Both command lines' body (`reprise bench gpu`, `python -m bench.gpu`): the options checked, the
+    checks run, the summary printed and the files written; the exit status (0 every check passed, 1 a
+    check failed, 2 a bad option or an invalid REPRISE_* setting, said on stderr)."""
+    from core.errors import SettingsError
+
+    try:
+        options = GpuCheckOptions(
+            device=device, steps=steps, prompts=prompts, seed=seed, refine_k=refine_k, repeats=repeats,
+            capture=parse_steps(capture, "--capture") if capture is not None else None,
+            batch_sizes=parse_steps(batch, "--batch"), reference=reference,
+        )  # fmt: skip
+        options.checked_capture()
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    quiet_offline()
+    try:
+        report = run_gpu_check(options, on_check=progress(json_path))
+    except SettingsError as error:  # a REPRISE_* variable of this host is invalid
+        print(error, file=sys.stderr)
+        return 2
+    print(report.summary())
+    for path in write_outputs(report, json_path=json_path, runtime_json=runtime_json):
+        print(f"wrote {path}")
+    return 0 if report.ok else 1
+
+
 def write_outputs(report: GpuReport, *, json_path: Path | None, runtime_json: Path | None) -> list[Path]:
     """The report's JSON, and the runtime bench's own (`reprise bench runtime --json`'s, which
     `reprise bench simulate --costs` reads) when it ran; the paths written."""

@@ -32,28 +32,10 @@ def gpu_command(
 ) -> None:
     """Run generate, resume, refine, decode, the CPU reference and the runtime bench (with its batches) on
     the lab's models on a GPU in float16, print a summary and exit 1 when a check failed."""
-    from bench.gpu.runner import (
-        GpuCheckOptions,
-        parse_steps,
-        progress,
-        quiet_offline,
-        run_gpu_check,
-        write_outputs,
-    )
+    from bench.gpu.runner import run_command
 
-    try:
-        options = GpuCheckOptions(
-            device=device, steps=steps, prompts=prompts, seed=seed, refine_k=refine_k, repeats=repeats,
-            capture=parse_steps(capture, "--capture") if capture is not None else None,
-            batch_sizes=parse_steps(batch, "--batch"), reference=reference,
-        )  # fmt: skip
-        options.checked_capture()
-    except ValueError as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(2) from None
-    quiet_offline()
-    report = run_gpu_check(options, on_check=progress(json_path))
-    typer.echo(report.summary())
-    for path in write_outputs(report, json_path=json_path, runtime_json=runtime_json):
-        typer.echo(f"wrote {path}")
-    raise typer.Exit(0 if report.ok else 1)
+    status = run_command(
+        device=device, steps=steps, capture=capture, refine_k=refine_k, prompts=prompts, seed=seed,
+        repeats=repeats, batch=batch, reference=reference, json_path=json_path, runtime_json=runtime_json,
+    )  # fmt: skip
+    raise typer.Exit(status)
