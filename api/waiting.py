@@ -1,5 +1,6 @@
 """`Prefer: wait=N` (RFC 7240; Replicate's sync mode): a create or a read of a job answers when the job
-ends, or after N seconds (at most MAX_WAIT_S), whichever comes first.
+ends, or after N seconds (at most MAX_WAIT_S), whichever comes first. A bare `Prefer: wait` waits
+DEFAULT_WAIT_S, as Replicate's does.
 
 A held request waits on the job's channel (jobs.job_events, announced by the worker that ended it)
 through the process's one Listener, and looks at the job row every RECHECK_S seconds in case an
@@ -21,19 +22,22 @@ from core.settings import Settings
 from jobs.job_events import JOB_DONE_PREFIX, JOB_PROGRESS_PREFIX
 
 MAX_WAIT_S = 60  # Replicate holds a sync request up to 60 s
+# A bare `Prefer: wait` (no value): Replicate's sync mode holds it its whole 60 s, and so do we.
+DEFAULT_WAIT_S = MAX_WAIT_S
 RECHECK_S = 2.0
-_WAIT = re.compile(r"^\s*wait\s*=\s*\"?(\d+)\"?\s*$", re.IGNORECASE)
+_WAIT = re.compile(r"^\s*wait\s*(?:=\s*\"?(\d+)\"?)?\s*$", re.IGNORECASE)
 
 
 def preferred_wait(prefer: str | None) -> int | None:
-    """The `wait` preference in seconds (1..MAX_WAIT_S), or None when the request states none. Other
-    preferences, and a malformed wait, are ignored, as RFC 7240 asks."""
+    """The `wait` preference in seconds (1..MAX_WAIT_S; DEFAULT_WAIT_S for a bare `wait`), or None when
+    the request states none. Other preferences, and a malformed wait, are ignored, as RFC 7240 asks."""
     if not prefer:
         return None
     for part in re.split(r"[,;]", prefer):
         match = _WAIT.match(part)
         if match:
-            return max(1, min(MAX_WAIT_S, int(match.group(1))))
+            seconds = match.group(1)
+            return DEFAULT_WAIT_S if seconds is None else max(1, min(MAX_WAIT_S, int(seconds)))
     return None
 
 

@@ -266,8 +266,8 @@ PreferHeader = Annotated[
     str | None,
     Header(
         alias="Prefer",
-        description="wait=N (1..60): answer when the job has ended, or after N seconds (RFC 7240); the "
-        "answer then carries Preference-Applied.",
+        description="wait=N (1..60): answer when the job has ended, or after N seconds (RFC 7240); a bare "
+        "`wait` waits 60 s. The answer then carries Preference-Applied: wait=N.",
     ),
 ]
 
