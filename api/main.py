@@ -11,7 +11,7 @@ from api.deps import AppState
 from api.middleware import BodyLimitMiddleware, MetricsMiddleware
 from api.problems import install_problem_handlers
 from api.reads import ImageReader, NodeReader
-from api.routes import events, generations, health, images, stats, videos
+from api.routes import events, generations, health, images, outputs, stats, videos
 from api.schemas import problem_media_types
 from core.settings import Settings, get_settings
 from db.blobs.base import BlobStore
@@ -45,7 +45,15 @@ def create_app(
     app.state.reprise = AppState(
         settings=settings, dispatcher_=dispatcher, blob_store_=blob_store, reader=reader, resolver=resolver
     )
-    routers = (generations.router, events.router, images.router, videos.router, stats.router, health.router)
+    routers = (
+        generations.router,
+        events.router,
+        images.router,
+        videos.router,
+        outputs.router,
+        stats.router,
+        health.router,
+    )
     for router in routers:
         app.include_router(router)
     install_problem_handlers(app, [r for router in routers for r in router.routes if isinstance(r, APIRoute)])

@@ -4,7 +4,9 @@ deliveries of the tenant to that URL.
 
 The task body (reprise.deliver_webhook, args [job_id, event, attempt]) is one call to run_delivery.
 A delivery is at-least-once: receivers deduplicate on webhook-id, which is the same for every attempt
-of one event.
+of one event. A succeeded job's event carries `signed_output` beside `data` (jobs.output_links): a link
+to its image or video that needs no API key, valid for REPRISE_OUTPUT_LINK_TTL_S from the attempt that
+sends it.
 """
 
 from __future__ import annotations
@@ -15,15 +17,18 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import httpx
 from sqlalchemy.exc import OperationalError
 
 from core.settings import Settings
-from core.vocabulary import WebhookEvent
+from core.vocabulary import JobStatus, WebhookEvent
 from db import webhooks as webhooks_db
 from db.engine import session_scope
+from db.models import Job
 from jobs.dispatch import Dispatcher
+from jobs.output_links import signed_output
 from jobs.representation import generation_json
 from jobs.webhooks import (
     Resolver,
@@ -80,9 +85,26 @@ def _prepare(settings: Settings, job_id: uuid.UUID, event: WebhookEvent, attempt
             return "the URL answered 410 Gone earlier"
         secrets = webhooks_db.signing_secrets(session, job.tenant_id)
         happened = (job.started_at if event is WebhookEvent.STARTED else job.finished_at) or datetime.now(UTC)
-        data = generation_json(job, base_url=settings.public_base_url or "")
-        body = encode_payload(event_payload(event, data, at=happened))
+        body = encode_payload(_event(settings, job, event, secrets, happened))
         return _Message(url=job.webhook_url, secrets=secrets, body=body, msg_id=msg_id)
+
+
+def _event(
+    settings: Settings, job: Job, event: WebhookEvent, secrets: list[str], happened: datetime
+) -> dict[str, Any]:
+    """{type, timestamp, data: the job object of GET}; a succeeded job's event also holds
+    `signed_output`, a link to its output that needs no API key."""
+    base_url = settings.public_base_url or ""
+    payload = event_payload(event, generation_json(job, base_url=base_url), at=happened)
+    if event is WebhookEvent.COMPLETED and job.status == JobStatus.SUCCEEDED and secrets:
+        payload["signed_output"] = signed_output(
+            job_id=job.id,
+            secret=secrets[0],
+            base_url=base_url,
+            ttl_s=settings.output_link_ttl_s,
+            now=datetime.now(UTC),
+        )
+    return payload
 
 
 def _post(

@@ -79,6 +79,18 @@ async def get_generation_image(
     # No session dependency: a read may wait seconds on a decode, and a burst of waiting reads must
     # hold no database connection (each short step below opens and closes its own).
     job = await run_in_threadpool(authorized_job, state, credentials, job_id)
+    return await serve_image(request, state, job, format, delivery, if_none_match)
+
+
+async def serve_image(
+    request: Request,
+    state: AppState,
+    job: Job,
+    format: ImageFormatParam,
+    delivery: ImageDelivery | None,
+    if_none_match: str | None,
+) -> Response:
+    """A job's image once the caller may read it (its key, or a signed link): the bytes, 304, 307 or 202."""
     if job.kind == JobKind.VIDEO:
         raise wrong_kind(job, "video")
     if job.status != JobStatus.SUCCEEDED:

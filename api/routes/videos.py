@@ -15,7 +15,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import BearerDep, StateDep
+from api.deps import AppState, BearerDep, StateDep
 from api.problems import Problem
 from api.reads import ReadTarget
 from api.routes.generations import authorized_job
@@ -59,6 +59,13 @@ async def get_generation_video(
     """Download a succeeded video job's animated WebP. 404 (wrong-kind) for an image job: its image is
     at GET .../image; 409 (not-ready) until the job has succeeded."""
     job = await run_in_threadpool(authorized_job, state, credentials, job_id)
+    return await serve_video(request, state, job, delivery, if_none_match)
+
+
+async def serve_video(
+    request: Request, state: AppState, job: Job, delivery: ImageDelivery | None, if_none_match: str | None
+) -> Response:
+    """A video job's WebP once the caller may read it (its key, or a signed link)."""
     if job.kind != JobKind.VIDEO:
         raise wrong_kind(job, "image")
     if job.status != JobStatus.SUCCEEDED:

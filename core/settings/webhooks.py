@@ -10,7 +10,7 @@ from pydantic_settings import BaseSettings, NoDecode
 
 
 class WebhookSettings(BaseSettings):
-    """Webhooks: allowed hosts, the retry schedule and the timeout of a delivery.
+    """Webhooks: allowed hosts, the retry schedule, the timeout of a delivery, its output link's life.
 
     The webhooks queue's workers read these when they POST a job's signed event to its webhook URL.
     """
@@ -27,6 +27,14 @@ class WebhookSettings(BaseSettings):
         "2 h, 5 h, 10 h, 10 h. Comma list.",
     )
     webhook_timeout_s: float = Field(10.0, gt=0, le=120, description="Timeout of one webhook POST, seconds.")
+    output_link_ttl_s: float = Field(
+        3600.0,
+        gt=0,
+        le=7 * 24 * 3600,
+        description="Seconds a completed event's `signed_output` link (GET /v1/outputs/{id}, no API key "
+        "needed, signed with the tenant's webhook secret) stays valid from the delivery attempt that "
+        "carries it; then 410. Default: an hour, as Replicate's and OpenAI's output URLs. At most 7 days.",
+    )
 
     @field_validator("webhook_allow_hosts", mode="before")
     @classmethod

@@ -152,12 +152,13 @@ def test_stats_report_hits_k_compute_saved_queues_and_pools(
 def test_every_route_is_documented(client: TestClient) -> None:
     spec = client.get("/openapi.json").json()
     operations = [op for path in spec["paths"].values() for op in path.values()]
-    assert len(operations) == 11  # /metrics stays out of the document
+    assert len(operations) == 12  # /metrics stays out of the document
     assert {op["operationId"] for op in operations} == {
         "create_generation", "list_generations", "get_generation", "cancel_generation", "delete_generation",
-        "stream_generation_events", "get_generation_image", "get_generation_video", "get_stats", "healthz",
-        "readyz",
+        "stream_generation_events", "get_generation_image", "get_generation_video", "get_signed_output",
+        "get_stats", "healthz", "readyz",
     }  # fmt: skip
+    assert "security" not in spec["paths"]["/v1/outputs/{job_id}"]["get"]  # the signed link is the key
     assert all(op.get("description") for op in operations)  # the routes' docstrings
     create = spec["paths"]["/v1/generations"]["post"]
     assert {"202", "200", "400", "401", "413", "422", "429", "503"} <= create["responses"].keys()
