@@ -1,16 +1,19 @@
 """The Python client (`clients/python`, `reprise_client`) against the live stack: create, wait (held
-by `Prefer: wait`), image, list across pages, cancel, delete, errors; sync and async; and a real
-webhook delivery verified with the Standard Webhooks library."""
+by `Prefer: wait`), image, list across pages, cancel, delete, errors; sync and async; a real webhook
+delivery verified with the Standard Webhooks library, whose signed link reads the image without the key;
+and a create whose answer is lost to an injected 503, retried into exactly one job."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
 
+import httpx
 import pytest
 from reprise_client import ApiError, AsyncClient, Client, verify_webhook
 
 from db.tenants import TenantCredentials
+from tests.clients.test_retry_against_the_api import CREATE, Faults, FaultyTransport, jobs_of
 from tests.e2e.conftest import Stack, WebhookReceiver, make_tenant
 
 pytestmark = pytest.mark.integration
@@ -67,3 +70,22 @@ def test_a_real_delivery_verifies_with_the_standard_webhooks_library(
     delivery = webhook_receiver.wait_for(job.id, "generation.completed")
     event = verify_webhook(tenant.webhook_secret, delivery.headers, delivery.body)
     assert event["data"]["id"] == job.id and event["data"]["status"] == "succeeded"
+    link = event["signed_output"]["url"]  # the image without the API key
+    image = httpx.get(link if link.startswith("http") else stack.base_url + link, timeout=60)
+    assert image.status_code == 200 and image.content.startswith(b"\x89PNG")
+
+
+def test_a_create_whose_answer_is_lost_to_a_503_makes_one_job_and_it_runs(
+    stack: Stack, tenant: TenantCredentials
+) -> None:
+    faults = Faults(script=[(CREATE, "lost")])
+    http = httpx.Client(
+        base_url=stack.base_url, headers=tenant.auth_headers, transport=FaultyTransport(faults), timeout=90
+    )
+    with Client(http=http) as reprise:
+        job = reprise.create(PROMPT, seed=5)
+        assert reprise.wait(job.id, timeout=120).status == "succeeded"
+    (first, outcome), (again, status) = faults.seen[:2]
+    assert (outcome, status) == ("lost 202", 200)  # the retry was answered with the job the first made
+    assert first.headers["idempotency-key"] == again.headers["idempotency-key"]
+    assert [str(row.id) for row in jobs_of(stack.settings, tenant) if row.seed == 5] == [job.id]  # one job
