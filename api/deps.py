@@ -24,6 +24,7 @@ from core.settings import Settings
 from db.blobs.base import BlobStore
 from db.engine import engine_for
 from db.models import Tenant
+from jobs.broker import broker_client
 from jobs.dispatch import CeleryDispatcher, Dispatcher
 from jobs.queues import Queue, queue_depth
 from jobs.webhooks import Resolver, system_resolver
@@ -83,8 +84,8 @@ class AppState:
     @property
     def redis(self) -> redis.Redis:
         if self.redis_ is None:
-            self.redis_ = redis.Redis.from_url(
-                self.settings.broker_url,
+            self.redis_ = broker_client(
+                self.settings,
                 socket_timeout=BROKER_TIMEOUT_S,
                 socket_connect_timeout=BROKER_TIMEOUT_S,
             )

@@ -8,7 +8,6 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import redis
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from api.metrics import exposition
@@ -17,12 +16,13 @@ from api.read_metrics import refresh_read_gauges
 from api.store_metrics import refresh_store_gauges
 from core.settings import Settings
 from db.engine import session_scope
+from jobs.broker import broker_client
 
 
 def start_metrics_server(settings: Settings, *, port: int, address: str) -> ThreadingHTTPServer:
     """Serve GET /metrics on address:port from a daemon thread; returns the server (shutdown() stops it)."""
 
-    broker = redis.Redis.from_url(settings.broker_url, socket_timeout=1.0, socket_connect_timeout=1.0)
+    broker = broker_client(settings, socket_timeout=1.0, socket_connect_timeout=1.0)
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:

@@ -24,6 +24,7 @@ from starlette.concurrency import run_in_threadpool
 
 from core.errors import NoDecodeNode
 from core.settings import Settings
+from jobs.broker import async_broker_client
 from jobs.dispatch import Dispatcher
 from jobs.policies.hash_ring import HashRing, place
 from jobs.queues import decode_queue
@@ -134,10 +135,9 @@ class NodeReader:
         loop = asyncio.get_running_loop()
         found = self._loops.get(loop)
         if found is None:
-            pool = aioredis.BlockingConnectionPool.from_url(
-                self.settings.broker_url, max_connections=READ_POOL_SIZE, timeout=self.settings.decode_wait_s
+            client = async_broker_client(
+                self.settings, max_connections=READ_POOL_SIZE, wait_s=self.settings.decode_wait_s
             )
-            client = aioredis.Redis(connection_pool=pool)
             # Placement reads the queues, then sends, one read at a time, so that a burst of reads sees
             # the queue each earlier read made (LatentBox's router is one event loop too, section 5).
             found = (client, Listener(client), asyncio.Lock())

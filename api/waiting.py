@@ -14,11 +14,11 @@ import re
 import weakref
 from collections.abc import Awaitable, Callable
 
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from api.reads import Listener
 from core.settings import Settings
+from jobs.broker import async_broker_client
 from jobs.job_events import JOB_DONE_PREFIX, JOB_PROGRESS_PREFIX
 
 MAX_WAIT_S = 60  # Replicate holds a sync request up to 60 s
@@ -55,7 +55,7 @@ class JobWaiter:
         loop = asyncio.get_running_loop()
         found = self._listeners.get(loop)
         if found is None:
-            client = aioredis.Redis.from_url(self.settings.broker_url)
+            client = async_broker_client(self.settings)
             found = (Listener(client, JOB_DONE_PREFIX), Listener(client, JOB_PROGRESS_PREFIX))
             self._listeners[loop] = found
         return found

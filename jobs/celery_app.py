@@ -11,6 +11,7 @@ from kombu.entity import Queue as KombuQueue
 
 from core.logs import configure_logging
 from core.settings import Settings, get_settings
+from jobs.broker import transport_options
 from jobs.queues import ROUTES, Queue
 
 
@@ -30,6 +31,8 @@ def make_celery_app(settings: Settings) -> Celery:
             "visibility_timeout": settings.visibility_timeout_s,
             # Keep each worker's queue order as given, so a large worker drains cache_miss first.
             "queue_order_strategy": "priority",
+            # A sentinel:// URL goes through kombu's Sentinel transport, which needs the master's name.
+            **transport_options(settings),
         },
         broker_connection_retry_on_startup=True,
         # Ride out a broker outage of any length: reconnect forever, with Celery's growing
@@ -50,6 +53,11 @@ def make_celery_app(settings: Settings) -> Celery:
         task_send_sent_event=True,
         worker_hijack_root_logger=False,
         timezone="UTC",
+        # One beat at a time, on any number of machines: beat ticks only while it holds a lock in Redis.
+        beat_scheduler="jobs.beat_lock:LockedScheduler",
+        reprise_beat_lock_ttl_s=settings.beat_lock_ttl_s,
+        reprise_beat_lock_renew_s=settings.beat_lock_renew_s,
+        reprise_redis_sentinel_master=settings.redis_sentinel_master,
     )
     from jobs.schedule import beat_schedule
 

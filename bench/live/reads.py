@@ -29,10 +29,10 @@ from typing import Any
 
 import httpx
 import numpy as np
-import redis
 
 from bench.workload.reads import ReadTraceSpec, read_trace, trace_statistics
 from core.settings import Settings
+from jobs.broker import broker_client
 from jobs.celery_app import make_celery_app
 from jobs.dispatch import CeleryDispatcher
 from jobs.read_routing import live_nodes, node_snapshots
@@ -161,7 +161,7 @@ class Nodes:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.redis = redis.Redis.from_url(settings.broker_url)
+        self.redis = broker_client(settings)
         self.dispatcher = CeleryDispatcher(make_celery_app(settings))
         self.names = live_nodes(self.redis, heartbeat_s=settings.read_heartbeat_s)
         if not self.names:

@@ -1,6 +1,7 @@
 """Tasks and reliability: how long a task may run, how a running GPU task holds its job (a lease
-renewed by a heartbeat), how often a job is retried, and beat's period for the reconciler and the
-other periodic passes. Tasks are at-least-once and idempotent on the job id (DESIGN)."""
+renewed by a heartbeat), how often a job is retried, beat's period for the reconciler and the
+other periodic passes, and the lock that lets one beat at a time send them. Tasks are at-least-once
+and idempotent on the job id (DESIGN)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,20 @@ class ReliabilitySettings(BaseSettings):
         120, ge=5, description="The reconciler re-enqueues a queued job untouched for this long."
     )
     beat_period_s: float = Field(30.0, gt=0, description="Period of eviction, retraining and reconciling.")
+    beat_lock_ttl_s: float = Field(
+        30.0,
+        gt=0,
+        description="Only the beat holding a lock in Redis sends the periodic tasks (jobs/beat_lock.py); "
+        "a beat that dies without releasing it loses it after this long, and a waiting beat takes over then. "
+        "30 s with a renewal every 10 s, as the job lease (lease_s, lease_renew_s): two renewals may fail "
+        "before it lapses (celery-redbeat lets its lock lapse after 5 missed loops, redbeat_lock_timeout).",
+    )
+    beat_lock_renew_s: float = Field(
+        10.0,
+        gt=0,
+        description="How often the beat holding the lock renews it, and the longest a waiting beat sleeps "
+        "between tries (3 renewals per 30 s TTL).",
+    )
 
     @model_validator(mode="after")
     def _check_timing(self) -> Self:
@@ -46,6 +61,12 @@ class ReliabilitySettings(BaseSettings):
                 f"visibility_timeout_s={self.visibility_timeout_s} must exceed task_time_limit_s="
                 f"{self.task_time_limit_s}: raise REPRISE_VISIBILITY_TIMEOUT_S or lower "
                 "REPRISE_TASK_TIME_LIMIT_S"
+            )
+        if self.beat_lock_renew_s > self.beat_lock_ttl_s / 2:
+            raise ValueError(
+                f"beat_lock_renew_s={self.beat_lock_renew_s} must be at most half of beat_lock_ttl_s="
+                f"{self.beat_lock_ttl_s}, or one late renewal lets a second beat in: lower "
+                "REPRISE_BEAT_LOCK_RENEW_S or raise REPRISE_BEAT_LOCK_TTL_S"
             )
         if self.lease_renew_s > self.lease_s / 2:
             raise ValueError(

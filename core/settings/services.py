@@ -6,13 +6,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Self
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings
 
+from core.redaction import redacted_url
 from core.vocabulary import BlobBackend
 
 _MIB = 1024 * 1024
+SENTINEL_SCHEME = "sentinel://"
 
 
 def default_shared_buffers_mb() -> int:
@@ -43,7 +46,15 @@ class ServiceSettings(BaseSettings):
     )
     redis_url: str | None = Field(
         None,
-        description="Redis URL for the Celery broker. Unset: an embedded redis-server on redis_port.",
+        description="Redis URL for the Celery broker: redis://, rediss:// or unix://, or Redis Sentinel's "
+        "sentinel://host:port[/db][;sentinel://host2:port...] (kombu's form: every sentinel, `;`-separated; "
+        "the first one's password and db are the master's). Unset: an embedded redis-server on redis_port.",
+    )
+    redis_sentinel_master: str = Field(
+        "mymaster",
+        min_length=1,
+        description="The master's name that the sentinels of a sentinel:// redis_url monitor ('mymaster', "
+        "the name Redis' Sentinel docs and sentinel.conf use). Unused with any other URL.",
     )
     pg_port: int = Field(54329, ge=1024, le=65535, description="Port of the embedded Postgres.")
     redis_port: int = Field(63799, ge=1024, le=65535, description="Port of the embedded Redis.")
@@ -77,9 +88,19 @@ class ServiceSettings(BaseSettings):
     @field_validator("redis_url")
     @classmethod
     def _check_redis_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError("must be a redis://host:port/db URL")
-        return value
+        if value is None or value.startswith(("redis://", "rediss://", "unix://")):
+            return value
+        if value.startswith(SENTINEL_SCHEME):
+            for node in value.split(";"):
+                if not node.startswith(SENTINEL_SCHEME) or not urlsplit(node).hostname:
+                    raise ValueError(
+                        f"{redacted_url(node)!r} is not a sentinel://host:port: list every sentinel as "
+                        "sentinel://host:port, separated by ';'"
+                    )
+            return value
+        raise ValueError(
+            "must be a redis://host:port/db URL, or sentinel://host:port[;sentinel://host:port...]"
+        )
 
     @model_validator(mode="after")
     def _check_services(self) -> Self:
@@ -96,6 +117,11 @@ class ServiceSettings(BaseSettings):
     @property
     def embedded_redis(self) -> bool:
         return self.redis_url is None
+
+    @property
+    def broker_sentinel(self) -> bool:
+        """Whether the broker is reached through Redis Sentinel (a sentinel:// redis_url)."""
+        return self.broker_url.startswith(SENTINEL_SCHEME)
 
     @property
     def sqlalchemy_url(self) -> str:

@@ -12,6 +12,7 @@ from core.settings import Settings
 from db.blobs.base import BlobStore
 from db.engine import session_scope
 from db.outputs import jobs_to_purge, purge_outputs
+from jobs.broker import broker_client
 from jobs.dispatch import Dispatcher
 from jobs.read_routing import forget_everywhere
 
@@ -29,7 +30,7 @@ def purge_due_outputs(
         cutoff = (now or datetime.now(UTC)) - timedelta(days=settings.retention_days)
     with session_scope(settings) as session:
         due = jobs_to_purge(session, finished_before=cutoff, limit=BATCH)
-    client = redis.Redis.from_url(settings.broker_url)
+    client = broker_client(settings)
     for job_id in due:
         with session_scope(settings) as session:
             purge_outputs(session, blobs, job_id)

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import redis
 from sqlalchemy.orm import Session
 
 from core.settings import Settings
@@ -30,6 +29,7 @@ from db import pools as db_pools
 from db.engine import session_scope
 from db.models import CascadeDecision
 from db.stats import PeriodStats, stats_between
+from jobs.broker import broker_client
 from jobs.policies.allocation import (
     SLO_OVER_HEAVY,
     AllocationPlan,
@@ -255,7 +255,7 @@ def escalation_curve(settings: Settings, session: Session, since: datetime) -> E
 
 def _queued(settings: Settings) -> tuple[int, int]:
     """Light stages and escalations waiting on the broker; 0 where it cannot be asked."""
-    client = redis.Redis.from_url(settings.broker_url, socket_timeout=2.0)
+    client = broker_client(settings, socket_timeout=2.0)
     try:
         return (queue_depth(client, Queue.CASCADE_LIGHT) or 0, queue_depth(client, Queue.CASCADE_HEAVY) or 0)
     finally:

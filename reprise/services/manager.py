@@ -30,7 +30,7 @@ def up(settings: Settings) -> list[ServiceStatus]:
         else check_external_postgres(settings.sqlalchemy_url),
         embedded_redis(settings).up()
         if settings.embedded_redis
-        else check_external_redis(settings.broker_url),
+        else check_external_redis(settings),
     ]
 
 

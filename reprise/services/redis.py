@@ -11,6 +11,8 @@ from pathlib import Path
 import redis
 
 from core.errors import ServiceError
+from core.settings import Settings
+from jobs.broker import broker_client
 from reprise.services.common import ServiceStatus, port_in_use, process_alive
 
 
@@ -124,9 +126,11 @@ class EmbeddedRedis:
         return True
 
 
-def check_external_redis(url: str) -> ServiceStatus:
+def check_external_redis(settings: Settings) -> ServiceStatus:
+    """The configured Redis (its master, for a sentinel:// URL) answers PING, or ServiceError with the fix."""
+    url = settings.broker_url
     try:
-        redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5).ping()
+        broker_client(settings, socket_timeout=5, socket_connect_timeout=5).ping()
     except redis.RedisError as error:
         raise ServiceError(
             f"REPRISE_REDIS_URL is set but Redis does not answer: {error}. Fix: start it, correct the URL, "
