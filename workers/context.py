@@ -19,6 +19,7 @@ from core.settings import Settings, get_settings
 from core.vocabulary import LookupMode, Role
 from db.blobs.base import BlobStore
 from db.blobs.factory import blob_store_from_settings
+from jobs.broker import broker_client
 from jobs.celery_app import get_celery_app
 from jobs.dispatch import CeleryDispatcher, Dispatcher
 
@@ -75,7 +76,7 @@ class WorkerContext:
     def broker(self) -> redis.Redis:
         """A client of the broker's Redis (answers, heartbeats, announcements), built on first use."""
         if self.redis is None:
-            self.redis = redis.Redis.from_url(self.settings.broker_url)
+            self.redis = broker_client(self.settings)
         client: redis.Redis = self.redis
         return client
 
