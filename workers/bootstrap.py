@@ -30,17 +30,27 @@ def worker_node_name(role: Role) -> str:
 def pool_arguments(role: Role, settings: Settings, concurrency: int) -> list[str]:
     """Celery's pool for `role`: prefork, `concurrency` processes (the parent enforces hard time limits by
     killing a stuck child, the watchdog, and a crashed child's task is requeued: reject_on_worker_lost);
-    or, for an admit worker with REPRISE_ADMIT_THREADS > 1, the threads pool: that many threads in one
-    process, their prompts embedded together (WorkerContext.query_embedder), and no time limit enforced."""
-    if role is not Role.ADMIT or settings.admit_threads == 1:
+    or the threads pool, that many threads in one process, for an admit worker with REPRISE_ADMIT_THREADS
+    > 1 (their prompts embedded together, WorkerContext.query_embedder) and for a large or small worker
+    with REPRISE_MAX_BATCH > 1 (their jobs denoised together, workers.runtime.batch_loop: the worker holds
+    max_batch jobs at once, prefetch 1 a thread). A threads pool enforces no time limit: a stuck run's
+    lease lapses after the task time limit (workers.lease) and the reconciler sends its job again."""
+    threads = {
+        Role.ADMIT: settings.admit_threads,
+        Role.LARGE: settings.max_batch,
+        Role.SMALL: settings.max_batch,
+    }
+    count = threads.get(role, 1)
+    if count == 1:
         return ["--pool=prefork", f"--concurrency={concurrency}"]
     if concurrency != 1:
+        setting = "REPRISE_ADMIT_THREADS" if role is Role.ADMIT else "REPRISE_MAX_BATCH"
         raise SettingsError(
-            f"an admit worker with REPRISE_ADMIT_THREADS={settings.admit_threads} runs its threads in one "
-            f"process, not --concurrency {concurrency}: start one worker per process, or set "
-            "REPRISE_ADMIT_THREADS=1 for the prefork pool"
+            f"a {role.value} worker with {setting}={count} runs its threads in one process, not "
+            f"--concurrency {concurrency}: start one worker per process, or set {setting}=1 for the "
+            "prefork pool"
         )
-    return ["--pool=threads", f"--concurrency={settings.admit_threads}"]
+    return ["--pool=threads", f"--concurrency={count}"]
 
 
 def run_worker(

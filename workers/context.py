@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import socket
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +34,9 @@ if TYPE_CHECKING:
 class WorkerContext:
     """Process-wide state of a worker. A prefork pool's process runs one task at a time (prefetch 1); an
     admit worker with threads (settings.admit_threads) runs several, so the models are built under a lock
-    and its threads share one query embedder that batches their prompts."""
+    and its threads share one query embedder that batches their prompts; a GPU worker with step-level
+    batching (settings.max_batch > 1) runs max_batch task threads whose jobs share one UNet call per step
+    (workers.runtime.batch_loop), and switches its role only when none of them runs (`hosting`)."""
 
     def __init__(self, settings: Settings, role: Role, *, dispatcher: Dispatcher | None = None) -> None:
         self.settings = settings
@@ -46,6 +50,9 @@ class WorkerContext:
         self._query_embedder: Any = None
         self._scorer: Scorer | None = None
         self._building = threading.RLock()  # one build of each model, whichever thread asks first
+        self._hosting = threading.Condition()  # the role's runs in flight, and a switch waiting for none
+        self._running = 0
+        self.video_lock = threading.Lock()  # the video model runs one job at a time, whatever the pool
         self.predictors: dict[tuple[str, str, str], Any] = {}  # (scope, family, mode) -> (version, model)
         self.cascade_cache: dict[str, tuple[float, Any]] = {}  # workers.cascade: name -> (read at, value)
         self.decode_node: Any = None  # workers.decoding: the decode role's node (its cache), on first use
@@ -64,6 +71,23 @@ class WorkerContext:
         if self._runtime is not None:
             self._runtime.switch_role(role)
         self.role = role
+
+    @contextmanager
+    def hosting(self, role: Role) -> Iterator[None]:
+        """Run a task on `role`'s model: switch to it first when the worker was moved (workers.role_switch),
+        after the runs of the previous role in this process have ended; the switch waits for them, and
+        later tasks for the new role wait for the switch."""
+        with self._hosting:
+            while role is not self.role and self._running:
+                self._hosting.wait()
+            self.switch_role(role)
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._hosting:
+                self._running -= 1
+                self._hosting.notify_all()
 
     @property
     def dispatcher(self) -> Dispatcher:

@@ -23,6 +23,7 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 MULTIPROC_ENV: Final = "PROMETHEUS_MULTIPROC_DIR"
 SECONDS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 STEP_SECONDS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+BATCH: Final = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64)
 STEPS: Final = (0, 1, 2, 5, 10, 15, 20, 25, 30, 35, 40, 45, 50, 75, 100)  # MoDM's K: 5..25 of T = 50
 
 JOBS = Counter(
@@ -47,6 +48,12 @@ STEP_SECONDS_METRIC = Histogram(
     "Wall time of one denoising step, by role and model.",
     ["role", "model"],
     buckets=STEP_SECONDS,
+)
+BATCH_SIZE = Histogram(
+    "reprise_worker_batch_size",
+    "Jobs one denoising step ran in one UNet call (step-level batching: workers.runtime.batch_loop).",
+    ["role"],
+    buckets=BATCH,
 )
 QUEUE_WAIT = Histogram(
     "reprise_worker_queue_wait_seconds",

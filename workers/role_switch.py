@@ -7,7 +7,7 @@ pool. A move never drops or repeats a task (acks_late, prefetch 1):
 1. the main process stops consuming the queues the new role does not take, so nothing new arrives from
    them; a task already running stays unacknowledged and finishes on the model it started on;
 2. it writes the new role into the shared cell; the pool child reads it before its next task
-   (`enter_pool`) and switches its model then, releasing the old one first (lazily, between tasks);
+   (`in_pool`) and switches its model then, releasing the old one first (lazily, between tasks);
 3. it starts consuming the new role's queues, in the role's order (a large worker drains cache_miss
    before cache_hit, so a queue already consumed is re-added behind the new one).
 A message the broker had already handed over for a cancelled queue (a read in flight) is refused by
@@ -24,7 +24,8 @@ from __future__ import annotations
 import ctypes
 import logging
 import multiprocessing
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from celery.worker.control import control_command, inspect_command
@@ -109,18 +110,21 @@ def queue_changes(now: Sequence[str], wanted: Sequence[str]) -> tuple[list[str],
     return [queue for queue in now if queue not in kept], [queue for queue in wanted if queue not in kept]
 
 
-def enter_pool(context: WorkerContext, queue: Queue) -> None:
-    """Before a GPU task from `queue`: host the worker's current role, or refuse the task.
+@contextmanager
+def in_pool(context: WorkerContext, queue: Queue) -> Iterator[None]:
+    """Around a GPU task from `queue`: host the worker's current role while the task runs, or refuse it.
 
     Raises NotThisPool when the current role does not consume `queue` (the task was delivered just
     before a move); otherwise switches the context to the current role (loading its model, releasing
-    the old one) when the worker was moved since the last task."""
+    the old one) when the worker was moved since the last task, once the old role's runs in this process
+    have ended (WorkerContext.hosting: a worker with batching threads runs several at once)."""
     role = shared_role() or context.role
     if queue not in consumed_queues(role, context.settings):
         raise NotThisPool(f"a {role.value} worker does not take {queue.value} tasks")
     if role is not context.role:
         log.info("moved from the %s to the %s pool: switching models", context.role.value, role.value)
-        context.switch_role(role)
+    with context.hosting(role):
+        yield
 
 
 # --- the remote control commands, in the worker's main process ----------------------------------

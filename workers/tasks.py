@@ -8,7 +8,8 @@ from __future__ import annotations
 import logging
 import math
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from celery import Task
@@ -34,7 +35,7 @@ from workers.audit import audit_hit
 from workers.cascade import escalated_job, light_job
 from workers.context import WorkerContext, get_context
 from workers.generation import generate_job, reuse_job
-from workers.role_switch import enter_pool
+from workers.role_switch import in_pool
 from workers.webhook_delivery import run_delivery
 
 app = get_celery_app()
@@ -71,10 +72,11 @@ def _run_leased(
 ) -> None:
     """Run a GPU task body in its pool's context; while another worker holds the job's lease, retry
     when that lease may have lapsed."""
-    context = _pool_context(name)
+    context = get_context()
     settings = context.settings
     try:
-        body(context, uuid.UUID(job_id))
+        with _in_pool(context, name):
+            body(context, uuid.UUID(job_id))
     except LeaseBusy as busy:
         waits = math.ceil(settings.task_time_limit_s / settings.lease_s) + LEASE_RETRY_SLACK
         raise task.retry(countdown=busy.retry_in_s, max_retries=waits) from None
@@ -82,21 +84,24 @@ def _run_leased(
         log.warning("%s", lost)
 
 
-def _pool_context(task: TaskName) -> WorkerContext:
-    """The context, hosting the worker's current pool role; a task the worker was moved away from
-    goes back to the broker unrun, for the pool that takes it (workers.role_switch)."""
-    context = get_context()
-    try:
-        enter_pool(context, ROUTES[task])
-    except NotThisPool as moved:
-        raise Reject(str(moved), requeue=True) from None
-    return context
+@contextmanager
+def _in_pool(context: WorkerContext, task: TaskName) -> Iterator[None]:
+    """Run the task on the worker's current pool role; a task the worker was moved away from goes back
+    to the broker unrun, for the pool that takes it (workers.role_switch)."""
+    with ExitStack() as hosting:
+        try:
+            hosting.enter_context(in_pool(context, ROUTES[task]))
+        except NotThisPool as moved:
+            raise Reject(str(moved), requeue=True) from None
+        yield
 
 
 @app.task(name=TaskName.AUDIT_HIT.value)
 def audit_hit_task(job_id: str, hit_score: float | None, final_key: str) -> None:
     """The quality guard's audit of a hit, on a large worker with nothing else to do (workers.audit)."""
-    audit_hit(_pool_context(TaskName.AUDIT_HIT), uuid.UUID(job_id), hit_score, final_key)
+    context = get_context()
+    with _in_pool(context, TaskName.AUDIT_HIT):
+        audit_hit(context, uuid.UUID(job_id), hit_score, final_key)
 
 
 @app.task(name=TaskName.GENERATE_LIGHT.value, bind=True, max_retries=None)

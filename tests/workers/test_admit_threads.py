@@ -1,5 +1,6 @@
 """REPRISE_ADMIT_THREADS: an admit worker with threads runs Celery's threads pool and batches its prompts'
-embeddings; with 1 (the default), and for every other role, the prefork pool and a plain embedder."""
+embeddings; with 1 (the default), and for every other role (GPU roles without batching:
+tests/workers/test_batch_loop.py), the prefork pool and a plain embedder."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def test_the_settings_are_read_from_the_environment(monkeypatch: pytest.MonkeyPa
 
 
 def test_only_an_admit_worker_with_threads_runs_the_threads_pool(tmp_path: Path) -> None:
-    threaded = settings_with(tmp_path, admit_threads=4)
+    threaded = settings_with(tmp_path, admit_threads=4, max_batch=1)
     assert pool_arguments(Role.ADMIT, threaded, 1) == ["--pool=threads", "--concurrency=4"]
     assert pool_arguments(Role.ADMIT, settings_with(tmp_path), 2) == ["--pool=prefork", "--concurrency=2"]
     for role in (Role.LARGE, Role.SMALL, Role.DECODE, Role.IO):

@@ -21,7 +21,7 @@ from workers.context import WorkerContext
 from workers.role_switch import (
     RoleCell,
     consumed_queues,
-    enter_pool,
+    in_pool,
     move_queues,
     queue_changes,
     report_role,
@@ -111,10 +111,14 @@ def test_a_moved_worker_refuses_a_queue_it_left_and_switches_models_for_one_it_t
     context = WorkerContext(tiny_settings, Role.LARGE)
     large_model = context.runtime().model_name
     role_switch.set_shared_role(Role.SMALL)
-    with pytest.raises(NotThisPool, match="small worker does not take cache_miss"):
-        enter_pool(context, Queue.CACHE_MISS)
+    with (
+        pytest.raises(NotThisPool, match="small worker does not take cache_miss"),
+        in_pool(context, Queue.CACHE_MISS),
+    ):
+        pass
     assert context.role is Role.LARGE  # refused before anything changed
-    enter_pool(context, Queue.CACHE_HIT)
+    with in_pool(context, Queue.CACHE_HIT):
+        pass
     assert (context.owner.split(":")[0], context.runtime().role) == ("small", Role.SMALL)
     assert context.runtime().model_name != large_model
 
@@ -122,10 +126,10 @@ def test_a_moved_worker_refuses_a_queue_it_left_and_switches_models_for_one_it_t
 def test_outside_a_worker_the_context_keeps_its_role(tiny_settings: Settings) -> None:
     assert role_switch.shared_role() is None
     context = WorkerContext(tiny_settings, Role.SMALL)
-    enter_pool(context, Queue.CACHE_HIT)
-    assert context.role is Role.SMALL
-    with pytest.raises(NotThisPool):
-        enter_pool(context, Queue.CACHE_MISS)
+    with in_pool(context, Queue.CACHE_HIT):
+        assert context.role is Role.SMALL
+    with pytest.raises(NotThisPool), in_pool(context, Queue.CACHE_MISS):
+        pass
 
 
 class FakeConsumer:

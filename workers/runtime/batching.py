@@ -205,6 +205,16 @@ class DenoisingBatch:
     def free_slots(self) -> int:
         return self.max_batch - len(self._members)
 
+    def fits(self, member: BatchMember) -> bool:
+        """Whether `member` can share this batch's UNet call: an empty batch takes any member; otherwise
+        its latents and prompt embeddings must have the members' sample shape, dtype and device."""
+        if not self._members:
+            return True
+        first = self._members[0]
+        return all(
+            _layout(getattr(member, name)) == _layout(getattr(first, name)) for name in ("latents", "embeds")
+        )
+
     def admit(self, member: BatchMember) -> None:
         """Add a member; it runs from its own step at the next step(). Raises BatchFull when full and
         ValueError for a member that cannot share the UNet call (another shape, dtype or device)."""

@@ -24,10 +24,12 @@ class VideoKind:
         return admit_video(context, job, timer)
 
     def generate(self, context: WorkerContext, job: JobView, lease: LeaseKeeper) -> None:
-        run_video_miss(context, job, lease)
+        with context.video_lock:  # one video at a time, also in a GPU worker's batching threads
+            run_video_miss(context, job, lease)
 
     def reuse(self, context: WorkerContext, job: JobView, lease: LeaseKeeper) -> None:
-        run_video_hit(context, job, lease)
+        with context.video_lock:
+            run_video_hit(context, job, lease)
 
     def decode(self, context: WorkerContext, latent: DecodedLatent, fmt: str) -> bytes:
         fps = video_fps(fmt)
