@@ -3,8 +3,11 @@ generated again from scratch and both images are scored, so the guard knows what
 similarity and k costs in quality.
 
 After a hit completes, with probability Settings.quality_audit_fraction, the hit is queued for an
-audit on the quality_audit queue, which only large workers take and take last (jobs.queues,
-workers.role_switch.consumed_queues): an audit runs when the large pool has no miss and no hit waiting.
+audit on the quality_audit queue, which only large workers take, and take first (jobs.queues,
+workers.role_switch.consumed_queues): the fraction bounds the audits' share of the large pool (about 3%
+more full generations at a hit rate of 0.3 and the default 0.1), and under load they still run, as a
+guard must measure the load it guards; on a worker that batches, an audit is one more member of its
+batch (workers.runtime.batch_loop). Taken last, on idle capacity only, they starved under load.
 The large pool because the fresh image must be what a miss would have served (the large model, all T
 steps, MoDM 5.1 / NIRVANA 4.1); the io pool, which runs the maintenance queue, holds no model.
 

@@ -88,12 +88,14 @@ def consumed_queues(role: Role, settings: Settings) -> tuple[Queue, ...]:
     (cache_hit_large) and then cache_hit (the broker's "priority" order drains misses first); every
     other role takes QUEUES_BY_ROLE's queues. A configuration whose hits all need the large pool while
     it serves none is refused at start (jobs.configuration). With the quality guard on, a large worker
-    takes quality_audit last: audits run on idle capacity only (workers.audit)."""
+    takes quality_audit first: the audits' share of the large pool is bounded by the audit fraction (an
+    audit a tenth of hits by default), and taken last they starved under load (26 audits in 600 lab
+    requests, docs/results/quality-lab.md), so the guard never had a sample to act on (workers.audit)."""
     queues = QUEUES_BY_ROLE[role]
     if role is Role.LARGE and not settings.large_serves_hits:
         queues = (Queue.CACHE_MISS, Queue.CASCADE_HEAVY)
     if role is Role.LARGE and settings.quality_guard:
-        queues = (*queues, Queue.QUALITY_AUDIT)
+        queues = (Queue.QUALITY_AUDIT, *queues)
     return queues
 
 

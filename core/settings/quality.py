@@ -12,7 +12,7 @@ from pydantic_settings import BaseSettings
 class QualitySettings(BaseSettings):
     """Quality guard: the target, the share of hits audited, and the controller's sample and hysteresis.
 
-    An audit generates the hit's request again from scratch on the large pool when it is idle (same
+    An audit generates the hit's request again from scratch on the large pool, ahead of its queues (same
     prompt, seed and steps, cache off, nothing stored), scores both images with the configured scorer
     and records the drop; a beat pass estimates the drop per (similarity bin, k) and raises or lowers
     the table's thresholds to hold the target.
@@ -41,7 +41,7 @@ class QualitySettings(BaseSettings):
         le=1.0,
         description="Share of completed hits audited against a fresh generation (guard on). 0.1, the "
         "share of predicted misses the match predictor's audit searches (predictor_audit_rate): at a hit "
-        "rate near 0.3 it costs about 3% more full generations, run only when the large pool is idle, "
+        "rate near 0.3 it costs about 3% more full generations, the large pool's audit queue taken first, "
         "and a bin collects quality_guard_min_sample audits after about ten times as many hits in it.",
     )
     quality_guard_min_sample: int = Field(

@@ -62,6 +62,10 @@ def test_queues_per_role_keep_misses_before_hits(tiny_settings: Settings) -> Non
     assert consumed_queues(Role.LARGE, no_hits) == (Queue.CACHE_MISS, Queue.CASCADE_HEAVY)
     # The small model is also the cascade's light one (DiffServe): hits first, then light stages.
     assert consumed_queues(Role.SMALL, tiny_settings) == (Queue.CACHE_HIT, Queue.CASCADE_LIGHT)
+    # With the quality guard, audits come first on the large pool: taken last they starve under load.
+    guarded = tiny_settings.model_copy(update={"quality_guard": True})
+    assert consumed_queues(Role.LARGE, guarded) == (Queue.QUALITY_AUDIT, *large)
+    assert Queue.QUALITY_AUDIT not in consumed_queues(Role.SMALL, guarded)
 
 
 @pytest.mark.parametrize(
