@@ -3,14 +3,16 @@
 It builds a workload from the options the simulator takes too (bench.run.options, bench.workload.trace),
 replays it through a running stack (bench.live.replay), reports with the simulator's contract
 (bench.run.report), prints a markdown table on stdout and what the stack ran on to stderr, and writes
---json (with the stack's record, bench.live.stack) and --plots when asked.
+--json (with the stack's record, bench.live.stack) and --plots when asked. With --vanilla it then replays
+the same requests with the cache off on the same stack: the measured baseline (vanilla_measured_rps).
 """
 
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bench.live.stack import timeline_text, write_replay_json
 from bench.live.video import video_summary
@@ -23,6 +25,11 @@ from bench.run.profiles import build_profile, settings_mismatches
 from bench.run.report import markdown_table
 from bench.workload.embeddings import configured_embedder
 from core.settings import Settings
+
+if TYPE_CHECKING:
+    from bench.live.replay import ReplayOptions
+    from bench.run.report import BenchReport
+    from bench.workload.trace import Workload
 
 
 def _note(text: str) -> None:
@@ -47,6 +54,31 @@ class ReplayCliOptions:
     plots: Path | None = None
     progress: bool = True
     video_frames: int | None = None  # video jobs: no image fetched, no quality sample
+    vanilla: bool = False  # then the same requests with the cache off on the same stack
+
+
+def _vanilla_run(
+    settings: Settings, workload: Workload, options: ReplayOptions, configured: BenchReport
+) -> dict[str, float | None]:
+    """The same requests again with the cache off (every one a full generation on the large model), on
+    the stack as the configured run left it: the measured baseline the configured run's throughput is
+    compared with (vanilla_measured_rps; vanilla_throughput_rps stays the estimate from costs)."""
+    from bench.live.replay import run_replay
+
+    _note("vanilla: the same requests with the cache off, on the same stack")
+    vanilla, _, _ = run_replay(
+        workload,
+        options,
+        profile=build_profile("vanilla", settings),
+        costs=load_costs(None),
+        costs_measured=False,
+        embedder={},
+        show_progress=True,
+    )
+    measured, served = vanilla.throughput_rps, configured.throughput_rps
+    ratio = round(served / measured, 4) if measured and served is not None else None
+    _note(f"vanilla measured: {measured} rps; configured/vanilla = {ratio}")
+    return {"vanilla_measured_rps": measured, "vs_vanilla_measured": ratio}
 
 
 def _api_key(settings: Settings, options: ReplayCliOptions) -> str:
@@ -103,6 +135,9 @@ def replay_main(settings: Settings, options: ReplayCliOptions) -> int:
     else:
         _note("stack: /v1/stats could not be read; the report records no pool configuration")
     body = report.as_json()
+    if options.vanilla and profile.caches:
+        unaudited = replace(replay_options, fetch_images=0, quality_sample=0)
+        body |= _vanilla_run(settings, workload, unaudited, report)
     if options.video_frames:  # FlexCache's figures from the jobs
         body["video"] = video_summary(r.job for r in records) | {"throughput_rps": report.throughput_rps}
         _note(f"video: {body['video']}")

@@ -1,4 +1,5 @@
-"""`reprise bench replay` against the live test stack, on a tiny slice with exact repeats."""
+"""`reprise bench replay` against the live test stack, on a tiny slice with exact repeats, then (--vanilla)
+the same requests with the cache off."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ def test_replay_reports_the_contract_fields_and_hits_on_repeats(stack: Stack, tm
             "1",
             "--json",
             str(out),
+            "--vanilla",
         ],
         env=stack.env,
         capture_output=True,
@@ -75,3 +77,8 @@ def test_replay_reports_the_contract_fields_and_hits_on_repeats(stack: Stack, tm
     assert set(record["monitor"]) == {"enabled", "mode", "period_s"}
     start = record["timeline"][0]
     assert start["submitted"] == 0 and start["large"] + start["small"] >= 1
+    # --vanilla: the same six requests again with the cache off, on the same stack, measured
+    assert "vanilla: the same requests with the cache off" in done.stderr
+    assert report["vanilla_measured_rps"] > 0
+    ratio = report["throughput_rps"] / report["vanilla_measured_rps"]
+    assert report["vs_vanilla_measured"] == pytest.approx(ratio, rel=1e-3)
