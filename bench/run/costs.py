@@ -12,6 +12,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,25 @@ class StepCosts:
     large_model: str | None = None
     small_model: str | None = None
     source: str = DEFAULT_SOURCE
+    batch_slowdown: tuple[tuple[int, float], ...] = ()  # (n, step_ms(n) / step_ms(1)), measured
+
+    def slowdown(self, jobs: int) -> float:
+        """How much longer one denoising step of `jobs` jobs batched takes than a step of one
+        (step-level batching, workers.runtime.batch_loop), from `reprise bench runtime --batch`'s table:
+        linear between measured sizes, and past the largest along its last segment. 1.0 without a table
+        (nothing measured: the simulator then runs one job per worker) and for one job. The table is
+        one model's (the runtime bench's batch_model); the other model's steps are taken to scale alike.
+        """
+        points = self.batch_slowdown
+        if jobs <= 1 or not points:
+            return 1.0
+        for (low, low_x), (high, high_x) in pairwise(points):
+            if jobs <= high:
+                return low_x + (high_x - low_x) * (jobs - low) / (high - low)
+        if len(points) == 1:
+            return points[0][1]
+        (low, low_x), (high, high_x) = points[-2], points[-1]
+        return high_x + (high_x - low_x) * (jobs - high) / (high - low)
 
     def __post_init__(self) -> None:
         for name in ("large_step_ms", "small_step_ms", "decode_ms"):
@@ -64,6 +84,11 @@ class StepCosts:
             raise CostsError("large_step_ms must be positive: compute saved is measured against it")
         if self.state_bytes <= 0 or self.png_bytes <= 0:
             raise CostsError("state_bytes and png_bytes must be positive")
+        sizes = [n for n, _ in self.batch_slowdown]
+        if sizes and (sizes[0] != 1 or sizes != sorted(set(sizes))):
+            raise CostsError(f"batch sizes must start at 1 and increase, not {sizes}")
+        if any(not (math.isfinite(x) and x > 0) for _, x in self.batch_slowdown):
+            raise CostsError("batch slowdowns must be positive numbers")
 
     def full_generation_ms(self, steps: int) -> float:
         """The large model's latency for one whole generation: T steps and the decode that ends it."""
@@ -95,6 +120,7 @@ def costs_from_runtime_json(data: Mapping[str, Any], *, source: str) -> StepCost
     state_bytes = max(1, entry_bytes // states) if entry_bytes is not None else DEFAULT_STATE_BYTES
     png = int(data["png_bytes"]) if data.get("png_bytes") is not None else DEFAULT_PNG_BYTES
     return StepCosts(
+        batch_slowdown=_slowdowns(data.get("batch") or {}, source=source),
         large_step_ms=large,
         small_step_ms=small,
         decode_ms=decode,
@@ -105,6 +131,17 @@ def costs_from_runtime_json(data: Mapping[str, Any], *, source: str) -> StepCost
         small_model=data.get("small_model"),
         source=f"measured: {source} ({data.get('device', '?')}, {data.get('width', '?')} px)",
     )
+
+
+def _slowdowns(batch: Mapping[str, Any], *, source: str) -> tuple[tuple[int, float], ...]:
+    """The runtime bench's `batch` block ({"n": {"step_ms": ...}}) as (n, step_ms(n) / step_ms(1))."""
+    try:
+        step_ms = sorted((int(n), float(row["step_ms"])) for n, row in batch.items())
+    except (KeyError, TypeError, ValueError):
+        raise CostsError(f"{source}: batch must map sizes to {{'step_ms': number}}") from None
+    if step_ms and step_ms[0][0] != 1:
+        raise CostsError(f"{source}: the batch table needs batch size 1 to scale from")
+    return tuple((n, ms / step_ms[0][1]) for n, ms in step_ms)
 
 
 def load_costs(path: Path | None) -> StepCosts:

@@ -41,6 +41,13 @@ class SimConfig:
     quality_from: Path | None = None  # a replay's JSON: its drops refit the profile (bench.quality.model)
     cascade: CascadeSpec | None = None  # DiffServe's cascade for misses (bench.sim.cascade)
     slo_s: float | None = None  # an SLO to report violations of beside x2 and x4 (a DiffServe pair's)
+    max_batch: int = 1  # jobs a worker denoises together (Settings.max_batch), with costs.batch_slowdown
+
+    @property
+    def batch_capacity(self) -> int:
+        """Jobs a simulated worker runs at once: max_batch where the costs measured how a batch's step
+        slows down (`reprise bench runtime --batch`), else one (an unmeasured batch would be free)."""
+        return self.max_batch if self.costs.batch_slowdown else 1
 
     def targets(self, large: int | None = None, small: int | None = None) -> PoolTargets:
         """Worker counts (at start: the configured ones): every GPU on the large model unless hits go

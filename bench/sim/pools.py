@@ -9,8 +9,8 @@ model (a worker hosts one model at a time, MoDM Eq. 6).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from core.vocabulary import Role
@@ -69,30 +69,61 @@ class PoolMonitor(Protocol):
 
 @dataclass(slots=True)
 class Worker:
-    """One GPU. `job` is the seq of the request it runs; `available_s` ends a role switch."""
+    """One GPU. `jobs`: the requests it runs (seq -> work left, in milliseconds of a batch of one), up to
+    `capacity` at once (step-level batching: one UNet call per step for all of them); `available_s`
+    ends a role switch; `done_s` is when its next job ends (the pending DONE event), None when empty."""
 
     worker_id: int
     role: Role
-    job: int | None = None
+    capacity: int = 1
+    jobs: dict[int, float] = field(default_factory=dict)
     available_s: float = 0.0
+    updated_s: float = 0.0
+    done_s: float | None = None
 
     def idle(self, now_s: float) -> bool:
-        return self.job is None and self.available_s <= now_s
+        return not self.jobs and self.available_s <= now_s
+
+    def has_slot(self, now_s: float) -> bool:
+        return len(self.jobs) < self.capacity and self.available_s <= now_s
+
+    def advance(self, now_s: float, slowdown: Callable[[int], float]) -> None:
+        """Run the jobs from updated_s to now: each progresses 1 / slowdown(n) ms of work per ms while
+        n jobs share the steps (a batch of n steps slowdown(n) times as long as a step of one)."""
+        if self.jobs and now_s > self.updated_s:
+            done = (now_s - self.updated_s) * 1000.0 / slowdown(len(self.jobs))
+            self.jobs = {seq: left - done for seq, left in self.jobs.items()}
+        self.updated_s = now_s
+
+    def next_done(self, now_s: float, slowdown: Callable[[int], float]) -> float | None:
+        """When the job with the least work left ends, if no job joins or leaves before."""
+        if not self.jobs:
+            return None
+        return now_s + max(0.0, min(self.jobs.values())) * slowdown(len(self.jobs)) / 1000.0
+
+    def finished(self) -> list[int]:
+        """Remove and return the jobs whose work is done (within a nanosecond of rounding)."""
+        ended = [seq for seq, left in self.jobs.items() if left <= 1e-6]
+        for seq in ended:
+            del self.jobs[seq]
+        return ended
 
 
 class Pools:
     """The workers, and the targets per role they converge to."""
 
-    def __init__(self, targets: PoolTargets, *, switch_s: float = 0.0) -> None:
+    def __init__(self, targets: PoolTargets, *, switch_s: float = 0.0, capacity: int = 1) -> None:
         if targets.total < 1:
             raise ValueError("the simulation needs at least one worker")
         if switch_s < 0:
             raise ValueError("switch_s must not be negative")
+        if capacity < 1:
+            raise ValueError("a worker runs at least one job")
         self.targets = targets
         self.switch_s = switch_s
         self.switches = 0
-        self.workers = [Worker(i, Role.LARGE) for i in range(targets.large)] + [
-            Worker(targets.large + i, Role.SMALL) for i in range(targets.small)
+        self.workers = [Worker(i, Role.LARGE, capacity) for i in range(targets.large)] + [
+            Worker(targets.large + i, Role.SMALL, capacity) for i in range(targets.small)
         ]
 
     def hosting(self, role: Role) -> int:

@@ -150,6 +150,11 @@ def simulate_main(settings: Settings, options: SimulateOptions) -> int:
         f"costs: large {costs.large_step_ms:.1f} ms/step, small {costs.small_step_ms:.1f} ms/step, "
         f"decode {costs.decode_ms:.1f} ms ({costs.source})"
     )
+    if costs.batch_slowdown and settings.max_batch > 1:
+        table = ", ".join(f"{n}: {x:.2f}x" for n, x in costs.batch_slowdown)
+        _note(f"batching: a worker runs up to {settings.max_batch} jobs, a step of n slower by ({table})")
+    else:
+        _note("batching: one job a worker (the costs carry no `bench runtime --batch` table, or max_batch 1)")
     profiles = [build_profile(name, settings) for name in options.profiles]
     for profile in (p for p in profiles if p.name == "nirvana"):
         _note(f"nirvana: match predictor {'on' if profile.predictor else 'off (REPRISE_PREDICTOR_ENABLED)'}")
@@ -263,6 +268,7 @@ def _config_factory(
             allocation_schedule=replayed.get(profile.name, ()) if replayed is not None else (),
             cascade=cascade if profile.cascade else None,
             slo_s=cascade.pair.slo_s if cascade is not None else None,  # every profile beside a cascade
+            max_batch=settings.max_batch,
         )
 
     return config

@@ -16,7 +16,10 @@ The model of one request:
      (or large, when idle)"; Settings.large_serves_hits); otherwise hits queue with the misses.
   3. a hit whose entry (or, under resume, state) was evicted since admission runs as a miss, on the
      large pool (workers.generation.reuse_job). Service time: denoiser evaluations x the model's
-     step cost + one VAE decode.
+     step cost + one VAE decode. A worker runs up to `SimConfig.batch_capacity` jobs at once (step-level
+     batching, workers.runtime.batch_loop: REPRISE_MAX_BATCH where the costs carry the runtime bench's
+     batch table, else one): while n share its steps each progresses 1 / slowdown(n) as fast as alone
+     (StepCosts.slowdown), so a job's end moves whenever another joins or leaves.
   4. at completion a hit counts one use of its entry and state (as reuse_job does); a miss, and with
      cache_all any hit, inserts an entry (captured states under resume, a final latent under refine),
      evicting first what the budget needs (jobs.passes.eviction.ensure_room's rule, batched:
@@ -42,7 +45,7 @@ from bench.sim.cascade import cascade_quality, escalate, start_controller
 from bench.sim.config import SimConfig, SimResult
 from bench.sim.lookup import simulated_lookup
 from bench.sim.monitor import AllocationPoint, SimulatedMonitor
-from bench.sim.pools import MonitorSnapshot, PoolMonitor, Pools, PoolTargets
+from bench.sim.pools import MonitorSnapshot, PoolMonitor, Pools, PoolTargets, Worker
 from bench.sim.report import judged_report
 from bench.workload.embeddings import TraceEmbeddings
 from bench.workload.trace import Request, Workload
@@ -99,7 +102,7 @@ class _Simulation:
         self.embed_ms = embed_ms
         self.monitor = monitor
         self.progress = progress
-        self.pools = Pools(config.targets(), switch_s=config.switch_s)
+        self.pools = Pools(config.targets(), switch_s=config.switch_s, capacity=config.batch_capacity)
         self.large_name = config.costs.large_model or "large"
         self.small_name = config.costs.small_model or "small"
         self.events: list[tuple[float, int, int, int]] = []
@@ -202,23 +205,28 @@ class _Simulation:
     # --- workers ---------------------------------------------------------------------------
     def _dispatch(self, now: float) -> None:
         for worker in self.pools.workers:
-            if not worker.idle(now):
-                continue
-            if worker.role is Role.LARGE:
-                takes_hits = self.config.large_serves_hits or self.pools.hosting(Role.SMALL) == 0
-                queue = self.small_queue if takes_hits and not self.large_queue else self.large_queue
-            else:
-                queue = self.small_queue if self.small_queue or not self.light_queue else self.light_queue
-            job = self._next_job(queue)
-            if job is None:
-                continue
-            worker.job = job.request.seq
-            self.push(
-                now + self._service_s(job, on_small=worker.role is Role.SMALL), _Event.DONE, worker.worker_id
-            )
+            while worker.has_slot(now):
+                if worker.role is Role.LARGE:
+                    takes_hits = self.config.large_serves_hits or self.pools.hosting(Role.SMALL) == 0
+                    queue = self.small_queue if takes_hits and not self.large_queue else self.large_queue
+                else:
+                    queue = self.small_queue if self.small_queue or not self.light_queue else self.light_queue
+                job = self._next_job(queue)
+                if job is None:
+                    break
+                worker.advance(now, self.costs.slowdown)
+                work_ms = self._service_s(job, on_small=worker.role is Role.SMALL) * 1000.0
+                worker.jobs[job.request.seq] = work_ms
+                self._schedule(worker, now)
         if self.requeued:  # a worker passed over earlier in the loop may take the rerouted job
             self.requeued = False
             self._dispatch(now)
+
+    def _schedule(self, worker: Worker, now: float) -> None:
+        """The worker's next DONE event, when its jobs (batched: sharing each step) let the next end."""
+        worker.done_s = worker.next_done(now, self.costs.slowdown)
+        if worker.done_s is not None:
+            self.push(worker.done_s, _Event.DONE, worker.worker_id)
 
     def _service_s(self, job: _Job, *, on_small: bool) -> float:
         """The job's time on the worker, its evaluations recorded (a cascade's light stage: the pair's
@@ -248,14 +256,22 @@ class _Simulation:
         return None
 
     def _finish(self, now: float, worker_id: int) -> None:
+        """A DONE event: the worker's jobs that ended now complete; an event a later join or leave of
+        the worker's batch moved is stale and ignored."""
         worker = self.pools.workers[worker_id]
-        assert worker.job is not None
-        job = self.jobs.pop(worker.job)
-        worker.job = None
+        if worker.done_s != now:
+            return
+        worker.advance(now, self.costs.slowdown)
+        for seq in worker.finished():
+            self._complete(now, self.jobs.pop(seq))
+        self._schedule(worker, now)
+        self._rebalance(now)
+        self._dispatch(now)
+
+    def _complete(self, now: float, job: _Job) -> None:
+        """A job's run ended: escalated (queued for the heavy model), or its outcome recorded."""
         if self._escalated(job):
             self.jobs[job.request.seq] = job
-            self._rebalance(now)
-            self._dispatch(now)
             return
         hit = job.k is not None
         if self.cache is not None and job.k is not None and job.entry_row is not None:
@@ -287,8 +303,6 @@ class _Simulation:
             self.progress.update(len(self.outcomes), note=f"hit rate {hits / len(self.outcomes):.3f}")
         if job.request.arrival_s is None:
             self._submit_next_closed(now)
-        self._rebalance(now)
-        self._dispatch(now)
 
     # --- DiffServe's cascade (bench.sim.cascade) --------------------------------------------
     def _escalated(self, job: _Job) -> bool:

@@ -9,7 +9,7 @@ from bench.sim.pools import Pools, PoolTargets
 
 def test_pools_switch_idle_workers_towards_the_targets() -> None:
     pools = Pools(PoolTargets(large=3, small=1), switch_s=5.0)
-    pools.workers[0].job = 7  # busy: it switches only once its job ends
+    pools.workers[0].jobs[7] = 100.0  # busy: it switches only once its job ends
     pools.set_targets(PoolTargets(large=1, small=3))
     switched = pools.rebalance(now_s=10.0)
     assert [w.worker_id for w in switched] == [1, 2]
