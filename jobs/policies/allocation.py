@@ -22,10 +22,14 @@ Two refinements of the paper, both stated in the plan returned:
 - D_light may exceed D: where the cache sends hits to the same (small) model, their T-k steps are
   light-model work too (the `reprise` mode: hits to the small pool, misses into the cascade).
 
-When no allocation meets the demand the program is infeasible; the plan then says so and degrades:
-first without the latency bound (1), which only queueing can break, then to the stated fallback:
-the lowest threshold and the workers split in proportion to the work (MoDM 5.3.2's rule), the most
-queries per second the pool can serve.
+When no allocation meets the SLO and the demand, the program is infeasible and the plan says so
+(feasible False, `fallback` says why). DiffServe states no fallback; ours is the fewest escalations, the
+lowest threshold of the grid (the least heavy work, so the queues that broke the SLO drain soonest), in
+two steps: when the demand alone can be served, the allocation with the most headroom at that threshold
+(the latency bound (1) dropped: at b = 1 no threshold or split changes the measured queueing it
+reads); when not even that, the workers split in proportion to the work (MoDM 5.3.2's rule), the most
+queries per second the pool can serve. Never the highest threshold that merely keeps up: escalating
+everything when the SLO is already broken only lengthens the heavy queue.
 
 Pure: scipy's HiGHS and no I/O.
 """
@@ -149,12 +153,13 @@ def solve_allocation(problem: AllocationProblem) -> AllocationPlan:
         raise ValueError("the pool has no worker to allocate")
     started = time.perf_counter()
     program = _Program(problem)
-    for with_latency in (True, False):
-        chosen = program.best_threshold(with_latency=with_latency)
-        if chosen is None:
-            continue
-        solution, headroom = program.most_headroom(chosen, with_latency=with_latency)
-        return program.plan(solution, headroom, latency_met=with_latency, started=started)
+    chosen = program.best_threshold(with_latency=True)
+    if chosen is not None:
+        solution, headroom = program.most_headroom(chosen, with_latency=True)
+        return program.plan(solution, headroom, latency_met=True, started=started)
+    if program.best_threshold(with_latency=False) is not None:  # f is non-decreasing: the lowest fits too
+        solution, headroom = program.most_headroom(0, with_latency=False)
+        return program.plan(solution, headroom, latency_met=False, started=started)
     return _fallback(problem, started)
 
 
@@ -285,12 +290,15 @@ class _Program:
             escalated=float(self.fs[j]),
             feasible=latency_met,
             latency_met=latency_met,
-            objective=float(self.ts[j]),
+            objective=float(self.ts[j]) if latency_met else None,  # infeasible: no optimum, a fallback
             headroom=headroom,
             solve_ms=(time.perf_counter() - started) * 1e3,
             fallback=None
             if latency_met
-            else "no allocation meets the SLO at the measured queueing: solved without (1)",
+            else (
+                f"infeasible: no allocation meets the {self.p.slo_s:.3g} s SLO at the measured queueing; "
+                f"lowest threshold {self.ts[j]:g} (the fewest escalations), the most headroom"
+            ),
             capacity=_capacity(self.p, light, heavy, b1, b2),
         )
 

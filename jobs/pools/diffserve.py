@@ -9,8 +9,16 @@ One run, every settings.monitor_period_s, in one transaction:
 3. estimate the demand (an EWMA over periods), solve the MILP (jobs.policies.allocation) for the
    threshold and the split, each model profiled at batch size 1 only (a worker runs one job per
    call), so no batch size is chosen; move the fewest unpinned workers to its heavy (large) / light
-   (small) split;
+   (small) split. Infeasible, the MILP's fallback takes the fewest escalations (the lowest threshold);
 4. record the decision in cascade_decisions: the light workers read its threshold from there.
+
+A cold start plans nothing: while no model's speed is known (measured, carried from a decision, or
+configured) or no demand has been measured (the period saw no arrival and no decision estimated one),
+the decision keeps the starting threshold, REPRISE_CASCADE_THRESHOLD, and the pool as it is (one worker
+per model at least, within the bounds), and says why (`solution.cold_start`). An idle period is not a
+demand of zero: the MILP would answer it with the top threshold, and the first requests of a burst would
+all escalate until the next period. Such a decision carries no demand, so the first measured period
+starts the EWMA afresh.
 """
 
 from __future__ import annotations
@@ -73,8 +81,9 @@ def decide_cascade(
     *,
     window: tuple[datetime, datetime] | None = None,
 ) -> CascadeDecision | None:
-    """Steps 1 to 4 of the module docstring; the decision recorded, or None when there was nothing to
-    decide (another run holds the lock, the period is decided, no pool worker answered, no speed known)."""
+    """Steps 1 to 4 of the module docstring (or a cold start's decision); the decision recorded, or None
+    when there was nothing to decide (another run holds the lock, the period is decided, no pool worker
+    answered)."""
     if not db_pools.lock_monitor(session):
         return None
     since, until = window or last_window(session, settings.monitor_period_s)
@@ -88,12 +97,15 @@ def decide_cascade(
     if len(pool) < 2:  # one worker cannot host both models: light stages or escalations would wait forever
         log.error("cascade allocator: the cascade needs two GPU workers at least (a light and a heavy one)")
     stats = stats_between(session, since=since, until=until)
-    inputs = measure(settings, session, stats, previous, pool=pool, pinned=pinned, since=since)
-    if inputs is None:
-        log.info("cascade allocator: no model's speed is known yet; the pool holds")
-        return None
-    plan = solve_allocation(inputs.problem)
     before = counts(pool)
+    times = step_times(stats, settings, previous)
+    why_cold = cold_start(stats, previous, times)
+    if why_cold is not None:
+        return _record_cold_start(
+            settings, session, actuator, (pool, pinned), stats, times, why_cold, window=(since, until)
+        )
+    inputs = measure(settings, session, stats, previous, times, pool=pool, pinned=pinned, since=since)
+    plan = solve_allocation(inputs.problem)
     switches = _move(session, actuator, pool, pinned, plan.heavy_workers)
     after = counts(pool)
     decision = CascadeDecision(
@@ -117,6 +129,76 @@ def decide_cascade(
     return decision
 
 
+def cold_start(stats: PeriodStats, previous: CascadeDecision | None, times: StepTimes) -> str | None:
+    """Why the allocator cannot plan yet (see the module docstring); None when it can."""
+    if times.large_ms is None or times.small_ms is None:
+        return "no model's speed is known yet"
+    carried = previous.inputs.get("demand_estimate") if previous is not None else None
+    if stats.cache.arrivals == 0 and not carried:
+        return "no demand measured yet"
+    return None
+
+
+def _record_cold_start(
+    settings: Settings,
+    session: Session,
+    actuator: PoolActuator,
+    workers: tuple[dict[str, Role], dict[str, Role]],
+    stats: PeriodStats,
+    times: StepTimes,
+    why: str,
+    *,
+    window: tuple[datetime, datetime],
+) -> CascadeDecision:
+    """A cold start's decision: the starting threshold, the pool as it is with a worker per model."""
+    pool, pinned = workers
+    before = counts(pool)
+    lo, hi = heavy_bounds(settings, pool, pinned)
+    heavy = before[0]
+    if len(pool) > 1:  # one worker cannot host both models (decide_cascade logged it)
+        heavy = min(max(heavy, 1), len(pool) - 1)
+    heavy = max(lo, min(hi, heavy))
+    switches = _move(session, actuator, pool, pinned, heavy)
+    after = counts(pool)
+    threshold = settings.cascade_threshold
+    decision = CascadeDecision(
+        period_start=window[0],
+        period_seconds=int((window[1] - window[0]).total_seconds()),
+        inputs={
+            "arrivals": stats.cache.arrivals,
+            "request_rate": stats.request_rate,
+            "large_step_ms": times.large_ms,
+            "small_step_ms": times.small_ms,
+            "step_ms_sources": times.sources,
+            "workers": len(pool),
+            "before": {"heavy": before[0], "light": before[1]},
+        },
+        solution={
+            "threshold": threshold,
+            "light_workers": len(pool) - heavy,
+            "heavy_workers": heavy,
+            "feasible": True,
+            "fallback": None,
+            "cold_start": f"{why}: the starting threshold (REPRISE_CASCADE_THRESHOLD), the pool as it is",
+        },
+        threshold=threshold,
+        feasible=True,
+        objective=None,
+        solve_ms=0.0,
+        target_light=len(pool) - heavy,
+        target_heavy=heavy,
+        applied_light=after[1],
+        applied_heavy=after[0],
+        switches=[switch.as_json() for switch in switches],
+    )
+    cascade_db.add_decision(session, decision)
+    session.flush()
+    log.info(
+        "cascade allocator: cold start (%s); threshold %.2f, now %d heavy / %d light", why, threshold, *after
+    )
+    return decision
+
+
 def _move(
     session: Session, actuator: PoolActuator, pool: dict[str, Role], pinned: dict[str, Role], heavy: int
 ) -> list[Switch]:
@@ -137,15 +219,15 @@ def measure(
     session: Session,
     stats: PeriodStats,
     previous: CascadeDecision | None,
+    times: StepTimes,
     *,
     pool: dict[str, Role],
     pinned: dict[str, Role],
     since: datetime,
-) -> CascadeInputs | None:
-    """The MILP's inputs from the period (None while neither model's speed is known)."""
-    times: StepTimes = step_times(stats, settings, previous)
+) -> CascadeInputs:
+    """The MILP's inputs from the period, past a cold start (both models' speeds known)."""
     if times.large_ms is None or times.small_ms is None:
-        return None
+        raise ValueError("a cold start: no MILP without both models' speeds")
     steps, light_steps = settings.steps, settings.cascade_light_steps or settings.steps
     light_s, heavy_s = times.small_ms * light_steps / 1e3, times.large_ms * steps / 1e3
     demand, estimate = period_demand(settings, stats, previous)

@@ -107,14 +107,17 @@ def status_command(last: int = typer.Option(5, "--last", min=1, help="Decisions 
         stored = cascade_db.discriminator_summary(session, light_model=light, features=kind)
         decisions = cascade_db.recent_decisions(session, last)
         threshold, source = cascade_db.current_threshold(session, default=settings.cascade_threshold)
-    typer.echo(f"allocator: {settings.allocator.value}; threshold now {threshold:.2f} ({source})")
+    typer.echo(f"allocator: {settings.allocator.value}; threshold now {threshold:.4g} ({source})")
     if stored is None:
         typer.echo(f"no discriminator for {light}: run `reprise cascade train`")
     else:
         typer.echo(f"discriminator v{stored['version']} for {light}: accuracy {stored['accuracy']:.4f}")
     for d in decisions:
+        why = d.solution.get("cold_start") or d.solution.get("fallback")
+        escalated = d.solution.get("escalated")
         typer.echo(
-            f"{d.decided_at.isoformat(timespec='seconds')} threshold {d.threshold:.2f} "
-            f"heavy {d.target_heavy} light {d.target_light} (applied {d.applied_heavy}/{d.applied_light}) "
-            f"feasible {d.feasible} {d.solve_ms:.1f} ms"
+            f"{d.decided_at.isoformat(timespec='seconds')} threshold {d.threshold:.4g} "
+            + (f"(f {escalated:.2f}) " if escalated is not None else "")
+            + f"heavy {d.target_heavy} light {d.target_light} (applied {d.applied_heavy}/{d.applied_light}) "
+            f"feasible {d.feasible} {d.solve_ms:.1f} ms" + (f": {why}" if why else "")
         )

@@ -75,12 +75,27 @@ def test_fallback_splits_by_work_when_the_lowest_threshold_escalates() -> None:
     assert (plan.light_workers, plan.heavy_workers) == (1, 7)
 
 
-def test_an_unreachable_slo_is_dropped_and_said() -> None:
-    """A 1 s SLO under a 1.78 s heavy model: no allocation meets (1); throughput alone decides."""
+def test_an_unreachable_slo_takes_the_fewest_escalations() -> None:
+    """A 1 s SLO under a 1.78 s heavy model: no allocation meets (1). Infeasible: the lowest threshold,
+    f(0) = 0, so all 16 workers go to the light model, where the headroom is (never t = 0.45, the
+    highest threshold throughput alone allows, whose escalations could only wait longer)."""
     plan = solve_allocation(problem(16.0, 16, slo_s=1.0))
     assert not plan.latency_met and not plan.feasible
-    assert plan.fallback is not None and "SLO" in plan.fallback
-    assert plan.threshold == 0.45  # as without the bound
+    assert plan.fallback is not None and plan.fallback.startswith("infeasible") and "SLO" in plan.fallback
+    assert (plan.threshold, plan.escalated) == (THRESHOLD_GRID[0], 0.0)
+    assert (plan.light_workers, plan.heavy_workers) == (16, 0)
+
+
+def test_queueing_past_the_slo_at_low_demand_escalates_least_not_most() -> None:
+    """The live cold start: 2 qps that 16 workers could serve at any threshold (escalating all at t = 1
+    when the SLO holds), but 4 s queued at each stage, 0.1 + 4 + 1.78 + 4 > 5 s. Infeasible: the lowest
+    threshold, never t = 1 (every light image escalated); the heavy pool still serves f(0)."""
+    curve = EscalationCurve((0.0, 0.5, 1.0), (0.2, 0.6, 1.0), "f(0) = 0.2")
+    queued = Demand(2.0, light_wait_s=4.0, heavy_wait_s=4.0)
+    assert solve_allocation(problem(2.0, 16, curve=curve)).threshold == 1.0  # without the queueing
+    plan = solve_allocation(problem(2.0, 16, curve=curve, demand=queued))
+    assert not plan.feasible and plan.threshold == 0.0 and plan.escalated == pytest.approx(0.2)
+    assert plan.heavy_workers >= 1 and plan.capacity["heavy_rps"] >= 1.05 * 2.0 * 0.2
 
 
 def test_batch_size_is_chosen_with_the_threshold() -> None:
