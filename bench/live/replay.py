@@ -13,7 +13,9 @@ The stack's policies are its own configuration: `--profile` selects the cache mo
 submissions ("off" for vanilla) and is checked against the settings this process reads; a
 mismatch is reported on stderr, and the report names the profile asked for. While it runs, the
 replay polls /v1/stats for the stack's pools and pool monitor (bench.live.stack.StackWatch), so that a
-simulation compared with it runs the same allocation.
+simulation compared with it runs the same allocation. Under DiffServe's cascade the report's
+`escalation_rate` is the share of the replay's light stages escalated (each job's `metrics.cascade`) and
+its `threshold_timeline` the allocator's decisions during the replay (from /v1/stats `cascade`).
 """
 
 from __future__ import annotations
@@ -157,6 +159,17 @@ def estimated_vanilla_rps(
     return min(capacity, offered_rps) if offered_rps else capacity
 
 
+def escalation_rate(records: Sequence[JobRecord]) -> float | None:
+    """DiffServe's cascade: the share of the light stages the discriminator escalated to the heavy model,
+    from each job's `metrics.cascade`; None when no job went through the cascade."""
+    stages = [
+        stage
+        for job in (r.job for r in records)
+        if job is not None and (stage := (job.get("metrics") or {}).get("cascade")) is not None
+    ]
+    return sum(bool(stage.get("escalated")) for stage in stages) / len(stages) if stages else None
+
+
 def replay_report(
     records: Sequence[JobRecord],
     *,
@@ -203,7 +216,7 @@ def replay_report(
     )
     if not profile.caches:  # the run itself is the vanilla baseline
         report = replace(report, vanilla_throughput_rps=report.throughput_rps)
-    return report
+    return replace(report, escalation_rate=escalation_rate(records))
 
 
 class _Replayer:
@@ -423,5 +436,9 @@ def run_replay(
     counters = stack_decode_counters(
         options.base_url, options.api_key, window_s=elapsed_s, timeout_s=options.http_timeout_s
     )
-    report = replace(report, decodes=decode_figures((r.job for r in records), counters))
+    report = replace(
+        report,
+        decodes=decode_figures((r.job for r in records), counters),
+        threshold_timeline=tuple(watch.thresholds) if watch.thresholds else None,
+    )
     return report, records, stack

@@ -11,6 +11,12 @@ The replay polls /v1/stats while it runs (`StackWatch`) and writes what it saw i
                 replay, when `submitted` requests had been sent, and the mode of the monitor's newest
                 decision taken since the replay started (null before its first); a point per change
 
+Under DiffServe's allocator the watch also follows the cascade (/v1/stats `cascade`): the report's
+`threshold_timeline` (`StackWatch.thresholds`) is the threshold in force when the replay started, then
+one point per decision the allocator took during it: {t, submitted, threshold, light, heavy, escalated
+(f at the threshold), feasible, solve_ms, fallback, cold_start}, as the simulator's (bench.sim.cascade)
+with `submitted`, and whether the stated fallback or a cold start decided.
+
 `reprise bench simulate --compare replay.json` reads it back: `differences` lists every option of the
 simulation that is not what the stack ran (the profile, T, the pools at the start, the monitor mode),
 and the simulation refuses to run while any is left. It then follows the stack's allocation
@@ -183,8 +189,48 @@ class StackWatch:
     started_at: datetime  # the replay's start on the server's clock scale (UTC): older decisions are not its
     monitor: Mapping[str, Any] | None = None
     points: list[StackPoint] = field(default_factory=list)
+    thresholds: list[dict[str, float]] = field(default_factory=list)  # DiffServe's: see the module docstring
+    _decided: datetime | None = None  # the newest cascade decision seen
 
     def observe(self, stats: Mapping[str, Any], *, t: float, submitted: int) -> None:
+        self._observe_pools(stats, t=t, submitted=submitted)
+        if stats.get("cascade") is not None:
+            self._observe_cascade(stats["cascade"], stats.get("pools") or {}, t=t, submitted=submitted)
+
+    def _observe_cascade(
+        self, cascade: Mapping[str, Any], pools: Mapping[str, Any], *, t: float, submitted: int
+    ) -> None:
+        """The threshold in force at the first reading, then each decision taken since the replay started."""
+        decision = cascade.get("decision") or {}
+        decided = _parse_time(decision.get("decided_at"))
+        fresh = decided is not None and decided >= self.started_at and decided != self._decided
+        if self.thresholds and not fresh:
+            return
+        self._decided = decided
+        point: dict[str, float] = {"t": round(t, 3), "submitted": submitted}
+        if not fresh:  # the first reading, before any decision of the replay: what the light workers apply
+            point |= {
+                "threshold": float(cascade["threshold"]),
+                "light": int(pools.get("small", 0)),
+                "heavy": int(pools.get("large", 0)),
+            }
+            self.thresholds.append(point)
+            return
+        solution, target = decision.get("solution") or {}, decision.get("target") or {}
+        point |= {
+            "threshold": float(decision["threshold"]),
+            "light": int(target.get("light", 0)),
+            "heavy": int(target.get("heavy", 0)),
+            "feasible": bool(decision.get("feasible")),
+            "solve_ms": round(float(decision.get("solve_ms") or 0.0), 3),
+            "fallback": solution.get("fallback") is not None,
+            "cold_start": solution.get("cold_start") is not None,
+        }
+        if solution.get("escalated") is not None:
+            point["escalated"] = round(float(solution["escalated"]), 4)  # f at the threshold
+        self.thresholds.append(point)
+
+    def _observe_pools(self, stats: Mapping[str, Any], *, t: float, submitted: int) -> None:
         pools = stats.get("pools") or {}
         decision = stats.get("pool_monitor") or {}
         decided = _parse_time(decision.get("decided_at"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,13 @@ from typing import Any
 import pytest
 
 from bench.live.demo import demo_summary
-from bench.live.replay import JobRecord, estimated_vanilla_rps, outcome_from_record, replay_report
+from bench.live.replay import (
+    JobRecord,
+    escalation_rate,
+    estimated_vanilla_rps,
+    outcome_from_record,
+    replay_report,
+)
 from bench.run.costs import StepCosts
 from bench.run.outcomes import RequestOutcome, step_ms_by_model
 from bench.run.profiles import build_profile
@@ -146,6 +153,37 @@ def test_replay_report_aggregates_hits_k_and_weighted_compute(tmp_path: Path) ->
     # Admission overhead from the jobs' metrics: the total and each stage apart.
     assert report.admission_ms.p50 == pytest.approx(5.5)
     assert dict(report.admission_ms.stages) == {"embed": (2.0, 2.0), "lookup": (3.0, 3.0)}
+
+
+def test_a_cascade_replay_reports_the_share_of_light_stages_escalated(tmp_path: Path) -> None:
+    """Each job's metrics.cascade says whether the discriminator escalated it: 2 of the 3 light stages;
+    a hit never went through the cascade and counts in neither."""
+    jobs = _records()
+    for i, escalated in ((0, True), (1, False), (5, True)):
+        job = dict(jobs[i].job or {})
+        job["metrics"] = {
+            **job["metrics"],
+            "cascade": {
+                "light_model": "lab:large", "discriminator_score": 0.01, "threshold": 0.02,
+                "escalated": escalated, "discriminator_version": 1, "light_ms": 600.0,
+            },
+        }  # fmt: skip
+        jobs[i] = replace(jobs[i], job=job)
+    assert escalation_rate(jobs) == pytest.approx(2 / 3)
+    assert escalation_rate(_records()) is None  # no cascade: null, as outside DiffServe
+    prompts_file = tmp_path / "p.txt"
+    prompts_file.write_text("\n".join(f"p{i}" for i in range(7)) + "\n", encoding="utf-8")
+    report = replay_report(
+        jobs,
+        profile=build_profile("modm", load_settings(data_dir=tmp_path)),
+        workload=build_workload(load_prompts(prompts_file), ArrivalSpec()),
+        costs=COSTS,
+        costs_measured=True,
+        embedder={"name": "minilm"},
+        gpu_workers=2,
+        png_bytes=None,
+    )
+    assert report.as_json()["escalation_rate"] == pytest.approx(0.6667)
 
 
 def test_vanilla_replay_is_its_own_baseline(tmp_path: Path) -> None:

@@ -65,6 +65,50 @@ def test_a_stack_that_does_not_report_its_monitor_is_read_from_its_decisions(
     assert quiet.monitor_mode() is None  # no decision seen: the mode cannot be told
 
 
+def cascade_stats(threshold_now: float, decision: dict[str, Any] | None) -> dict[str, Any]:
+    return {**stats(1, 1), "cascade": {"threshold": threshold_now, "decision": decision}}
+
+
+def cascade_decision(decided_at: str, threshold: float, **solution: Any) -> dict[str, Any]:
+    return {
+        "decided_at": decided_at, "threshold": threshold, "feasible": solution.pop("feasible", True),
+        "solve_ms": 4.2, "target": {"light": 1, "heavy": 1}, "solution": {"fallback": None, **solution},
+    }  # fmt: skip
+
+
+def test_the_watch_keeps_the_cascade_threshold_in_force_then_each_decision_of_the_replay() -> None:
+    """The threshold the light workers apply at the start (an earlier run's decision), then a point per
+    decision taken during the replay, read once however often it is polled."""
+    watch = StackWatch(started_at=START)
+    before = cascade_decision("2029-12-31T23:00:00Z", 1.0, escalated=1.0)
+    cold = cascade_decision("2030-01-01T00:01:00Z", 0.5, cold_start="no model's speed is known yet")
+    fallback = cascade_decision(
+        "2030-01-01T00:02:00Z", 0.0, escalated=0.0, feasible=False, fallback="infeasible: ..."
+    )
+    for t, submitted, payload in (
+        (0.0, 0, cascade_stats(1.0, before)),
+        (2.0, 4, cascade_stats(1.0, before)),
+        (61.0, 20, cascade_stats(0.5, cold)),
+        (63.0, 24, cascade_stats(0.5, cold)),
+        (121.0, 44, cascade_stats(0.0, fallback)),
+    ):
+        watch.observe(payload, t=t, submitted=submitted)
+    assert watch.thresholds == [
+        {"t": 0.0, "submitted": 0, "threshold": 1.0, "light": 1, "heavy": 1},
+        {
+            "t": 61.0, "submitted": 20, "threshold": 0.5, "light": 1, "heavy": 1, "feasible": True,
+            "solve_ms": 4.2, "fallback": False, "cold_start": True,
+        },
+        {
+            "t": 121.0, "submitted": 44, "threshold": 0.0, "light": 1, "heavy": 1, "feasible": False,
+            "solve_ms": 4.2, "fallback": True, "cold_start": False, "escalated": 0.0,
+        },
+    ]  # fmt: skip
+    plain = StackWatch(started_at=START)
+    plain.observe(stats(1, 1), t=0.0, submitted=0)
+    assert plain.thresholds == []  # no cascade in /v1/stats: the report's timeline stays null
+
+
 def test_the_watch_polls_stats_while_the_replay_runs() -> None:
     readings = iter([stats(1, 1), stats(2, 0, decided_at="2030-01-01T00:01:00Z")])
     last = stats(2, 0, decided_at="2030-01-01T00:01:00Z")
