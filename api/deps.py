@@ -14,9 +14,12 @@ import redis
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from api.auth import Caller, CallerCache, bearer_scheme, caller_for_credentials
 from api.feeds import JobFeeds
+from api.problems import Problem
+from api.rate_limit import RateLimiter
 from api.reads import ImageReader
 from api.waiting import JobWaiter
 from core.params import Limits
@@ -45,6 +48,7 @@ class AppState:
     redis_: redis.Redis | None = field(default=None, repr=False)
     callers: CallerCache = field(default_factory=CallerCache, repr=False)
     waiter_: JobWaiter | None = field(default=None, repr=False)
+    rate_limiter_: RateLimiter | None = field(default=None, repr=False)
     feeds_: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, JobFeeds] = field(
         default_factory=weakref.WeakKeyDictionary, repr=False
     )
@@ -90,6 +94,14 @@ class AppState:
                 socket_connect_timeout=BROKER_TIMEOUT_S,
             )
         return self.redis_
+
+    @property
+    def rate_limiter(self) -> RateLimiter:
+        """The tenants' request-rate buckets, in the broker's Redis (api.rate_limit)."""
+        if self.rate_limiter_ is None:
+            s = self.settings
+            self.rate_limiter_ = RateLimiter(self.redis, per_s=s.rate_limit_per_s, burst=s.rate_limit_burst)
+        return self.rate_limiter_
 
     def admit_backlog(self) -> int | None:
         """The admit queue's length, asked of Redis at most every BACKLOG_TTL_S (one LLEN per request
@@ -164,3 +176,21 @@ def get_tenant(caller: CallerDep) -> Tenant:
 
 
 TenantDep = Annotated[Tenant, Depends(get_tenant)]
+
+
+async def limit_rate(caller: CallerDep, state: StateDep) -> None:
+    """429 with Retry-After once the caller's tenant has spent its request rate (api.rate_limit); admin
+    keys are not limited. A dependency of every route that takes an API key, run once per request (a
+    `Prefer: wait` reload looks the key up again, but is no new request)."""
+    limiter = state.rate_limiter
+    if caller.admin or not limiter.enabled:
+        return
+    verdict = await run_in_threadpool(limiter.take, caller.tenant.id)
+    if not verdict.allowed:
+        raise Problem(
+            429,
+            f"more than {limiter.per_s:g} requests per second (bursts of {limiter.burst}) from this tenant; "
+            f"retry in {verdict.retry_after} s",
+            slug="rate-limited",
+            headers={"Retry-After": str(verdict.retry_after)},
+        )

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.routing import APIRoute
 
-from api.deps import AppState
+from api.deps import AppState, limit_rate
 from api.middleware import BodyLimitMiddleware, MetricsMiddleware
 from api.problems import install_problem_handlers
 from api.reads import ImageReader, NodeReader
 from api.routes import events, generations, health, images, outputs, stats, videos
-from api.schemas import problem_media_types
+from api.schemas import problem_media_types, problem_responses
 from core.settings import Settings, get_settings
 from db.blobs.base import BlobStore
 from jobs.dispatch import Dispatcher
@@ -45,17 +45,12 @@ def create_app(
     app.state.reprise = AppState(
         settings=settings, dispatcher_=dispatcher, blob_store_=blob_store, reader=reader, resolver=resolver
     )
-    routers = (
-        generations.router,
-        events.router,
-        images.router,
-        videos.router,
-        outputs.router,
-        stats.router,
-        health.router,
-    )
-    for router in routers:
+    keyed = (generations.router, events.router, images.router, videos.router, stats.router)
+    for router in keyed:  # every route that takes an API key counts against its tenant's request rate
+        app.include_router(router, dependencies=[Depends(limit_rate)], responses=problem_responses(429))
+    for router in (outputs.router, health.router):  # a signed link's, or no key: nothing to count against
         app.include_router(router)
+    routers = (*keyed, outputs.router, health.router)
     install_problem_handlers(app, [r for router in routers for r in router.routes if isinstance(r, APIRoute)])
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware)  # outermost: 413s are counted too

@@ -3,6 +3,8 @@ service pushes back (backpressure)."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings
 
@@ -30,6 +32,28 @@ class ApiSettings(BaseSettings):
     )
     queue_depth_limit: int = Field(
         1000, ge=1, description="Admit-queue length past which new jobs get 503 + Retry-After (backpressure)."
+    )
+    rate_limit_per_s: float = Field(
+        100.0,
+        ge=0,
+        description="Requests per second each tenant may make, over all its keys and all API processes (a "
+        "token bucket in Redis); past it: 429 `rate-limited` with Retry-After. Admin keys are not limited. "
+        "The default is generous: twice Replicate's 3000 requests/minute for reads (its creates: "
+        "600/minute). 0: no limit.",
+    )
+    rate_limit_burst: int = Field(
+        1000,
+        ge=1,
+        description="Requests a tenant may make at once above REPRISE_RATE_LIMIT_PER_S: the bucket's size "
+        "(10 s of the default rate: `reprise bench streams`' 200 event streams, opened together, pass; the "
+        "chaos and live benchmarks use admin keys).",
+    )
+    intake: Literal["fast", "orm"] = Field(
+        "fast",
+        description="How POST /v1/generations writes a job: fast, on the event loop, one raw INSERT "
+        "committed together with the submissions beside it and one admit message (jobs.intake); orm, "
+        "the earlier path, a transaction of the ORM's and Celery's send_task per job in a worker thread. "
+        "Both answer alike; `reprise bench chaos --scenarios load` measures the two.",
     )
     retry_after_s: int = Field(
         5, ge=1, le=3600, description="Retry-After seconds sent with 429 (in-flight limit) and 503 responses."
