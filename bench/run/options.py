@@ -164,6 +164,7 @@ class SimulateOptions:
     workload: WorkloadOptions
     profiles: tuple[str, ...]
     costs: Path | None = None
+    batch_table: Path | None = None  # a `bench runtime --batch --json` output: its batch slowdowns
     cache_bytes: int | None = None
     large_workers: int = 3
     small_workers: int = 1

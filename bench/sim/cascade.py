@@ -1,7 +1,8 @@
 """DiffServe's cascade in the simulator: what a light stage costs, which queries the discriminator
-escalates and how good each answer is, and the allocator that sets the threshold and the split (the
-MILP of jobs.policies.allocation with each model at batch size 1, as the service runs it: no batch
-size is chosen).
+escalates and how good each answer is, and the allocator that sets the threshold, the split and the
+batch sizes (the MILP of jobs.policies.allocation; each model's latency per batch size is its latency
+alone times the slowdown `reprise bench runtime --batch` measured for a batch of that size, up to
+REPRISE_MAX_BATCH; without a measured table, batch size 1 only, and no size is chosen).
 
 Which queries escalate, and the quality of each answer, replay the cascade measured on the lab's
 models (`reprise cascade train --json`, bench.quality.cascade): its held-out samples (discriminator
@@ -30,7 +31,7 @@ from bench.run.options import SimulateOptions
 from bench.sim.pools import Pools, PoolTargets
 from bench.workload.trace import Workload
 from core.settings import Settings
-from core.vocabulary import Allocator
+from core.vocabulary import Allocator, Role
 from jobs.policies.allocation import (
     AllocationPlan,
     AllocationProblem,
@@ -144,10 +145,19 @@ class CascadeSpec:
     period_s: float
     overprovision: float = 1.05
     discriminator_ms: float = DISCRIMINATOR_MS
+    batch_slowdown: tuple[tuple[int, float], ...] = ()  # StepCosts.batch_slowdown: (n, step(n) / step(1))
+    max_batch: int = 1  # the largest batch the MILP may choose (Settings.max_batch)
 
     @property
     def light_stage_ms(self) -> float:
         return self.pair.light_ms + self.discriminator_ms
+
+    def model_profile(self, name: str, latency_s: float) -> ModelProfile:
+        """A model's latency per batch size for the MILP (DiffServe 3.3: "profiled across different
+        batch sizes"): one query's latency times the measured slowdown of a batch of b (the runtime
+        bench's table, sizes up to max_batch); batch 1 only without a table."""
+        sizes = {n: x for n, x in self.batch_slowdown if n <= self.max_batch} or {1: 1.0}
+        return ModelProfile(name, {n: latency_s * x for n, x in sizes.items()})
 
     def escalates(self, score: float, threshold: float) -> bool:
         return not accepts(score, threshold)
@@ -185,8 +195,8 @@ class CascadeController:
             heavy_wait_s=queued[1] / misses_rps if misses_rps > 0 else 0.0,
         )
         return AllocationProblem(
-            light=ModelProfile(spec.pair.light, {1: light_s}),
-            heavy=ModelProfile(spec.pair.heavy, {1: heavy_s}),
+            light=spec.model_profile(spec.pair.light, light_s),
+            heavy=spec.model_profile(spec.pair.heavy, heavy_s),
             demand=with_backlog(
                 demand, light_queued=queued[0], heavy_queued=queued[1], drain_s=spec.period_s
             ),
@@ -216,6 +226,8 @@ class CascadeController:
                 "threshold": plan.threshold,
                 "light": plan.light_workers,
                 "heavy": plan.heavy_workers,
+                "light_batch": plan.light_batch,
+                "heavy_batch": plan.heavy_batch,
                 "escalated": round(plan.escalated, 4),  # f(threshold)
                 "feasible": plan.feasible,
                 "solve_ms": round(plan.solve_ms, 3),
@@ -249,7 +261,14 @@ def start_controller(spec: CascadeSpec, workload: Workload, pools: Pools) -> Cas
         plan = static_plan(controller, peak, peak * spec.light_stage_ms / 1e3)
         controller.record(0.0, plan)
     pools.set_targets(PoolTargets(large=plan.heavy_workers, small=plan.light_workers))
+    apply_batches(pools, plan)
     return controller
+
+
+def apply_batches(pools: Pools, plan: AllocationPlan) -> None:
+    """The MILP's batch sizes: the jobs a light (small) and a heavy (large) worker run at once."""
+    pools.set_capacity(Role.SMALL, plan.light_batch)
+    pools.set_capacity(Role.LARGE, plan.heavy_batch)
 
 
 def escalate(controller: CascadeController, score: float, stages: Counter[str]) -> bool:

@@ -122,12 +122,23 @@ class Pools:
         self.targets = targets
         self.switch_s = switch_s
         self.switches = 0
+        self.capacity = {Role.LARGE: capacity, Role.SMALL: capacity}  # jobs a worker of the role runs at once
         self.workers = [Worker(i, Role.LARGE, capacity) for i in range(targets.large)] + [
             Worker(targets.large + i, Role.SMALL, capacity) for i in range(targets.small)
         ]
 
     def hosting(self, role: Role) -> int:
         return sum(1 for worker in self.workers if worker.role is role)
+
+    def set_capacity(self, role: Role, jobs: int) -> None:
+        """Jobs each worker of `role` runs at once from now on (a batch size DiffServe's MILP chose); a
+        worker holding more finishes them and takes no new one until it is under the size."""
+        if jobs < 1:
+            raise ValueError("a worker runs at least one job")
+        self.capacity[role] = jobs
+        for worker in self.workers:
+            if worker.role is role:
+                worker.capacity = jobs
 
     def set_targets(self, targets: PoolTargets) -> None:
         if targets.total != self.targets.total:
@@ -144,6 +155,7 @@ class Pools:
             wanting = [role for role in POOL_ROLES if self.hosting(role) < self.targets.of(role)]
             if surplus > 0 and wanting:
                 worker.role = wanting[0]
+                worker.capacity = self.capacity[worker.role]
                 worker.available_s = now_s + self.switch_s
                 self.switches += 1
                 switched.append(worker)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +146,10 @@ def simulate_main(settings: Settings, options: SimulateOptions) -> int:
     costs = (
         cascade.pair.costs() if cascade is not None and options.costs is None else load_costs(options.costs)
     )
+    if options.batch_table is not None:  # how a batch's step slows down, measured on another run
+        costs = replace(costs, batch_slowdown=load_costs(options.batch_table).batch_slowdown)
+    if cascade is not None:  # the MILP chooses batch sizes up to max_batch where a table was measured
+        cascade = replace(cascade, batch_slowdown=costs.batch_slowdown, max_batch=settings.max_batch)
     _note(
         f"costs: large {costs.large_step_ms:.1f} ms/step, small {costs.small_step_ms:.1f} ms/step, "
         f"decode {costs.decode_ms:.1f} ms ({costs.source})"

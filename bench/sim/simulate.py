@@ -41,7 +41,7 @@ from bench.run.outcomes import RequestOutcome, step_ms_by_model
 from bench.run.progress import ProgressBar
 from bench.run.report import BenchReport
 from bench.sim.cache import SimCache
-from bench.sim.cascade import cascade_quality, escalate, start_controller
+from bench.sim.cascade import apply_batches, cascade_quality, escalate, start_controller
 from bench.sim.config import SimConfig, SimResult
 from bench.sim.lookup import simulated_lookup
 from bench.sim.monitor import AllocationPoint, SimulatedMonitor
@@ -204,20 +204,27 @@ class _Simulation:
 
     # --- workers ---------------------------------------------------------------------------
     def _dispatch(self, now: float) -> None:
-        for worker in self.pools.workers:
-            while worker.has_slot(now):
-                if worker.role is Role.LARGE:
-                    takes_hits = self.config.large_serves_hits or self.pools.hosting(Role.SMALL) == 0
-                    queue = self.small_queue if takes_hits and not self.large_queue else self.large_queue
-                else:
-                    queue = self.small_queue if self.small_queue or not self.light_queue else self.light_queue
-                job = self._next_job(queue)
-                if job is None:
-                    break
-                worker.advance(now, self.costs.slowdown)
-                work_ms = self._service_s(job, on_small=worker.role is Role.SMALL) * 1000.0
-                worker.jobs[job.request.seq] = work_ms
-                self._schedule(worker, now)
+        """Hand queued jobs to workers with a free slot, the least busy first (Celery's consumers each
+        take from the broker as their threads free up, so work spreads over the pool before any worker
+        batches), one job at a time."""
+        ready = [worker for worker in self.pools.workers if worker.has_slot(now)]
+        while ready:
+            worker = min(ready, key=lambda candidate: (len(candidate.jobs), candidate.worker_id))
+            if worker.role is Role.LARGE:
+                takes_hits = self.config.large_serves_hits or self.pools.hosting(Role.SMALL) == 0
+                queue = self.small_queue if takes_hits and not self.large_queue else self.large_queue
+            else:
+                queue = self.small_queue if self.small_queue or not self.light_queue else self.light_queue
+            job = self._next_job(queue)
+            if job is None:
+                ready.remove(worker)
+                continue
+            worker.advance(now, self.costs.slowdown)
+            work_ms = self._service_s(job, on_small=worker.role is Role.SMALL) * 1000.0
+            worker.jobs[job.request.seq] = work_ms
+            self._schedule(worker, now)
+            if not worker.has_slot(now):
+                ready.remove(worker)
         if self.requeued:  # a worker passed over earlier in the loop may take the rerouted job
             self.requeued = False
             self._dispatch(now)
@@ -332,6 +339,7 @@ class _Simulation:
                 now, self.window["misses"] / period, self.light_work_s / period, queued
             )
             self.pools.set_targets(PoolTargets(large=plan.heavy_workers, small=plan.light_workers))
+            apply_batches(self.pools, plan)
             self._rebalance(now)
             self._dispatch(now)
         self.window.clear()

@@ -75,6 +75,14 @@ CascadeProfileOpt = Annotated[
         "--cascade-profile", help="`reprise cascade train --json` output (default: the lab's shipped)."
     ),
 ]
+BatchTableOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--batch-table",
+        help="A `reprise bench runtime --batch --json` output: how much slower a step of n jobs is "
+        "(default: the --costs file's table; none: one job a worker).",
+    ),
+]
 CacheBytesOpt = Annotated[
     str | None, typer.Option("--cache-bytes", help="Budget, e.g. 1GiB (default: settings).")
 ]
@@ -164,6 +172,7 @@ def simulate_command(
     limit: LimitOpt = None,
     profile: ProfilesOpt = "nirvana",
     costs: CostsOpt = None,
+    batch_table: BatchTableOpt = None,
     cache_bytes: CacheBytesOpt = None,
     large_workers: LargeWorkersOpt = 3,
     small_workers: SmallWorkersOpt = 1,
@@ -198,6 +207,7 @@ def simulate_command(
             ),
             profiles=tuple(parse.parse_list(profile)),
             costs=costs,
+            batch_table=batch_table,
             cache_bytes=parse.parse_size(cache_bytes) if cache_bytes else None,
             large_workers=large_workers, small_workers=small_workers, sweep=sweep,
             sizes=tuple(parse.parse_size(size) for size in parse.parse_list(sizes or "")),

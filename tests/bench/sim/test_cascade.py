@@ -4,6 +4,7 @@ controller (a fixed threshold provisioned for the peak, or the MILP every period
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -103,3 +104,46 @@ def test_a_profile_without_f_of_t_is_refused(tmp_path: Path) -> None:
     path.write_text("{}")
     with pytest.raises(ValueError, match="reprise cascade train --json"):
         CascadeProfile.load(path)
+
+
+def test_with_a_measured_batch_table_the_milp_chooses_batch_sizes_and_the_workers_run_them(
+    repeat_prompts: Prompts, bench_settings: Settings, cascade_file: Path
+) -> None:
+    """8 qps on 4 GPUs again, each model's latency per batch size its latency alone times a measured
+    slowdown (a batch of 8 steps 3x as long as one): under load the MILP batches, and spends the
+    capacity batching frees as DiffServe does, on quality: it escalates more queries to the heavy model."""
+    slowdown = ((1, 1.0), (2, 1.25), (4, 1.8), (8, 3.0))
+    spec = CascadeSpec(
+        profile=CascadeProfile.load(cascade_file),
+        pair=PAIR,
+        allocator=Allocator.DIFFSERVE,
+        threshold=0.5,
+        period_s=5.0,
+        batch_slowdown=slowdown,
+        max_batch=8,
+    )
+    assert spec.model_profile("heavy", 1.0).latency_s == {1: 1.0, 2: 1.25, 4: 1.8, 8: 3.0}
+    assert spec.model_profile("heavy", 1.0).throughput(8) == pytest.approx(8 / 3)
+    capped = CascadeSpec(
+        profile=spec.profile, pair=PAIR, allocator=Allocator.DIFFSERVE, threshold=0.5, period_s=5.0,
+        batch_slowdown=slowdown, max_batch=2,
+    )  # fmt: skip
+    assert capped.model_profile("light", 0.1).batches == (1, 2)
+    workload = build_workload(repeat_prompts, ArrivalSpec(kind=ArrivalKind.POISSON, rate_rps=8.0, seed=3))
+    config = SimConfig(
+        profile=build_profile("diffserve", bench_settings),
+        costs=replace(PAIR.costs(), batch_slowdown=slowdown),
+        cache_bytes=1,
+        large_workers=3,
+        small_workers=1,
+        cascade=spec,
+        max_batch=8,
+    )
+    batched = run_simulation(workload, config, settings=bench_settings, embeddings=None)
+    timeline = batched.report.threshold_timeline
+    assert timeline is not None
+    assert max(int(p["heavy_batch"]) for p in timeline) > 1  # the heavy pool batches under load
+    alone, _ = run(repeat_prompts, bench_settings, cascade_file, allocator=Allocator.DIFFSERVE, rate=8.0)
+    assert batched.report.escalation_rate is not None and alone.report.escalation_rate is not None
+    assert batched.report.escalation_rate > alone.report.escalation_rate
+    assert batched.report.slo_violations.x2 <= alone.report.slo_violations.x2
