@@ -11,7 +11,13 @@ estimate of the drop per (similarity bin, k), and each row's threshold moves wit
 - Loosen, with hysteresis: a row above its configured threshold comes down one bin when its lowest
   bin's estimate is below target - hysteresis and the bin it would admit again is not known to be
   above that (a bin once tightened away keeps its audits, see WINDOW).
-- Hold: a bin with fewer than `min_sample` audits changes nothing.
+- Pooled, while the lowest bin is short of `min_sample`: the row's hits are spread over the bins at
+  and above its threshold, and its lowest bin alone may take long to fill; then the row's pooled
+  estimate (every audit of its k from its lowest bin up: the hits the row serves) decides, and a row
+  whose pooled mean exceeds the target rises one bin (its lowest hits, the likeliest to lose, go
+  first). Measured live: bins of 0.025 gathered too few audits for the per-bin rule to act within a
+  replay of hundreds of requests. Loosening needs the bin's own sample.
+- Hold: without `min_sample` audits in the lowest bin or, pooled, from it up, nothing changes.
 - Bounds: a row never goes below the configured table's threshold (the guard only ever restricts
   what was profiled), never above 1 - index x BIN_WIDTH (room for the rows above it), and the table
   stays valid: a higher similarity always allows a larger k (NIRVANA Figure 10), so a row pushed up
@@ -82,7 +88,7 @@ class RowChange:
     k: int
     old: float
     new: float
-    reason: str  # "tighten", "loosen", or "pushed" (by a row below it that rose)
+    reason: str  # "tighten", "tighten-pooled", "loosen", or "pushed" (by a row below it that rose)
     drop_mean: float
     n: int
 
@@ -175,7 +181,12 @@ def _tightened(
     """Past the lowest bin and every bin above it known to exceed the target; None when the lowest
     bin is not known to."""
     lowest = estimates.get((bin_of(threshold), k))
-    if lowest is None or lowest.n < config.min_sample or lowest.drop_mean <= config.target:
+    if lowest is None or lowest.n < config.min_sample:
+        pooled = _pooled(bin_of(threshold), k, estimates)
+        if pooled is None or pooled.n < config.min_sample or pooled.drop_mean <= config.target:
+            return None
+        return (bin_of(threshold) + 1) * BIN_WIDTH, "tighten-pooled", pooled
+    if lowest.drop_mean <= config.target:
         return None
     index = lowest.index
     while _exceeds(estimates.get((index + 1, k)), config):
@@ -198,6 +209,15 @@ def _loosened(
     if below is not None and below.n >= config.min_sample and below.drop_mean >= well_within:
         return None
     return (bin_of(threshold) - 1) * BIN_WIDTH, "loosen", lowest
+
+
+def _pooled(lowest: int, k: int, estimates: Estimates) -> BinEstimate | None:
+    """Every audit of `k` from bin `lowest` up, as one estimate (at `lowest`); None without any."""
+    found = [item for (index, kk), item in estimates.items() if kk == k and index >= lowest]
+    n = sum(item.n for item in found)
+    if not n:
+        return None
+    return BinEstimate(lowest, k, n, sum(item.n * item.drop_mean for item in found) / n)
 
 
 def _exceeds(found: BinEstimate | None, config: GuardConfig) -> bool:

@@ -42,7 +42,8 @@ def test_a_row_whose_lowest_bin_drops_too_much_is_tightened_past_every_bin_known
 
 
 def test_below_the_minimum_sample_or_within_the_target_nothing_moves() -> None:
-    few = _audits(0.66, 5, 0.5, n=3)
+    few = _audits(0.66, 5, 0.5, n=3) + _audits(0.70, 5, 0.5, n=3)  # alone nor pooled reach 4 for k 5
+    few = few[:3]
     assert not adjust(NIRVANA_T2T, NIRVANA_T2T, estimate(few), SERVED, CONFIG).changed
     fine = _audits(0.66, 5, 0.02)
     assert not adjust(NIRVANA_T2T, NIRVANA_T2T, estimate(fine), SERVED, CONFIG).changed
@@ -112,3 +113,21 @@ def test_a_profiled_table_closer_than_a_bin_holds_until_an_estimate_moves_a_row(
     lowest, middle, top = (row.similarity for row in reversed(pushed.table.rows))
     assert lowest > 0.821 and middle == pytest.approx(lowest + BIN_WIDTH) and top > middle
     assert [row.k for row in pushed.table.rows] == [25, 20, 15]
+
+
+def test_a_row_short_of_a_sample_in_its_lowest_bin_acts_on_its_pooled_estimate() -> None:
+    # The 0.65:5 row: its lowest bin holds 2 audits, its hits above it 3 more; pooled, 5 at a mean of 0.1.
+    audits = _audits(0.66, 5, 0.2, n=2) + _audits(0.70, 5, 0.05, n=2) + _audits(0.74, 5, 0.0, n=1)
+    decision = adjust(NIRVANA_T2T, NIRVANA_T2T, estimate(audits), SERVED, CONFIG)
+    [change] = decision.changes
+    assert (change.k, change.reason, change.n) == (5, "tighten-pooled", 5)
+    assert change.drop_mean == pytest.approx((2 * 0.2 + 2 * 0.05) / 5)
+    assert change.new == pytest.approx(0.675)  # one bin: the lowest hits go first
+    # Pooled within the target, or pooled short of the sample: nothing moves.
+    fine = _audits(0.66, 5, 0.05, n=1) + _audits(0.70, 5, 0.0, n=4)
+    assert not adjust(NIRVANA_T2T, NIRVANA_T2T, estimate(fine), SERVED, CONFIG).changed
+    short = _audits(0.66, 5, 0.3, n=1) + _audits(0.70, 5, 0.3, n=2)
+    assert not adjust(NIRVANA_T2T, NIRVANA_T2T, estimate(short), SERVED, CONFIG).changed
+    # Audits of other k's never pool into the row's estimate.
+    others = _audits(0.66, 5, 0.3, n=1) + _audits(0.70, 10, 0.3, n=8)
+    assert not adjust(NIRVANA_T2T, NIRVANA_T2T, estimate(others), SERVED, CONFIG).changed
