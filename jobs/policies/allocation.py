@@ -1,8 +1,10 @@
 """DiffServe's resource allocation (3.3): the confidence threshold and the workers per model, co-tuned
-by a mixed-integer linear program solved every period; the program can also choose each model's batch
-size among profiled ones, but the service (jobs.pools.diffserve) and the simulator (bench.sim.cascade)
-profile one size, b = 1 (a worker runs one job per call: workers.runtime), so there the batch is
-always 1 and only the threshold and the split are chosen.
+by a mixed-integer linear program solved every period, which also chooses each model's batch size among
+the profiled ones. The simulator (bench.sim.cascade) profiles every size up to REPRISE_MAX_BATCH from
+the measured batch slowdown and runs the workers at the chosen sizes. The service (jobs.pools.diffserve)
+profiles one size, b = 1, from the service times it measures: its workers batch on their own, up to
+REPRISE_MAX_BATCH jobs sharing each step (workers.runtime.batch_loop), so there only the threshold and
+the split are chosen.
 
     max  t
     s.t. e(b1) + q(b1) + e(b2) + q(b2) <= L          latency of an escalated query, SLO L     (1)

@@ -7,9 +7,11 @@ One run, every settings.monitor_period_s, in one transaction:
    broker) for Little's law; the scores the discriminator gave (f(t) measured, else the profiled
    curve stored with the discriminator); the workers alive and their pins;
 3. estimate the demand (an EWMA over periods), solve the MILP (jobs.policies.allocation) for the
-   threshold and the split, each model profiled at batch size 1 only (a worker runs one job per
-   call), so no batch size is chosen; move the fewest unpinned workers to its heavy (large) / light
-   (small) split. Infeasible, the MILP's fallback takes the fewest escalations (the lowest threshold);
+   threshold and the split, each model profiled at batch size 1 only (its measured service time per
+   job; the workers batch on their own, up to REPRISE_MAX_BATCH, workers.runtime.batch_loop), so no
+   batch size is chosen here (the simulator's MILP chooses them); move the fewest unpinned workers to
+   its heavy (large) / light (small) split. Infeasible, the MILP's fallback takes the fewest
+   escalations (the lowest threshold);
 4. record the decision in cascade_decisions: the light workers read its threshold from there.
 
 A cold start plans nothing: while no model's speed is known (measured, carried from a decision, or
