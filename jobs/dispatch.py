@@ -7,6 +7,10 @@ are written once, in DispatcherBase.
 
 Enqueueing is best effort: Postgres holds the job first, and the reconciler re-enqueues any job left
 'starting' too long, so a broker outage delays a job but never loses it.
+
+The API's fast intake (jobs.intake) sends its admissions through AdmitPublisher instead: on asyncio,
+a batch of admit messages in one Redis round trip, the messages built as send_task builds them
+(jobs.celery_messages), so that the event loop never waits on a blocking publish.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from core.vocabulary import Allocator, Route, WebhookEvent
 from jobs.queues import ROUTES, TaskName, decode_queue, hit_task
 
 if TYPE_CHECKING:
+    import redis.asyncio as aioredis
     from celery import Celery
 
     from core.settings import Settings
@@ -138,3 +143,32 @@ class CeleryDispatcher(DispatcherBase):
             retry=True,
             retry_policy=PUBLISH_RETRY_POLICY,
         )
+
+
+class AdmitPublisher:
+    """Queues admissions of committed jobs from asyncio code: each batch is one pipeline of LPUSH (the
+    task messages) and PUBLISH (their task-sent events), over a client whose pool keeps its connections.
+    Raises on failure, as a Dispatcher does; the caller leaves the jobs to the reconciler."""
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        from jobs.celery_messages import TaskMessages
+
+        self.client = client
+        # kombu names the event channel with the database number (its fanout prefix, /{db}.)
+        db = int(client.connection_pool.connection_kwargs.get("db") or 0)
+        self.messages = TaskMessages(TaskName.ADMIT, db=db)
+
+    async def admit(self, job_ids: Sequence[uuid.UUID]) -> None:
+        """Queue the admission of each job (committed in Postgres as 'starting'), in this order."""
+        if not job_ids:
+            return
+        tasks = [(str(uuid.uuid4()), [str(job_id)]) for job_id in job_ids]
+        pipe = self.client.pipeline(transaction=False)
+        # LPUSH takes them in order, and a worker pops from the other end (BRPOP): first in, first out.
+        pipe.lpush(self.messages.queue, *[self.messages.message(task_id, args) for task_id, args in tasks])
+        for task_id, args in tasks:  # then, as send_task does, each one's task-sent event
+            pipe.publish(self.messages.event_channel, self.messages.sent_event(task_id, args))
+        await pipe.execute()
+
+    async def close(self) -> None:
+        await self.client.aclose()

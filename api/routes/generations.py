@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import ipaddress
 import logging
 import secrets
 import uuid
+import weakref
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Annotated
+from urllib.parse import urlsplit
 
-from fastapi import APIRouter, Header, Query, Response
+from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
@@ -32,14 +36,16 @@ from api.schemas import (
 from api.waiting import preferred_wait
 from core import logs
 from core.errors import InflightLimitExceeded, InvalidInput
-from core.params import GenerationParams, VideoParams, check_params, check_video_params
-from core.vocabulary import TERMINAL_STATUSES, JobStatus, WebhookEvent
+from core.params import GenerationParams, VideoParams, check_params, check_video_params, row_values
+from core.vocabulary import TERMINAL_STATUSES, JobKind, JobStatus, WebhookEvent
 from db import jobs as jobs_db
 from db import outputs
 from db.engine import engine_for, session_scope
+from db.job_intake import Outcome
 from db.models import Job, Tenant
 from db.queue_position import queue_view
 from jobs.estimates import queued_estimate
+from jobs.intake import DatabaseUnavailable, JobIntake, Submitted
 from jobs.job_events import announce_end
 from jobs.read_routing import forget_everywhere
 from jobs.representation import GenerationQueue, generation_object, queue_object
@@ -98,13 +104,27 @@ def _check_capacity(state: AppState) -> None:
     no reason to refuse: the job waits in Postgres for the reconciler."""
     depth = state.admit_backlog()
     if depth is not None and depth > state.settings.queue_depth_limit:
-        JOBS_REJECTED.labels("backpressure").inc()
-        raise Problem(
-            503,
-            f"{depth} jobs are waiting for admission; retry later",
-            slug="overloaded",
-            headers={"Retry-After": str(state.settings.retry_after_s)},
-        )
+        raise _overloaded(state, depth)
+
+
+def _overloaded(state: AppState, depth: int) -> Problem:
+    JOBS_REJECTED.labels("backpressure").inc()
+    return Problem(
+        503,
+        f"{depth} jobs are waiting for admission; retry later",
+        slug="overloaded",
+        headers={"Retry-After": str(state.settings.retry_after_s)},
+    )
+
+
+def _inflight_limited(state: AppState, limit: int) -> Problem:
+    JOBS_REJECTED.labels("inflight_limit").inc()
+    return Problem(
+        429,
+        str(InflightLimitExceeded(limit)),
+        slug="inflight-limit",
+        headers={"Retry-After": str(state.settings.retry_after_s)},
+    )
 
 
 def _new_job(
@@ -137,13 +157,7 @@ def _insert(session: SessionDep, tenant: Tenant, state: AppState, new: jobs_db.N
     try:
         result = jobs_db.create_job(session=session, tenant=tenant, new=new)
     except InflightLimitExceeded as error:
-        JOBS_REJECTED.labels("inflight_limit").inc()
-        raise Problem(
-            429,
-            str(error),
-            slug="inflight-limit",
-            headers={"Retry-After": str(state.settings.retry_after_s)},
-        ) from None
+        raise _inflight_limited(state, error.limit) from None
     session.commit()
     return result.job, result.created
 
@@ -174,6 +188,7 @@ async def create_generation(
     state: StateDep,
     base: BaseUrlDep,
     response: Response,
+    request: Request,
     prefer: PreferHeader = None,
     idempotency_key: Annotated[
         str | None,
@@ -188,9 +203,14 @@ async def create_generation(
 ) -> Generation:
     """Submit a job: 202 with the queued job, or 200 with the first job for a repeated Idempotency-Key;
     with `Prefer: wait=N`, the job once it has ended (or after N seconds)."""
-    generation = await run_in_threadpool(
-        _submit, body, tenant, session, state, base, response, idempotency_key
-    )
+    if state.settings.intake == "fast":
+        generation = await _submit_fast(
+            body, tenant, session, state, base, response, idempotency_key, request
+        )
+    else:
+        generation = await run_in_threadpool(
+            _submit, body, tenant, session, state, base, response, idempotency_key
+        )
     tenant_id = tenant.id
 
     def reload() -> Job:
@@ -201,6 +221,120 @@ async def create_generation(
             return job
 
     return await held(state, generation, prefer, response, reload, base)
+
+
+def intake_of(request: Request, state: AppState) -> JobIntake:
+    """The app's fast intake on this event loop (it holds asyncio connections, which belong to one)."""
+    intakes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, JobIntake] | None = getattr(
+        request.app.state, "intakes", None
+    )
+    if intakes is None:
+        intakes = request.app.state.intakes = weakref.WeakKeyDictionary()
+    loop = asyncio.get_running_loop()
+    found = intakes.get(loop)
+    if found is None:
+        # A loop that ended (a test client runs one per request) gives its connections back at once.
+        for ended in [other for other in intakes if other.is_closed()]:
+            del intakes[ended]
+        found = intakes[loop] = JobIntake(state.settings)
+    return found
+
+
+async def _submit_fast(
+    body: GenerationCreate,
+    tenant: Tenant,
+    session: Session,
+    state: AppState,
+    base: str,
+    response: Response,
+    idempotency_key: str | None,
+    request: Request,
+) -> Generation:
+    """The create's work on the event loop (REPRISE_INTAKE=fast, jobs.intake): one INSERT, committed with
+    the submissions beside it, then one admit message; the same answers as _submit."""
+    intake = intake_of(request, state)
+    # 1. Check the request before touching anything (a webhook host name is resolved off the loop).
+    if body.webhook is not None and not _literal_host(body.webhook):
+        new = await run_in_threadpool(_new_job, body, tenant, state, idempotency_key)
+    else:
+        new = _new_job(body, tenant, state, idempotency_key)
+    backlog = await intake.admit_backlog()
+    if backlog is not None and backlog > state.settings.queue_depth_limit:
+        raise _overloaded(state, backlog)
+    # 2. Insert, or find that the key was used; a replay answers with the first job whatever the limits.
+    try:
+        submitted = await intake.submit(tenant.id, new)
+    except DatabaseUnavailable as error:
+        log.warning("could not write a job: %s", error)
+        raise Problem(
+            503, "the database is unreachable; retry shortly", slug="database-unavailable"
+        ) from None
+    if submitted.outcome is not Outcome.CREATED:
+        replayed = None
+        if idempotency_key is not None:
+            replayed = await run_in_threadpool(_find_replay, session, tenant, new)
+        if replayed is None:
+            raise _inflight_limited(state, tenant.inflight_limit)
+        IDEMPOTENT_REPLAYS.inc()
+        response.status_code = 200
+        response.headers["Idempotent-Replayed"] = "true"
+        generation = generation_object(replayed, base_url=base)
+        response.headers["Location"] = generation.urls.self_
+        return generation
+    # 3. Committed, and its admission queued (or left to the reconciler).
+    JOBS_CREATED.inc()
+    job = new_job_row(submitted, tenant, new)
+    with logs.bound(job_id=job.id, tenant=tenant.id):
+        log.info("job created: %s, %d steps at %dx%d", job.kind, job.steps, job.width, job.height)
+        if not submitted.queued:
+            ENQUEUE_FAILURES.labels("admit").inc()
+    generation = generation_object(job, base_url=base)
+    response.headers["Location"] = generation.urls.self_
+    return generation
+
+
+def _literal_host(url: str) -> bool:
+    """Whether the URL's host is an IP address (no resolver asked), or it is no valid URL at all."""
+    try:
+        host = urlsplit(url).hostname
+        ipaddress.ip_address(host or "")
+    except ValueError:
+        return False
+    return True
+
+
+def _find_replay(session: Session, tenant: Tenant, new: jobs_db.NewJob) -> Job | None:
+    try:
+        return jobs_db.find_replay(session=session, tenant_id=tenant.id, new=new)
+    finally:
+        session.commit()
+
+
+def new_job_row(submitted: Submitted, tenant: Tenant, new: jobs_db.NewJob) -> Job:
+    """The row the fast intake inserted, as the ORM would have loaded it (its defaults filled in)."""
+    params = new.params
+    video = isinstance(params, VideoParams)
+    return Job(
+        id=submitted.job_id,
+        tenant_id=tenant.id,
+        status=JobStatus.STARTING.value,
+        **row_values(params),
+        kind=JobKind.VIDEO.value if video else JobKind.IMAGE.value,
+        cache_mode=new.cache_mode,
+        decode_mode=new.decode_mode,
+        webhook_url=new.webhook_url,
+        webhook_events_filter=list(new.webhook_events_filter),
+        idempotency_key=new.idempotency_key,
+        request_fingerprint=new.request_fingerprint,
+        models_used=[],
+        denoiser_evals={},
+        admission_ms={},
+        image_keys={},
+        vae_decodes=0,
+        attempts=0,
+        cancel_requested=False,
+        created_at=submitted.written.created_at,
+    )
 
 
 def _submit(

@@ -1,6 +1,7 @@
 """`reprise bench chaos`: the scenarios in order against one stack, and the JSON report:
 {scenarios: {NAME: {accepted, succeeded, failed, lost, duplicated, recovery_s {p50, max}, unavailable_s,
-five_xx, ...}}, intake: {submit_rps, submit_ms {p50, p99}}}.
+five_xx, ...}}, intake: {submit_rps, submit_ms {p50, p99}, path}, intake_by_path: {orm: {...}, fast: {...}}}:
+`intake` is the stack's own API (its REPRISE_INTAKE), intake_by_path each intake path of the load scenario.
 
 Without --base-url the bench starts a stack of its own (`isolated_stack`): embedded Postgres and Redis
 on free ports in a scratch data directory, the tiny models, `reprise run` with short leases, a 5 s beat
@@ -22,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from bench.chaos.load import LoadResult
 from bench.chaos.receiver import start_receiver
 from bench.chaos.scenarios import (
     SCENARIOS,
@@ -29,7 +31,7 @@ from bench.chaos.scenarios import (
     new_run,
     run_cancel_storm,
     run_fault_scenario,
-    run_load,
+    run_load_by_intake,
 )
 from bench.chaos.target import ChaosTarget
 from core.settings import Settings, load_settings
@@ -144,21 +146,22 @@ def run_chaos(target: ChaosTarget, scenarios: list[str], options: ChaosOptions) 
         raise ValueError(f"unknown scenario {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}")
     headers = {"Authorization": f"Bearer {issue_admin_key(target)}"}
     receiver = start_receiver()
-    report: dict[str, Any] = {"scenarios": {}, "intake": None, "options": options.__dict__}
+    report: dict[str, Any] = {
+        "scenarios": {},
+        "intake": None,
+        "intake_by_path": None,
+        "options": options.__dict__,
+    }
     try:
         for name in scenarios:
             run = new_run(target, receiver, headers, options)
             started = time.monotonic()
             if name == "load":
-                result = run_load(run)
-                report["intake"] = {
-                    "submit_rps": round(result.submit_rps, 1),
-                    "submit_ms": {"p50": result.percentile_ms(0.5), "p99": result.percentile_ms(0.99)},
-                    "submissions": len(result.latencies_ms),
-                    "statuses": {str(status): n for status, n in sorted(result.statuses.items())},
-                    "transport_errors": dict(result.errors),  # no answer: the job may or may not exist
-                    "concurrency": options.concurrency,
+                by_intake = {
+                    path: _intake_figures(result, options) for path, result in run_load_by_intake(run).items()
                 }
+                report["intake"] = by_intake[target.settings.intake] | {"path": target.settings.intake}
+                report["intake_by_path"] = by_intake
             elif name == "cancel-storm":
                 run_cancel_storm(run)
             else:
@@ -170,6 +173,17 @@ def run_chaos(target: ChaosTarget, scenarios: list[str], options: ChaosOptions) 
     finally:
         receiver.stop()
     return report
+
+
+def _intake_figures(result: LoadResult, options: ChaosOptions) -> dict[str, Any]:
+    return {
+        "submit_rps": round(result.submit_rps, 1),
+        "submit_ms": {"p50": result.percentile_ms(0.5), "p99": result.percentile_ms(0.99)},
+        "submissions": len(result.latencies_ms),
+        "statuses": {str(status): n for status, n in sorted(result.statuses.items())},
+        "transport_errors": dict(result.errors),  # no answer: the job may or may not exist
+        "concurrency": options.concurrency,
+    }
 
 
 def target_for(base_url: str, settings: Settings) -> ChaosTarget:

@@ -6,6 +6,8 @@ job is terminal and every completed event was delivered; then it accounts (bench
 - kill-<role>: the pool's worker process group is SIGKILLed; `reprise run` restarts it.
 - webhook-outage: the receiver answers 503 for `outage_s`; retries carry the same webhook-id.
 - load: intake only, many submissions from concurrent clients (the `intake` figures); then canceled.
+  Once through each intake path (REPRISE_INTAKE): the stack's own API, and beside it an API process of
+  the other path on the same services, so that one run compares them.
 - cancel-storm: a batch submitted and at once canceled, concurrently; every job must end.
 """
 
@@ -15,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
@@ -187,7 +189,26 @@ def _deliveries_after(run: Run, job_ids: list[str], since: float) -> list[float]
         ]
 
 
+INTAKES = ("orm", "fast")  # core.settings.api: REPRISE_INTAKE
+
+
+def run_load_by_intake(run: Run) -> dict[str, LoadResult]:
+    """The load through each intake path: the other path's first, through a sibling API process, then
+    the stack's own API (the path its settings choose). Each path's jobs are canceled and ended before
+    the next path's load; the scenario accounts for all of them."""
+    own = run.target.settings.intake
+    results = {}
+    for intake in (path for path in INTAKES if path != own):
+        with run.target.sibling_api(intake) as base_url:
+            results[intake] = run_load(replace(run, target=replace(run.target, base_url=base_url)))
+    results[own] = run_load(run)
+    job_ids = [job for result in results.values() for job in result.job_ids]
+    _account(run, job_ids, time.time(), None)
+    return results
+
+
 def run_load(run: Run) -> LoadResult:
+    """Submit the load, then cancel what was accepted and wait until it ended."""
     bodies = [
         {"prompt": f"{run.tag} load {i}", "cache": "off", "webhook": run.receiver.url}
         for i in range(run.options.load_jobs)
@@ -196,7 +217,6 @@ def run_load(run: Run) -> LoadResult:
     ended = time.time()
     run.cancel(result.job_ids)
     run.wait_terminal(result.job_ids, ended)
-    _account(run, result.job_ids, ended, None)
     return result
 
 

@@ -3,6 +3,8 @@ service pushes back (backpressure)."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings
 
@@ -45,6 +47,13 @@ class ApiSettings(BaseSettings):
         description="Requests a tenant may make at once above REPRISE_RATE_LIMIT_PER_S: the bucket's size "
         "(10 s of the default rate: `reprise bench streams`' 200 event streams, opened together, pass; the "
         "chaos and live benchmarks use admin keys).",
+    )
+    intake: Literal["fast", "orm"] = Field(
+        "fast",
+        description="How POST /v1/generations writes a job: fast, on the event loop, one raw INSERT "
+        "committed together with the submissions beside it and one admit message (jobs.intake); orm, "
+        "the earlier path, a transaction of the ORM's and Celery's send_task per job in a worker thread. "
+        "Both answer alike; `reprise bench chaos --scenarios load` measures the two.",
     )
     retry_after_s: int = Field(
         5, ge=1, le=3600, description="Retry-After seconds sent with 429 (in-flight limit) and 503 responses."

@@ -1,0 +1,171 @@
+"""The fast intake (REPRISE_INTAKE=fast, jobs.intake) against the real Postgres and Redis: what it puts on
+the broker is what send_task puts there and a real Celery worker runs it; submissions that share a
+commit each get their own answer and their tenant's limit; a job whose message is lost is sent again by
+the reconciler. tests/api/test_generations, test_idempotency, test_limits and test_prefer_wait hold both
+paths to the same answers (the fast one by default)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+import redis
+from celery.contrib.testing.worker import start_worker
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+
+from core.settings import Settings
+from db.engine import session_scope
+from db.models import Job
+from db.tenants import TenantCredentials
+from jobs.celery_app import make_celery_app
+from jobs.dispatch import CeleryDispatcher
+from jobs.passes.reconcile import reconcile
+from jobs.queues import Queue, TaskName
+
+pytestmark = pytest.mark.integration
+
+PROMPT = "a lighthouse on a cliff at dusk"
+
+
+def _create(client: TestClient, who: TenantCredentials, **body: Any) -> Any:
+    return client.post("/v1/generations", json={"prompt": PROMPT, **body}, headers=who.auth_headers)
+
+
+def _queued(broker: redis.Redis) -> list[dict[str, Any]]:
+    raw = broker.lrange(Queue.ADMIT.value, 0, -1)
+    return [json.loads(message) for message in reversed(raw)]
+
+
+def _without_ids(message: dict[str, Any]) -> dict[str, Any]:
+    headers = {
+        k: v for k, v in message["headers"].items() if k not in ("id", "root_id", "argsrepr", "origin")
+    }
+    properties = {
+        k: v
+        for k, v in message["properties"].items()
+        if k not in ("correlation_id", "reply_to", "delivery_tag")
+    }
+    return {**message, "body": None, "headers": headers, "properties": properties}
+
+
+def test_the_admit_message_is_the_one_send_task_writes(
+    client: TestClient, tenant: TenantCredentials, broker: redis.Redis, api_settings: Settings
+) -> None:
+    job = _create(client, tenant).json()
+    CeleryDispatcher(make_celery_app(api_settings)).admit(uuid.UUID(job["id"]))
+    fast, celery = _queued(broker)
+    assert _without_ids(fast) == _without_ids(celery)
+    assert list(fast) == list(celery) and list(fast["headers"]) == list(celery["headers"])
+    assert fast["headers"]["id"] == fast["headers"]["root_id"] == fast["properties"]["correlation_id"]
+    assert fast["headers"]["argsrepr"] == celery["headers"]["argsrepr"] == repr([job["id"]])
+    body = json.loads(base64.b64decode(fast["body"]))
+    assert body == json.loads(base64.b64decode(celery["body"]))
+    assert body[0] == [job["id"]]
+
+
+def test_a_real_celery_worker_runs_the_admission(
+    client: TestClient, tenant: TenantCredentials, broker: redis.Redis, api_settings: Settings
+) -> None:
+    app = make_celery_app(api_settings)
+    admitted: list[str] = []
+    ran = threading.Event()
+
+    @app.task(name=TaskName.ADMIT.value)  # type: ignore[untyped-decorator]
+    def admit(job_id: str) -> None:  # the admit worker's task, as a recorder
+        admitted.append(job_id)
+        ran.set()
+
+    job = _create(client, tenant).json()
+    with start_worker(
+        app, pool="solo", perform_ping_check=False, queues=[Queue.ADMIT.value], loglevel="WARNING"
+    ):
+        assert ran.wait(30), "the worker did not run the admission"
+    assert admitted == [job["id"]]
+    assert broker.llen(Queue.ADMIT.value) == 0
+
+
+def test_submissions_that_share_a_commit_each_get_their_job(
+    client: TestClient, tenant: TenantCredentials, broker: redis.Redis, api_settings: Settings
+) -> None:
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        answers = list(pool.map(lambda i: _create(client, tenant, seed=i), range(48)))
+    assert [answer.status_code for answer in answers] == [202] * 48
+    ids = {answer.json()["id"] for answer in answers}
+    assert {answer.json()["input"]["seed"] for answer in answers} == set(range(48))
+    queued = {json.loads(base64.b64decode(m["body"]))[0][0] for m in _queued(broker)}
+    assert queued == ids
+    with session_scope(api_settings) as session:
+        stored = session.scalar(
+            select(func.count()).select_from(Job).where(Job.tenant_id == tenant.tenant_id)
+        )
+    assert stored == 48
+
+
+def test_the_inflight_limit_holds_inside_a_batch(
+    client: TestClient, make_tenant: Callable[..., TenantCredentials], broker: redis.Redis
+) -> None:
+    limited = make_tenant(inflight_limit=3)
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        answers = list(pool.map(lambda i: _create(client, limited, seed=i), range(12)))
+    statuses = sorted(answer.status_code for answer in answers)
+    assert statuses == [202] * 3 + [429] * 9
+    refused = next(answer for answer in answers if answer.status_code == 429)
+    assert refused.json()["type"].endswith("inflight-limit") and refused.headers["retry-after"]
+    assert broker.llen(Queue.ADMIT.value) == 3
+
+
+def test_concurrent_replays_of_one_key_in_a_batch_give_one_job(
+    client: TestClient, tenant: TenantCredentials, broker: redis.Redis
+) -> None:
+    headers = {**tenant.auth_headers, "Idempotency-Key": "one-batch"}
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(
+            pool.map(
+                lambda _: client.post("/v1/generations", json={"prompt": PROMPT}, headers=headers), range(8)
+            )
+        )
+    assert sorted(answer.status_code for answer in answers) == [200] * 7 + [202], [a.text for a in answers]
+    assert len({answer.json()["id"] for answer in answers}) == 1
+    assert broker.llen(Queue.ADMIT.value) == 1
+
+
+def test_a_job_whose_message_is_lost_is_sent_by_the_reconciler(
+    make_client: Callable[..., TestClient],
+    tenant: TenantCredentials,
+    broker: redis.Redis,
+    api_settings: Settings,
+) -> None:
+    down = make_client(redis_url="redis://127.0.0.1:9/0")  # nothing listens there
+    answer = _create(down, tenant)
+    assert answer.status_code == 202  # committed: the broker's outage only delays it
+    assert broker.llen(Queue.ADMIT.value) == 0
+    sent = reconcile(
+        api_settings.model_copy(update={"stuck_after_s": 0}), CeleryDispatcher(make_celery_app(api_settings))
+    )
+    assert sent >= 1
+    queued = [json.loads(base64.b64decode(m["body"]))[0][0] for m in _queued(broker)]
+    assert answer.json()["id"] in queued
+
+
+@pytest.mark.parametrize("intake", ["orm", "fast"])
+def test_both_paths_answer_alike(
+    make_client: Callable[..., TestClient], tenant: TenantCredentials, broker: redis.Redis, intake: str
+) -> None:
+    client = make_client(intake=intake)
+    video = _create(client, tenant, kind="video", frames=4, webhook="http://127.0.0.1:9/hook", cache="off")
+    assert video.status_code == 202, video.text
+    job = video.json()
+    assert job["kind"] == "video" and job["input"]["frames"] == 4 and job["urls"]["video"].endswith("/video")
+    assert job["input"]["webhook"] == "http://127.0.0.1:9/hook" and job["status"] == "starting"
+    assert video.headers["location"] == job["urls"]["self"]
+    assert job["metrics"]["denoiser_evaluations"] == {} and job["created_at"]
+    bad = _create(client, tenant, frames=4)
+    assert bad.status_code == 422 and "video" in bad.json()["detail"]
+    assert broker.llen(Queue.ADMIT.value) == 1
