@@ -34,8 +34,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter, deque
-from dataclasses import dataclass, field, replace
-from enum import IntEnum
+from dataclasses import replace
 
 from bench.run.outcomes import RequestOutcome, step_ms_by_model
 from bench.run.progress import ProgressBar
@@ -43,40 +42,15 @@ from bench.run.report import BenchReport
 from bench.sim.cache import SimCache
 from bench.sim.cascade import apply_batches, cascade_quality, escalate, start_controller
 from bench.sim.config import SimConfig, SimResult
+from bench.sim.events import Event, SimJob
 from bench.sim.lookup import simulated_lookup
 from bench.sim.monitor import AllocationPoint, SimulatedMonitor
 from bench.sim.pools import MonitorSnapshot, PoolMonitor, Pools, PoolTargets, Worker
 from bench.sim.report import judged_report
 from bench.workload.embeddings import TraceEmbeddings
-from bench.workload.trace import Request, Workload
+from bench.workload.trace import Workload
 from core.settings import Settings
 from core.vocabulary import Allocator, HitPolicy, Role
-
-
-class _Event(IntEnum):
-    """Event kinds; at equal times the smaller runs first (a finished job frees its worker and
-    inserts its entry before anything else happens at that instant)."""
-
-    DONE = 0
-    WAKE = 1
-    MAINTAIN = 2
-    MONITOR = 3
-    ARRIVAL = 4
-    READY = 5
-
-
-@dataclass(slots=True)
-class _Job:
-    request: Request
-    arrival_s: float
-    k: int | None
-    admission_ms: float | None
-    entry_row: int | None = None  # the cached entry a hit was admitted to
-    similarity: float | None = None  # a hit's similarity to that entry (its quality depends on it)
-    role: Role = Role.LARGE
-    evals: dict[str, int] = field(default_factory=dict)
-    stage: str | None = None  # DiffServe's cascade: "light", then "heavy" when escalated
-    draw: tuple[float, float | None, float | None] | None = None  # (score, light, heavy quality)
 
 
 class _Simulation:
@@ -107,9 +81,9 @@ class _Simulation:
         self.small_name = config.costs.small_model or "small"
         self.events: list[tuple[float, int, int, int]] = []
         self._order = 0
-        self.large_queue: deque[_Job] = deque()
-        self.small_queue: deque[_Job] = deque()
-        self.jobs: dict[int, _Job] = {}
+        self.large_queue: deque[SimJob] = deque()
+        self.small_queue: deque[SimJob] = deque()
+        self.jobs: dict[int, SimJob] = {}
         self.outcomes: list[RequestOutcome] = []
         self.next_closed = 0
         self.window: Counter[str] = Counter()
@@ -119,13 +93,13 @@ class _Simulation:
         self.timeline = [AllocationPoint(0.0, self.pools.targets.large, self.pools.targets.small)]
         self.schedule = deque(config.allocation_schedule)
         self.requeued = False  # a hit went back to the miss queue during a dispatch pass
-        self.light_queue: deque[_Job] = deque()  # DiffServe's light stages (cascade_light)
+        self.light_queue: deque[SimJob] = deque()  # DiffServe's light stages (cascade_light)
         self.controller = start_controller(config.cascade, workload, self.pools) if config.cascade else None
         self.light_work_s = 0.0  # light-pool seconds asked this period (the cascade's allocator)
         self.stages = Counter[str]()  # light stages run, and escalated
 
     # --- events ----------------------------------------------------------------------------
-    def push(self, time_s: float, kind: _Event, ref: int) -> None:
+    def push(self, time_s: float, kind: Event, ref: int) -> None:
         self._order += 1
         heapq.heappush(self.events, (time_s, int(kind), self._order, ref))
 
@@ -140,38 +114,38 @@ class _Simulation:
         else:
             for seq, request in enumerate(self.requests):
                 assert request.arrival_s is not None
-                self.push(request.arrival_s, _Event.ARRIVAL, seq)
+                self.push(request.arrival_s, Event.ARRIVAL, seq)
         if self.cache is not None:
-            self.push(0.0, _Event.MAINTAIN, 0)
+            self.push(0.0, Event.MAINTAIN, 0)
         if self.monitor is not None or self.controller is not None:
-            self.push(self._period_s(), _Event.MONITOR, 0)
+            self.push(self._period_s(), Event.MONITOR, 0)
         while self.events and len(self.outcomes) < total:
             now, kind, _, ref = heapq.heappop(self.events)
-            self._handle(now, _Event(kind), ref)
+            self._handle(now, Event(kind), ref)
         return self.outcomes
 
-    def _handle(self, now: float, kind: _Event, ref: int) -> None:
-        if kind is _Event.ARRIVAL:
+    def _handle(self, now: float, kind: Event, ref: int) -> None:
+        if kind is Event.ARRIVAL:
             self._arrive(now, ref)
-        elif kind is _Event.READY:
+        elif kind is Event.READY:
             job = self.jobs[ref]
             queue = self.small_queue if job.role is Role.SMALL else self.large_queue
             (self.light_queue if job.stage == "light" else queue).append(job)
             self._dispatch(now)
-        elif kind is _Event.DONE:
+        elif kind is Event.DONE:
             self._finish(now, ref)
-        elif kind is _Event.WAKE:
+        elif kind is Event.WAKE:
             self._dispatch(now)
-        elif kind is _Event.MAINTAIN:
+        elif kind is Event.MAINTAIN:
             assert self.cache is not None
             self.cache.maintain_predictor()
-            self.push(now + self.config.maintenance_period_s, _Event.MAINTAIN, 0)
-        elif kind is _Event.MONITOR:
+            self.push(now + self.config.maintenance_period_s, Event.MAINTAIN, 0)
+        elif kind is Event.MONITOR:
             self._allocate(now) if self.controller is not None else self._monitor(now)
 
     def _submit_next_closed(self, now: float) -> None:
         if self.next_closed < len(self.requests):
-            self.push(now, _Event.ARRIVAL, self.next_closed)
+            self.push(now, Event.ARRIVAL, self.next_closed)
             self.next_closed += 1
 
     # --- admission -------------------------------------------------------------------------
@@ -187,7 +161,7 @@ class _Simulation:
             lookup = self.cache.lookup(request.prompt_idx, now, upcoming=upcoming)
             k, entry_row, similarity = lookup.k, lookup.entry_row, lookup.similarity
             admission_ms = self.embed_ms + lookup.wall_ms
-        job = _Job(request, now, k, admission_ms, entry_row, similarity if k is not None else None)
+        job = SimJob(request, now, k, admission_ms, entry_row, similarity if k is not None else None)
         job.role = Role.SMALL if k is not None and self.profile.hits_on_small else Role.LARGE
         if self.config.cascade is not None and k is None:  # a miss goes light-first (DiffServe 3.1)
             job.role, job.stage = Role.SMALL, "light"
@@ -200,7 +174,7 @@ class _Simulation:
         self.window["hits" if k is not None else "misses"] += 1
         if k is not None:
             self.window_k[k] += 1
-        self.push(now + self.admit_s, _Event.READY, seq)
+        self.push(now + self.admit_s, Event.READY, seq)
 
     # --- workers ---------------------------------------------------------------------------
     def _dispatch(self, now: float) -> None:
@@ -233,9 +207,9 @@ class _Simulation:
         """The worker's next DONE event, when its jobs (batched: sharing each step) let the next end."""
         worker.done_s = worker.next_done(now, self.costs.slowdown)
         if worker.done_s is not None:
-            self.push(worker.done_s, _Event.DONE, worker.worker_id)
+            self.push(worker.done_s, Event.DONE, worker.worker_id)
 
-    def _service_s(self, job: _Job, *, on_small: bool) -> float:
+    def _service_s(self, job: SimJob, *, on_small: bool) -> float:
         """The job's time on the worker, its evaluations recorded (a cascade's light stage: the pair's
         light latency and the discriminator; an escalated job adds the heavy run to them)."""
         cascade = self.config.cascade
@@ -248,7 +222,7 @@ class _Simulation:
         job.evals = {**job.evals, model: steps} if job.stage == "heavy" else {model: steps}
         return (steps * step_ms + self.costs.decode_ms) / 1000.0
 
-    def _next_job(self, queue: deque[_Job]) -> _Job | None:
+    def _next_job(self, queue: deque[SimJob]) -> SimJob | None:
         """The next job of `queue` a worker can run. A hit whose source was evicted since admission
         goes to the large pool's queue as a miss instead (workers.generation.reuse_job)."""
         while queue:
@@ -275,7 +249,7 @@ class _Simulation:
         self._rebalance(now)
         self._dispatch(now)
 
-    def _complete(self, now: float, job: _Job) -> None:
+    def _complete(self, now: float, job: SimJob) -> None:
         """A job's run ended: escalated (queued for the heavy model), or its outcome recorded."""
         if self._escalated(job):
             self.jobs[job.request.seq] = job
@@ -312,7 +286,7 @@ class _Simulation:
             self._submit_next_closed(now)
 
     # --- DiffServe's cascade (bench.sim.cascade) --------------------------------------------
-    def _escalated(self, job: _Job) -> bool:
+    def _escalated(self, job: SimJob) -> bool:
         """At the end of a light stage: True when the discriminator sends the job on to the heavy
         model (then queued on the large pool, its light evaluations kept)."""
         if job.stage != "light" or self.controller is None or job.draw is None:
@@ -345,7 +319,7 @@ class _Simulation:
         self.window.clear()
         self.window_k.clear()
         self.light_work_s = 0.0
-        self.push(now + period, _Event.MONITOR, 0)
+        self.push(now + period, Event.MONITOR, 0)
 
     def cascade_summary(self, report: BenchReport) -> BenchReport:
         assert self.controller is not None
@@ -359,7 +333,7 @@ class _Simulation:
     def _rebalance(self, now: float) -> None:
         for worker in self.pools.rebalance(now):
             if worker.available_s > now:
-                self.push(worker.available_s, _Event.WAKE, worker.worker_id)
+                self.push(worker.available_s, Event.WAKE, worker.worker_id)
 
     def _follow_schedule(self, now: float, seq: int) -> None:
         """Apply the replayed stack's moves due by the arrival of request `seq` (bench.live.stack)."""
@@ -393,7 +367,7 @@ class _Simulation:
             self._rebalance(now)
             self._dispatch(now)
         self.timeline.append(AllocationPoint(now, self.pools.targets.large, self.pools.targets.small))
-        self.push(now + self.monitor.period_s, _Event.MONITOR, 0)
+        self.push(now + self.monitor.period_s, Event.MONITOR, 0)
 
 
 def run_simulation(
