@@ -206,8 +206,7 @@ def simulate_command(
                 trace, arrivals, process, order, rate, concurrency, time_scale, limit, seed
             ),
             profiles=tuple(parse.parse_list(profile)),
-            costs=costs,
-            batch_table=batch_table,
+            costs=costs, batch_table=batch_table,
             cache_bytes=parse.parse_size(cache_bytes) if cache_bytes else None,
             large_workers=large_workers, small_workers=small_workers, sweep=sweep,
             sizes=tuple(parse.parse_size(size) for size in parse.parse_list(sizes or "")),

@@ -3,6 +3,8 @@ quality and throughput claim rests on."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from core.settings import get_settings
@@ -23,6 +25,20 @@ from reprise.commands.bench import (
     VideoFramesOpt,
     bench_app,
 )
+
+GpuWorkersOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--gpu-workers", min=1, help="Large + small workers, for the vanilla estimate (default: /v1/stats)."
+    ),
+]
+VanillaOpt = Annotated[
+    bool,
+    typer.Option(
+        "--vanilla",
+        help="Then replay the same requests with the cache off on the same stack (vanilla_measured_rps).",
+    ),
+]
 
 
 @bench_app.command("replay")
@@ -45,17 +61,8 @@ def replay_command(
     steps: int | None = typer.Option(None, "--steps", min=1, help="T per request (default: the server's)."),
     fetch_images: int = typer.Option(5, "--fetch-images", min=0, help="PNGs to download for png_bytes."),
     quality_sample: QualitySampleOpt = 64,
-    gpu_workers: int | None = typer.Option(
-        None,
-        "--gpu-workers",
-        min=1,
-        help="Large + small workers, for the vanilla estimate (default: /v1/stats).",
-    ),
-    vanilla: bool = typer.Option(
-        False,
-        "--vanilla",
-        help="Then replay the same requests with the cache off on the same stack (vanilla_measured_rps).",
-    ),
+    gpu_workers: GpuWorkersOpt = None,
+    vanilla: VanillaOpt = False,
     video_frames: VideoFramesOpt = None,
     json_path: JsonOpt = None,
     plots: PlotsOpt = None,

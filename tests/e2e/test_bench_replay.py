@@ -8,6 +8,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,25 +27,10 @@ def test_replay_reports_the_contract_fields_and_hits_on_repeats(stack: Stack, tm
     trace.write_text("\n".join(prompts) + "\n", encoding="utf-8")
     tenant = make_tenant(stack.settings, f"replay-{uuid.uuid4().hex[:8]}", admin=True)  # reads global stats
     out = tmp_path / "replay.json"
+    options = f"--base-url {stack.base_url} --api-key {tenant.api_key} --trace {trace} --concurrency 1"
+    options += f" --json {out} --vanilla"
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "reprise",
-            "bench",
-            "replay",
-            "--base-url",
-            stack.base_url,
-            "--api-key",
-            tenant.api_key,
-            "--trace",
-            str(trace),
-            "--concurrency",
-            "1",
-            "--json",
-            str(out),
-            "--vanilla",
-        ],
+        [sys.executable, "-m", "reprise", "bench", "replay", *options.split()],
         env=stack.env,
         capture_output=True,
         text=True,
@@ -77,8 +63,12 @@ def test_replay_reports_the_contract_fields_and_hits_on_repeats(stack: Stack, tm
     assert set(record["monitor"]) == {"enabled", "mode", "period_s"}
     start = record["timeline"][0]
     assert start["submitted"] == 0 and start["large"] + start["small"] >= 1
-    # --vanilla: the same six requests again with the cache off, on the same stack, measured
-    assert "vanilla: the same requests with the cache off" in done.stderr
+    _measured_vanilla(done.stderr, report)
+
+
+def _measured_vanilla(stderr: str, report: dict[str, Any]) -> None:
+    """--vanilla: the same six requests again with the cache off, on the same stack, measured."""
+    assert "vanilla: the same requests with the cache off" in stderr
     assert report["vanilla_measured_rps"] > 0
     ratio = report["throughput_rps"] / report["vanilla_measured_rps"]
     assert report["vs_vanilla_measured"] == pytest.approx(ratio, rel=1e-3)

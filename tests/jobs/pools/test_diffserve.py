@@ -188,7 +188,17 @@ def test_the_live_allocator_starts_cold_escalates_least_when_infeasible_then_pla
     # the other, heavy, 0.2/s: f(t) <= 0.2 / (1.05 x 0.55) = 0.346. f measured on the profiled grid is
     # 0.25 at t = 0.249197 and 0.417 at 0.41064: t = 0.249197, and the SLO holds (0.6 + 5 <= 14 s).
     broker.delete(Queue.CASCADE_LIGHT.value, Queue.CASCADE_HEAVY.value)
-    steady = first + timedelta(minutes=1)
+    _steady_minute_plans_within_demand(settings, actuator, first + timedelta(minutes=1))
+    rows = _decisions(settings)
+    assert [(d.threshold, d.feasible, d.target_heavy, d.target_light) for d in rows] == [
+        (0.5, True, 1, 1),
+        (0.0, False, 1, 1),
+        (0.249197, True, 1, 1),
+    ]
+
+
+def _steady_minute_plans_within_demand(settings: Settings, actuator: TwoWorkers, steady: datetime) -> None:
+    """Step 3's minute: its decision and what a light worker reads."""
     _run_period(settings, steady, scores=[(i + 0.5) / 60 for i in range(60)], heavy_runs=30)
     planned = allocate_cascade(settings, actuator, window=(steady, steady + timedelta(minutes=1)))
     assert planned is not None and planned.feasible and planned.solution["fallback"] is None
@@ -198,10 +208,3 @@ def test_the_live_allocator_starts_cold_escalates_least_when_infeasible_then_pla
     assert planned.inputs["demand_estimate"]["cascade_rps"] == pytest.approx(0.55)
     assert planned.inputs["curve"]["source"] == "measured: 60 scores this period"
     assert _light_worker_threshold(settings) == 0.249197
-
-    rows = _decisions(settings)
-    assert [(d.threshold, d.feasible, d.target_heavy, d.target_light) for d in rows] == [
-        (0.5, True, 1, 1),
-        (0.0, False, 1, 1),
-        (0.249197, True, 1, 1),
-    ]
