@@ -1,28 +1,23 @@
-"""Prometheus metrics of the API process, served at /metrics (or on REPRISE_METRICS_PORT).
+"""Prometheus metrics of the API: the instruments each API process updates as it serves, and the pool
+monitor's and the cascade allocator's figures, read from Postgres at each scrape (api.exposition serves
+both at /metrics, or on REPRISE_METRICS_PORT).
 
 With several API processes (`reprise api --workers N`) prometheus_client's multiprocess mode adds up
-every process's counters (PROMETHEUS_MULTIPROC_DIR, set by `reprise api`); gauges show the latest value.
+every process's instruments (PROMETHEUS_MULTIPROC_DIR, set by `reprise api`). The figures read at scrape
+time are no instruments: they are metric families built afresh by the scraping process
+(`pool_families`, `cascade_families`), prometheus_client's way of exporting another system's values.
 """
 
 from __future__ import annotations
 
-import logging
-import os
-from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
-from typing import Final
+from collections.abc import Mapping
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.multiprocess import MultiProcessCollector
-from redis.exceptions import RedisError
-from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session
+from prometheus_client import Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
 
-from db.cascade import cascade_counts
-from db.cascade import latest_decision as latest_cascade_decision
-from db.pools import latest_decision, workers_per_role
+from db.cascade import CascadeCounts
+from db.models import CascadeDecision, PoolDecision
 
-LATEST: Final = "mostrecent"  # a gauge set at scrape time: the newest write of any API process wins
 UNMATCHED_ROUTE = "<unmatched>"  # unknown paths share one label, so scanners cannot blow up cardinality
 
 HTTP_REQUESTS = Counter(
@@ -46,118 +41,69 @@ ENQUEUE_FAILURES = Counter(
     ["task"],
 )
 
-# The pools and the pool monitor (MoDM 5.3), read from Postgres at each scrape (`refresh_pool_gauges`).
-POOL_WORKERS = Gauge(
-    "reprise_pool_workers", "Workers per role (worker_roles).", ["role"], multiprocess_mode=LATEST
-)
-POOL_TARGET = Gauge(
-    "reprise_pool_target_workers",
-    "Workers per pool the monitor's latest decision aims at.",
-    ["role"],
-    multiprocess_mode=LATEST,
-)
-POOL_MONITOR_HEURISTIC = Gauge(
-    "reprise_pool_monitor_heuristic_large",
-    "Algorithm 1's number of large workers before the PID.",
-    multiprocess_mode=LATEST,
-)
-POOL_MONITOR_CONTROLLED = Gauge(
-    "reprise_pool_monitor_controlled_large",
-    "The PID's continuous number of large workers.",
-    multiprocess_mode=LATEST,
-)
-POOL_MONITOR_DECIDED = Gauge(
-    "reprise_pool_monitor_last_decision_timestamp_seconds",
-    "When the monitor last decided (Unix time).",
-    multiprocess_mode=LATEST,
-)
+
+def pool_families(workers: Mapping[str, int], decision: PoolDecision | None) -> list[Metric]:
+    """The pools (MoDM 5.3): workers per role (worker_roles) and the monitor's latest decision."""
+    pool_workers = GaugeMetricFamily(
+        "reprise_pool_workers", "Workers per role (worker_roles).", labels=["role"]
+    )
+    for role in ("large", "small", *workers):
+        pool_workers.add_metric([role], workers.get(role, 0))
+    target = GaugeMetricFamily(
+        "reprise_pool_target_workers",
+        "Workers per pool the monitor's latest decision aims at.",
+        labels=["role"],
+    )
+    heuristic = GaugeMetricFamily(
+        "reprise_pool_monitor_heuristic_large", "Algorithm 1's number of large workers before the PID."
+    )
+    controlled = GaugeMetricFamily(
+        "reprise_pool_monitor_controlled_large", "The PID's continuous number of large workers."
+    )
+    decided = GaugeMetricFamily(
+        "reprise_pool_monitor_last_decision_timestamp_seconds", "When the monitor last decided (Unix time)."
+    )
+    if decision is not None:
+        target.add_metric(["large"], decision.target_large)
+        target.add_metric(["small"], decision.target_small)
+        large = decision.heuristic_large  # None: no work in the period, the pool held (NaN)
+        heuristic.add_metric([], large if large is not None else float("nan"))
+        controlled.add_metric([], decision.controlled_large)
+        decided.add_metric([], decision.decided_at.timestamp())
+    return [pool_workers, target, heuristic, controlled, decided]
 
 
-# DiffServe's allocator (3.3), from its latest decision in cascade_decisions (`refresh_cascade_gauges`).
-CASCADE_THRESHOLD = Gauge(
-    "reprise_cascade_threshold",
-    "The discriminator confidence a light image needs, as the allocator last set it.",
-    multiprocess_mode=LATEST,
-)
-CASCADE_TARGET = Gauge(
-    "reprise_cascade_target_workers",
-    "Workers per cascade model (light, heavy) the MILP's latest solution aims at.",
-    ["model"],
-    multiprocess_mode=LATEST,
-)
-CASCADE_SOLVE_MS = Gauge(
-    "reprise_cascade_milp_solve_milliseconds",
-    "How long the latest MILP took to solve.",
-    multiprocess_mode=LATEST,
-)
-CASCADE_FEASIBLE = Gauge(
-    "reprise_cascade_feasible",
-    "1 when the latest MILP met demand and SLO; 0 when it took the stated fallback.",
-    multiprocess_mode=LATEST,
-)
-CASCADE_ESCALATION = Gauge(
-    "reprise_cascade_escalation_ratio",
-    "Light stages of the last hour the discriminator escalated to the heavy model.",
-    multiprocess_mode=LATEST,
-)
-CASCADE_DECIDED = Gauge(
-    "reprise_cascade_last_decision_timestamp_seconds",
-    "When the cascade's allocator last decided (Unix time).",
-    multiprocess_mode=LATEST,
-)
-
-
-def refresh_cascade_gauges(session: Session) -> None:
-    """Set the cascade gauges from the allocator's latest decision and the last hour's light stages."""
-    counts = cascade_counts(session, datetime.now(UTC) - timedelta(hours=1))
-    CASCADE_ESCALATION.set(counts.escalated / counts.light if counts.light else float("nan"))
-    decision = latest_cascade_decision(session)
-    if decision is None:
-        return
-    CASCADE_THRESHOLD.set(decision.threshold)
-    CASCADE_TARGET.labels(model="light").set(decision.target_light)
-    CASCADE_TARGET.labels(model="heavy").set(decision.target_heavy)
-    CASCADE_SOLVE_MS.set(decision.solve_ms)
-    CASCADE_FEASIBLE.set(1.0 if decision.feasible else 0.0)
-    CASCADE_DECIDED.set(decision.decided_at.timestamp())
-
-
-def refresh_pool_gauges(session: Session) -> None:
-    """Set the pool gauges from worker_roles and the latest pool decision."""
-    counts = workers_per_role(session)
-    for role in ("large", "small", *counts):
-        POOL_WORKERS.labels(role=role).set(counts.get(role, 0))
-    decision = latest_decision(session)
-    if decision is None:
-        return
-    POOL_TARGET.labels(role="large").set(decision.target_large)
-    POOL_TARGET.labels(role="small").set(decision.target_small)
-    heuristic = decision.heuristic_large  # None: no work in the period, the pool held (NaN)
-    POOL_MONITOR_HEURISTIC.set(heuristic if heuristic is not None else float("nan"))
-    POOL_MONITOR_CONTROLLED.set(decision.controlled_large)
-    POOL_MONITOR_DECIDED.set(decision.decided_at.timestamp())
-
-
-log = logging.getLogger(__name__)
-
-
-def export_registry() -> CollectorRegistry:
-    """Every API process's metrics in multiprocess mode; this process's otherwise."""
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        registry = CollectorRegistry()
-        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-        return registry
-    return REGISTRY
-
-
-def exposition(session: Session, *, reads: Callable[[], None] | None = None) -> bytes:
-    """The text exposition of the metrics, pool gauges refreshed from Postgres first (and the read
-    path's from Redis, through `reads`)."""
-    try:
-        refresh_pool_gauges(session)
-        refresh_cascade_gauges(session)
-        if reads is not None:
-            reads()
-    except (SQLAlchemyError, RedisError):  # the HTTP metrics still matter when a store is down
-        log.warning("metrics: gauges not refreshed, a store is unreachable", exc_info=True)
-    return generate_latest(export_registry())
+def cascade_families(last_hour: CascadeCounts | None, decision: CascadeDecision | None) -> list[Metric]:
+    """DiffServe's allocator (3.3): its latest decision (cascade_decisions), the last hour's light stages."""
+    escalation = GaugeMetricFamily(
+        "reprise_cascade_escalation_ratio",
+        "Light stages of the last hour the discriminator escalated to the heavy model.",
+    )
+    if last_hour is not None:
+        escalation.add_metric([], last_hour.escalated / last_hour.light if last_hour.light else float("nan"))
+    threshold = GaugeMetricFamily(
+        "reprise_cascade_threshold",
+        "The discriminator confidence a light image needs, as the allocator last set it.",
+    )
+    target = GaugeMetricFamily(
+        "reprise_cascade_target_workers",
+        "Workers per cascade model (light, heavy) the MILP's latest solution aims at.",
+        labels=["model"],
+    )
+    solve = GaugeMetricFamily("reprise_cascade_milp_solve_seconds", "How long the latest MILP took to solve.")
+    feasible = GaugeMetricFamily(
+        "reprise_cascade_feasible",
+        "1 when the latest MILP met demand and SLO; 0 when it took the stated fallback.",
+    )
+    decided = GaugeMetricFamily(
+        "reprise_cascade_last_decision_timestamp_seconds",
+        "When the cascade's allocator last decided (Unix time).",
+    )
+    if decision is not None:
+        threshold.add_metric([], decision.threshold)
+        target.add_metric(["light"], decision.target_light)
+        target.add_metric(["heavy"], decision.target_heavy)
+        solve.add_metric([], decision.solve_ms / 1e3)
+        feasible.add_metric([], 1.0 if decision.feasible else 0.0)
+        decided.add_metric([], decision.decided_at.timestamp())
+    return [escalation, threshold, target, solve, feasible, decided]

@@ -1,51 +1,52 @@
 """/metrics on a listener of its own (REPRISE_METRICS_PORT), so that a public API port need not
-expose them. Started by `reprise api` in its own process; with several API processes it
-reads them all through prometheus_client's multiprocess directory."""
+expose them. Started by `reprise api` in its own process; with several API processes it reads them
+all through prometheus_client's multiprocess directory (api.exposition).
+
+prometheus_client's WSGI app and threading server do the serving (content negotiation, compression,
+`name[]` filters); its `start_http_server` answers the metrics on every path, so the app is wrapped to
+answer only /metrics and 404 elsewhere, as this listener always has: a scanner finds nothing else here."""
 
 from __future__ import annotations
 
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Iterable
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client import make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
 
-from api.metrics import exposition
-from api.quality_guard import refresh_guard_gauges
-from api.read_metrics import refresh_read_gauges
-from api.store_metrics import refresh_store_gauges
+from api.exposition import Exposition, StoreCollector
 from core.settings import Settings
 from db.engine import session_scope
 from jobs.broker import broker_client
 
+METRICS_PATH = "/metrics"
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
-def start_metrics_server(settings: Settings, *, port: int, address: str) -> ThreadingHTTPServer:
+
+class QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # scrapes every few seconds: not worth a log line each
+
+
+def only_metrics(app: WSGIApp) -> WSGIApp:
+    """`app` at /metrics; 404 on any other path."""
+
+    def serve(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") != METRICS_PATH:
+            start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"not found: metrics are at /metrics\n"]
+        return app(environ, start_response)
+
+    return serve
+
+
+def start_metrics_server(settings: Settings, *, port: int, address: str) -> WSGIServer:
     """Serve GET /metrics on address:port from a daemon thread; returns the server (shutdown() stops it)."""
-
     broker = broker_client(settings, socket_timeout=1.0, socket_connect_timeout=1.0)
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path.split("?", 1)[0] != "/metrics":
-                self.send_error(404)
-                return
-            with session_scope(settings) as session:
-
-                def reads() -> None:
-                    refresh_read_gauges(broker, session, heartbeat_s=settings.read_heartbeat_s)
-                    refresh_store_gauges(broker, session)
-                    refresh_guard_gauges(session, settings)
-
-                body = exposition(session, reads=reads)
-            self.send_response(200)
-            self.send_header("Content-Type", CONTENT_TYPE_LATEST)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # scrapes every few seconds: not worth a log line each
-
-    server = ThreadingHTTPServer((address, port), Handler)
+    stores = StoreCollector(settings, broker, sessions=lambda: session_scope(settings))
+    app = only_metrics(make_wsgi_app(Exposition(stores)))
+    server = make_server(address, port, app, ThreadingWSGIServer, handler_class=QuietHandler)
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
     return server

@@ -1,11 +1,11 @@
-"""The quality guard as operators see it: the /v1/stats block and the Prometheus gauges, both read from
+"""The quality guard as operators see it: the /v1/stats block and the Prometheus metrics, both read from
 Postgres at request or scrape time (the audits, the newest change of the guarded k table)."""
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Mapping
 
-from prometheus_client import Gauge
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from sqlalchemy.orm import Session
 
 from api.schemas import GuardBin, GuardChange, QualityGuardView
@@ -14,32 +14,6 @@ from db import quality_guard as guard_db
 from jobs.passes.quality_guard import bins_json, guarded_table
 from jobs.policies.k_selection import configured_table
 from jobs.policies.quality_guard import BIN_WIDTH, WINDOW, Audit, estimate
-
-LATEST: Final = "mostrecent"
-
-GUARD_ENABLED = Gauge(
-    "reprise_quality_guard_enabled", "1 when the quality guard holds the k table.", multiprocess_mode=LATEST
-)
-GUARD_TARGET = Gauge(
-    "reprise_quality_guard_target", "The mean quality drop the guard holds per bin.", multiprocess_mode=LATEST
-)
-GUARD_DROP = Gauge(
-    "reprise_quality_guard_drop_estimate",
-    "Mean drop (fresh score - hit score) of the audits the guard's estimate keeps, every bin.",
-    multiprocess_mode=LATEST,
-)
-GUARD_AUDITS = Gauge("reprise_quality_guard_audits", "Hits audited, ever.", multiprocess_mode=LATEST)
-GUARD_THRESHOLD = Gauge(
-    "reprise_quality_guard_threshold",
-    "The similarity each k of the table in use needs (the guard's newest table, or the configured one).",
-    ["k"],
-    multiprocess_mode=LATEST,
-)
-GUARD_CHANGED = Gauge(
-    "reprise_quality_guard_last_change_timestamp_seconds",
-    "When the guard last changed the table (Unix time).",
-    multiprocess_mode=LATEST,
-)
 
 
 def guard_view(session: Session, settings: Settings) -> QualityGuardView:
@@ -79,17 +53,42 @@ def guard_view(session: Session, settings: Settings) -> QualityGuardView:
     )
 
 
-def refresh_guard_gauges(session: Session, settings: Settings) -> None:
-    """Set the guard's gauges from the same figures /v1/stats shows."""
-    view = guard_view(session, settings)
-    GUARD_ENABLED.set(1.0 if view.enabled else 0.0)
-    GUARD_TARGET.set(view.target)
-    GUARD_DROP.set(view.drop_mean if view.drop_mean is not None else float("nan"))
-    GUARD_AUDITS.set(view.audits)
-    in_use = (
-        guarded_table(session, configured_table(settings)) if view.enabled else configured_table(settings)
+def thresholds_in_use(session: Session, settings: Settings) -> dict[int, float]:
+    """The similarity each k of the table admission serves from needs."""
+    base = configured_table(settings)
+    table = guarded_table(session, base) if settings.quality_guard else base
+    return {row.k: row.similarity for row in table.rows}
+
+
+def guard_families(view: QualityGuardView | None, thresholds: Mapping[int, float]) -> list[Metric]:
+    """The guard's metrics from the figures /v1/stats shows (`guard_view`) and `thresholds_in_use`."""
+    enabled = GaugeMetricFamily(
+        "reprise_quality_guard_enabled", "1 when the quality guard holds the k table."
     )
-    for row in in_use.rows:
-        GUARD_THRESHOLD.labels(k=str(row.k)).set(row.similarity)
-    if view.last_change is not None:
-        GUARD_CHANGED.set(view.last_change.decided_at.timestamp())
+    target = GaugeMetricFamily(
+        "reprise_quality_guard_target", "The mean quality drop the guard holds per bin."
+    )
+    drop = GaugeMetricFamily(
+        "reprise_quality_guard_drop_estimate",
+        "Mean drop (fresh score - hit score) of the audits the guard's estimate keeps, every bin.",
+    )
+    audits = CounterMetricFamily("reprise_quality_guard_audits", "Hits audited, ever.")  # rows never deleted
+    threshold = GaugeMetricFamily(
+        "reprise_quality_guard_threshold",
+        "The similarity each k of the table in use needs (the guard's newest table, or the configured one).",
+        labels=["k"],
+    )
+    changed = GaugeMetricFamily(
+        "reprise_quality_guard_last_change_timestamp_seconds",
+        "When the guard last changed the table (Unix time).",
+    )
+    for k, similarity in thresholds.items():
+        threshold.add_metric([str(k)], similarity)
+    if view is not None:
+        enabled.add_metric([], 1.0 if view.enabled else 0.0)
+        target.add_metric([], view.target)
+        drop.add_metric([], view.drop_mean if view.drop_mean is not None else float("nan"))
+        audits.add_metric([], view.audits)
+        if view.last_change is not None:
+            changed.add_metric([], view.last_change.decided_at.timestamp())
+    return [enabled, target, drop, audits, threshold, changed]

@@ -1,60 +1,43 @@
-"""Gauges read from the stores at scrape time: each queue's depth from the broker, what the
-cache holds from Postgres, the jobs not yet ended. The cache's sums scan its tables, so they are
-refreshed at most every FOOTPRINT_EVERY_S whatever the scrape interval."""
+"""Figures read from the stores at scrape time: each queue's depth from the broker, what the cache holds
+from Postgres, the jobs not yet ended. The cache's sums scan its tables, so they are read at most every
+FOOTPRINT_EVERY_S whatever the scrape interval, and the last reading is exported in between."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 import redis
-from prometheus_client import Gauge
+from prometheus_client.core import GaugeMetricFamily, Metric
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from core.vocabulary import JobStatus
-from db.footprint import cache_footprint
+from db.footprint import ScopeFootprint, cache_footprint
 from db.models import Job
 from jobs.queues import Queue, queue_depth
 
-LATEST: Final = "mostrecent"
 FOOTPRINT_EVERY_S: Final = 30.0
 IN_FLIGHT: Final = (JobStatus.STARTING, JobStatus.PROCESSING)
 
-QUEUE_DEPTH = Gauge(
-    "reprise_queue_depth",
-    "Tasks waiting on each queue (decode nodes' own queues: reprise_read_queue_depth).",
-    ["queue"],
-    multiprocess_mode=LATEST,
-)
-CACHE_BYTES = Gauge(
-    "reprise_cache_bytes",
-    "Bytes the cache stores, by scope kind (shared, tenant) and tier (final latents, intermediate states).",
-    ["scope", "tier"],
-    multiprocess_mode=LATEST,
-)
-CACHE_ENTRIES = Gauge(
-    "reprise_cache_entries",
-    "Cache entries, by scope kind (shared, tenant).",
-    ["scope"],
-    multiprocess_mode=LATEST,
-)
-JOBS_IN_FLIGHT = Gauge(
-    "reprise_jobs_in_flight",
-    "Jobs not ended: starting (queued for admission or a GPU) and processing.",
-    ["status"],
-    multiprocess_mode=LATEST,
-)
-_footprint_at = [float("-inf")]
+_footprint: list[tuple[float, list[ScopeFootprint]]] = []  # this process's last reading: (when, what)
 
 
-def refresh_store_gauges(client: redis.Redis, session: Session) -> None:
+def queue_depths(client: redis.Redis) -> dict[str, int]:
+    """Tasks waiting per queue the broker answered for (decode nodes' queues are the read path's)."""
+    depths = {}
     for queue in Queue:
         if queue is Queue.DECODE:
-            continue  # a decode node consumes decode.<node>, counted per node by the read path's gauges
+            continue  # a decode node consumes decode.<node>, counted per node by the read path's metrics
         depth = queue_depth(client, queue)
         if depth is not None:
-            QUEUE_DEPTH.labels(queue=queue.value).set(depth)
+            depths[queue.value] = depth
+    return depths
+
+
+def jobs_in_flight(session: Session) -> dict[str, int]:
+    """Jobs per status not yet ended, every such status present."""
     counts = dict(
         session.execute(
             select(Job.status, func.count())
@@ -62,13 +45,45 @@ def refresh_store_gauges(client: redis.Redis, session: Session) -> None:
             .group_by(Job.status)
         ).all()
     )
-    for status in IN_FLIGHT:
-        JOBS_IN_FLIGHT.labels(status=status.value).set(counts.get(status.value, 0))
+    return {status.value: int(counts.get(status.value, 0)) for status in IN_FLIGHT}
+
+
+def recent_footprint(session: Session) -> list[ScopeFootprint]:
+    """The cache's footprint, read again once the last reading is FOOTPRINT_EVERY_S old."""
     now = time.monotonic()
-    if now - _footprint_at[0] < FOOTPRINT_EVERY_S:
-        return
-    _footprint_at[0] = now
-    for footprint in cache_footprint(session):
-        CACHE_ENTRIES.labels(scope=footprint.scope).set(footprint.entries)
-        CACHE_BYTES.labels(scope=footprint.scope, tier="final").set(footprint.final_bytes)
-        CACHE_BYTES.labels(scope=footprint.scope, tier="states").set(footprint.state_bytes)
+    if not _footprint or now - _footprint[0][0] >= FOOTPRINT_EVERY_S:
+        _footprint[:] = [(now, cache_footprint(session))]
+    return _footprint[0][1]
+
+
+def store_families(
+    depths: Mapping[str, int], in_flight: Mapping[str, int], footprint: Sequence[ScopeFootprint]
+) -> list[Metric]:
+    queue = GaugeMetricFamily(
+        "reprise_queue_depth",
+        "Tasks waiting on each queue (decode nodes' own queues: reprise_read_queue_depth).",
+        labels=["queue"],
+    )
+    for name, depth in depths.items():
+        queue.add_metric([name], depth)
+    jobs = GaugeMetricFamily(
+        "reprise_jobs_in_flight",
+        "Jobs not ended: starting (queued for admission or a GPU) and processing.",
+        labels=["status"],
+    )
+    for status, count in in_flight.items():
+        jobs.add_metric([status], count)
+    cache_bytes = GaugeMetricFamily(
+        "reprise_cache_bytes",
+        "Bytes the cache stores, by scope kind (shared, tenant) and tier (final latents, intermediate "
+        "states).",
+        labels=["scope", "tier"],
+    )
+    entries = GaugeMetricFamily(
+        "reprise_cache_entries", "Cache entries, by scope kind (shared, tenant).", labels=["scope"]
+    )
+    for scope in footprint:
+        entries.add_metric([scope.scope], scope.entries)
+        cache_bytes.add_metric([scope.scope, "final"], scope.final_bytes)
+        cache_bytes.add_metric([scope.scope, "states"], scope.state_bytes)
+    return [queue, jobs, cache_bytes, entries]

@@ -16,7 +16,10 @@ ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "reprise.json"
 DATASOURCES = ROOT / "deploy" / "grafana" / "provisioning" / "datasources" / "prometheus.yml"
 PACKAGES = ("core", "db", "jobs", "api", "workers", "lab", "bench", "reprise")
-DEFINITION = re.compile(r'\b(?:Counter|Gauge|Histogram|Summary|Info|Enum)\(\s*"(reprise_[a-z0-9_]+)"')
+# An instrument (Counter(...)) or a family a custom collector builds at scrape time (GaugeMetricFamily(...)).
+DEFINITION = re.compile(
+    r'\b(?:Counter|Gauge|Histogram|Summary|Info|Enum|(?:Counter|Gauge|Histogram|Summary)MetricFamily)\(\s*"(reprise_[a-z0-9_]+)"'
+)
 METRIC = re.compile(r"\breprise_[a-z0-9_]+\b")
 QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')  # label values: {route="reprise_x"} names no metric
 # The samples each family type exports (prometheus_client's text exposition).
@@ -47,10 +50,14 @@ def defined_metrics() -> dict[str, set[str]]:
 
 
 def exported_families() -> dict[str, str]:
-    """Every reprise_* metric family the API and the workers register: name -> type."""
+    """Every reprise_* metric family the API and the workers export: name -> type (the instruments they
+    register, and the families the API reads from its stores at scrape time)."""
     for module in defined_metrics():
         importlib.import_module(module)
-    return {family.name: family.type for family in REGISTRY.collect() if family.name.startswith("reprise_")}
+    from api.exposition import described_families
+
+    families = [*REGISTRY.collect(), *described_families()]
+    return {family.name: family.type for family in families if family.name.startswith("reprise_")}
 
 
 def exported_samples() -> set[str]:

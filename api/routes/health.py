@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 
 import redis
 from fastapi import APIRouter, Response
-from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy.exc import SQLAlchemyError
 
 from api.deps import SessionDep, StateDep
-from api.metrics import exposition
+from api.exposition import Exposition, StoreCollector
 from api.problems import Problem
-from api.quality_guard import refresh_guard_gauges
-from api.read_metrics import refresh_read_gauges
 from api.routing import ReleasingRoute
 from api.schemas import problem_responses
-from api.store_metrics import refresh_store_gauges
 from db.engine import ping
 
 log = logging.getLogger(__name__)
@@ -54,10 +52,5 @@ def metrics(session: SessionDep, state: StateDep) -> Response:
     """Prometheus metrics in the text exposition format; 404 when they have a port of their own."""
     if state.settings.metrics_port is not None:
         raise Problem(404, "metrics are served on their own port (REPRISE_METRICS_PORT)", slug="not-found")
-
-    def reads() -> None:
-        refresh_read_gauges(state.redis, session, heartbeat_s=state.settings.read_heartbeat_s)
-        refresh_store_gauges(state.redis, session)
-        refresh_guard_gauges(session, state.settings)
-
-    return Response(exposition(session, reads=reads), media_type=CONTENT_TYPE_LATEST)
+    stores = StoreCollector(state.settings, state.redis, sessions=lambda: nullcontext(session))
+    return Response(generate_latest(Exposition(stores)), media_type=CONTENT_TYPE_LATEST)

@@ -87,7 +87,8 @@ def test_metrics_expose_the_guard(make_client: Callable[..., TestClient], guarde
     }
     assert lines["reprise_quality_guard_enabled"] == 1.0 and lines["reprise_quality_guard_target"] == 0.02
     assert (
-        lines["reprise_quality_guard_drop_estimate"] == 0.15 and lines["reprise_quality_guard_audits"] == 8.0
+        lines["reprise_quality_guard_drop_estimate"] == 0.15
+        and lines["reprise_quality_guard_audits_total"] == 8.0
     )
     assert lines['reprise_quality_guard_threshold{k="5"}'] == 0.675
     assert lines['reprise_quality_guard_threshold{k="25"}'] == 0.95

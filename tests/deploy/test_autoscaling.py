@@ -115,7 +115,7 @@ def test_decode_scales_on_the_read_path_gauge(manifests: list[dict[str, Any]]) -
     assert triggers(scaled, "redis") == []
     assert decode_queue("decode-1@pod") != Queue.DECODE.value
     (prometheus,) = triggers(scaled, "prometheus")
-    assert READ_QUEUE._name in prometheus["metadata"]["query"]
+    assert READ_QUEUE in prometheus["metadata"]["query"]
     assert "max by (node)" in prometheus["metadata"]["query"]
 
 
