@@ -3,13 +3,18 @@ job asked for, the retry schedule, and the check that a URL may be called at all
 
 Everything here is pure; the one piece of I/O, DNS resolution, is a parameter (`Resolver`), so the
 API (at submission) and the delivery worker (at each attempt) run the same checks.
+
+Signatures are the `standardwebhooks` package's (`sign`). Kept here: the secret's strict base64 check
+(the library drops characters that are not base64), one signature per secret during a rotation, and
+`verify`, whose clock and window are parameters (the library reads the wall clock with a fixed five
+minutes) and which answers every malformed header with WebhookVerificationError (the library raises
+ValueError on a signature without a comma).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import hmac
 import ipaddress
 import json
@@ -22,6 +27,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
+
+from standardwebhooks.webhooks import Webhook
 
 from core.errors import InvalidInput, WebhookVerificationError
 from core.signing import SECRET_PREFIX
@@ -43,10 +50,11 @@ def secret_key(secret: str) -> bytes:
 
 
 def sign(secret: str, *, msg_id: str, timestamp: int, body: bytes) -> str:
-    """'v1,' + base64(HMAC-SHA256(key, f"{msg_id}.{timestamp}.{body}"))."""
-    signed = msg_id.encode() + b"." + str(timestamp).encode() + b"." + body
-    digest = hmac.new(secret_key(secret), signed, hashlib.sha256).digest()
-    return f"{SIGNATURE_VERSION},{base64.b64encode(digest).decode('ascii')}"
+    """'v1,' + base64(HMAC-SHA256(key, f"{msg_id}.{timestamp}.{body}")), by standardwebhooks' `Webhook`,
+    the reference library the client verifies with. `body` is UTF-8 (encode_payload's bytes): the
+    library signs text; UnicodeDecodeError otherwise."""
+    at = datetime.fromtimestamp(timestamp, UTC)
+    return Webhook(secret_key(secret)).sign(msg_id, at, body.decode("utf-8"))
 
 
 def signature_headers(
@@ -88,7 +96,10 @@ def verify(
     current = time.time() if now is None else now
     if abs(current - timestamp) > tolerance_s:
         raise WebhookVerificationError("webhook-timestamp is outside the tolerance window")
-    expected = sign(secret, msg_id=msg_id, timestamp=timestamp, body=body)
+    try:
+        expected = sign(secret, msg_id=msg_id, timestamp=timestamp, body=body)
+    except UnicodeDecodeError:
+        raise WebhookVerificationError("the body is not UTF-8") from None
     for candidate in signatures.split(" "):
         version, _, _ = candidate.partition(",")
         if version == SIGNATURE_VERSION and hmac.compare_digest(candidate.encode(), expected.encode()):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import time
 import uuid
 from datetime import UTC, datetime
@@ -37,6 +39,22 @@ SPEC_SIGNATURE = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
 
 def test_sign_matches_the_spec_test_vector() -> None:
     assert sign(SPEC_SECRET, msg_id=SPEC_MSG_ID, timestamp=SPEC_TIMESTAMP, body=SPEC_BODY) == SPEC_SIGNATURE
+
+
+def test_sign_is_the_hmac_of_id_timestamp_and_body_whatever_the_text() -> None:
+    """standardwebhooks signs text: a body with non-ASCII characters signs as its UTF-8 bytes, as the
+    HMAC computed by hand (this module's signing before it used the library) does."""
+    secret = generate_secret()
+    body = encode_payload({"prompt": "un café à Kyōto 🌸", "n": 1})
+    by_hand = hmac.new(secret_key(secret), b"msg_9.1700000000." + body, hashlib.sha256).digest()
+    expected = "v1," + base64.b64encode(by_hand).decode("ascii")
+    assert sign(secret, msg_id="msg_9", timestamp=1700000000, body=body) == expected
+
+
+def test_verify_refuses_a_body_that_is_not_utf8() -> None:
+    headers = signature_headers(SPEC_SECRET, msg_id=SPEC_MSG_ID, timestamp=SPEC_TIMESTAMP, body=SPEC_BODY)
+    with pytest.raises(WebhookVerificationError):
+        verify(SPEC_SECRET, headers, b"\xff" + SPEC_BODY, now=SPEC_TIMESTAMP)
 
 
 def test_the_secret_prefix_is_optional() -> None:
