@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 
 from celery.signals import worker_process_init, worker_process_shutdown
-from celery.utils.nodenames import default_nodename, host_format
+from celery.utils.nodenames import host_format
 
 from core.errors import SettingsError
 from core.settings import Settings, get_settings
 from core.vocabulary import GPU_ROLES, Role
 from jobs.celery_app import get_celery_app
+from jobs.hosts import broker_ping, refuse_local_blobs_across_hosts
 from jobs.queues import decode_queue
 from workers import role_switch
 from workers.context import ROLE_ENV
@@ -23,8 +23,14 @@ from workers.role_switch import consumed_queues
 log = logging.getLogger(__name__)
 
 
-def worker_node_name(role: Role) -> str:
-    return f"{role.value}-{os.getpid()}@{socket.gethostname()}"
+def worker_node_name(role: Role, settings: Settings, name: str | None = None) -> str:
+    """The worker's Celery node name: `name` (default <role>-<pid>), on this machine's host
+    (REPRISE_HOSTNAME, else its hostname) when it names none; %h, %n and %d expand to that host."""
+    host = settings.worker_host
+    node = name or f"{role.value}-{os.getpid()}"
+    if "@" not in node:
+        node = f"{node}@{host}"
+    return str(host_format(node, host=host))
 
 
 def pool_arguments(role: Role, settings: Settings, concurrency: int) -> list[str]:
@@ -60,9 +66,12 @@ def run_worker(
 
     A large or small worker whose name an operator pinned to the other pool starts there; the pool
     monitor may move it later (workers.role_switch). Its role is recorded in worker_roles (workers.registry).
+    Raises SettingsError when the blob store is local and a worker on another host answers (jobs.hosts).
     """
     settings = get_settings()
-    hostname = host_format(default_nodename(name or worker_node_name(role)))
+    hostname = worker_node_name(role, settings, name)
+    # A local blob store is this host's disk: refused while workers on another host run (jobs.hosts).
+    refuse_local_blobs_across_hosts(settings, host=settings.worker_host, ping=broker_ping(get_celery_app()))
     role = starting_role(settings, worker_name=hostname, role=role)
     pool = pool_arguments(role, settings, concurrency)
     os.environ[ROLE_ENV] = role.value  # read by the child processes' context

@@ -4,6 +4,7 @@ disk or S3). Unset URLs mean the embedded servers that `reprise services up` sta
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 from typing import Self
 from urllib.parse import urlsplit
@@ -75,6 +76,15 @@ class ServiceSettings(BaseSettings):
     s3_region: str = Field("us-east-1", description="S3 region.")
     s3_access_key_id: str | None = Field(None, description="S3 access key; unset: boto3's default chain.")
     s3_secret_access_key: str | None = Field(None, description="S3 secret key; unset: boto3's chain.")
+    hostname: str | None = Field(
+        None,
+        min_length=1,
+        pattern=r"^[^@\s]+$",
+        description="This machine's name in its workers' names (<role>-<pid>@<host>, Celery's %h) and so in "
+        "worker_roles and the decode ring. Unset: the machine's hostname. Workers on several hosts need "
+        "blob_backend=s3: a worker with a local blob store refuses to start while workers on another host "
+        "answer (docs/operations.md, 'More than one host').",
+    )
 
     @field_validator("database_url")
     @classmethod
@@ -132,6 +142,11 @@ class ServiceSettings(BaseSettings):
     @property
     def broker_url(self) -> str:  # the configured Redis, or the embedded one
         return self.redis_url if self.redis_url is not None else f"redis://127.0.0.1:{self.redis_port}/0"
+
+    @property
+    def worker_host(self) -> str:
+        """The host part of this machine's worker names: REPRISE_HOSTNAME, else the machine's hostname."""
+        return self.hostname or socket.gethostname()
 
     @property
     def blob_root(self) -> Path:

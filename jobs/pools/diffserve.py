@@ -92,7 +92,7 @@ def decide_cascade(
     previous = cascade_db.latest_decision(session)
     if window is None and previous is not None and previous.period_start == since:
         return None
-    pool, pinned = survey_pool(session, actuator)
+    pool, pinned = survey_pool(session, actuator, settings)
     if not pool:
         log.warning("cascade allocator: no large or small worker answered; nothing to allocate")
         return None

@@ -26,6 +26,7 @@ from db import pools as db_pools
 from db.engine import session_scope
 from db.models import CascadeDecision, PoolDecision
 from db.stats import DEFAULT_PERIOD_SECONDS, PeriodStats, stats_between
+from jobs.hosts import spanned_hosts_warning
 from jobs.pools.actuator import PoolActuator
 from jobs.pools.loop import Measurement, MonitorConfig, PeriodDecision, run_period
 from jobs.pools.policy import (
@@ -102,12 +103,18 @@ def period_load(
     )
 
 
-def survey_pool(session: Session, actuator: PoolActuator) -> tuple[dict[str, Role], dict[str, Role]]:
+def survey_pool(
+    session: Session, actuator: PoolActuator, settings: Settings
+) -> tuple[dict[str, Role], dict[str, Role]]:
     """The large and small workers alive, by name, with what each hosts, and the operator's pins.
 
     Asks the broker who is alive, brings worker_roles up to date with the answers and drops the workers
-    that stopped without a word. Both pool controllers (MoDM's monitor, DiffServe's MILP) start here."""
+    that stopped without a word; warns when they span hosts under a local blob store (jobs.hosts). Both
+    pool controllers (MoDM's monitor, DiffServe's MILP) start here."""
     live = actuator.roles()
+    warning = spanned_hosts_warning(settings, live)
+    if warning is not None:
+        log.warning("pool monitor: %s", warning)
     for name, role in live.items():
         db_pools.record_role(session, worker_name=name, role=role)
     db_pools.forget_all_but(session, alive=live)
@@ -183,7 +190,7 @@ class ServicePools:
         if self.window is None and previous is not None and previous.period_start == since:
             return None
         stats = stats_between(session, since=since, until=until)
-        pool, pinned = survey_pool(session, self.actuator)
+        pool, pinned = survey_pool(session, self.actuator, self.settings)
         if not pool:
             log.warning("pool monitor: no large or small worker answered; nothing to rebalance")
             return None

@@ -69,13 +69,18 @@ def worker_command(
     ),
 ) -> None:
     """Run a Celery worker that hosts one role and consumes that role's queues."""
+    from core.errors import SettingsError
+
     settings = get_settings()
     use_multiprocess_dir(settings, "worker")  # before anything imports prometheus_client
     from workers.bootstrap import run_worker
 
-    run_worker(
-        role, name=name, concurrency=concurrency, metrics_port=metrics_port or settings.worker_metrics_port
-    )
+    port = metrics_port or settings.worker_metrics_port
+    try:
+        run_worker(role, name=name, concurrency=concurrency, metrics_port=port)
+    except SettingsError as refused:  # e.g. a local blob store while workers run on another host
+        typer.echo(f"refusing to start: {refused}", err=True)
+        raise typer.Exit(2) from None
 
 
 def use_multiprocess_dir(settings: Settings, kind: str) -> None:
@@ -141,13 +146,11 @@ def ping_worker_command(
     timeout_s: float = typer.Option(5.0, "--timeout", help="Seconds to wait for the answer."),
 ) -> None:
     """Exit 0 when the worker answers a Celery ping over the broker (a container's healthcheck)."""
-    import socket
-
     from jobs.celery_app import get_celery_app
 
     replies = get_celery_app().control.ping(destination=[name] if name else None, timeout=timeout_s) or []
     names = {node for reply in replies for node in reply}
-    suffix = f"@{socket.gethostname()}"
+    suffix = f"@{get_settings().worker_host}"  # this host's worker names (REPRISE_HOSTNAME)
     ok = name in names if name else any(node.endswith(suffix) for node in names)
     typer.echo(f"{'ok' if ok else 'no answer'}: {sorted(names)}")
     raise typer.Exit(0 if ok else 1)
