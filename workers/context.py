@@ -8,10 +8,12 @@ process only pays for what its queues need.
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -60,8 +62,22 @@ class WorkerContext:
 
     @property
     def owner(self) -> str:
-        """Names this process in job leases."""
-        return f"{self.role.value}:{socket.gethostname()}:{os.getpid()}"
+        """Names the run in job leases: this process, and the task's own run when `run_owner` marks one.
+        A worker with batching threads runs several tasks at once, so the process alone does not tell
+        two deliveries of one job apart: both would claim it, run it twice and spend two attempts."""
+        return _RUN.get() or f"{self.role.value}:{socket.gethostname()}:{os.getpid()}"
+
+    @contextmanager
+    def run_owner(self) -> Iterator[str]:
+        """Within the block, `owner` names one run of this process (a task's), not the process."""
+        token = _RUN.set(None)
+        owner = f"{self.owner}:{secrets.token_hex(4)}"
+        _RUN.reset(token)
+        token = _RUN.set(owner)
+        try:
+            yield owner
+        finally:
+            _RUN.reset(token)
 
     def switch_role(self, role: Role) -> None:
         """Host `role` from now on: a loaded runtime swaps its model (releasing the old one first);
@@ -170,6 +186,7 @@ class WorkerContext:
             return self._image_embedder
 
 
+_RUN: ContextVar[str | None] = ContextVar("reprise_run_owner", default=None)  # WorkerContext.run_owner
 ROLE_ENV = "REPRISE_WORKER_ROLE"  # set by workers.bootstrap in the main process, read by its children
 
 

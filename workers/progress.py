@@ -31,6 +31,7 @@ class ProgressReporter:
         self, context: WorkerContext, job_id: uuid.UUID, *, every_s: float = PROGRESS_EVERY_S
     ) -> None:
         self.context = context
+        self.owner = context.owner  # the run's, taken in its task: the batch loop's thread calls this hook
         self.job_id = job_id
         self.every_s = every_s
         self.reported: list[tuple[int, int]] = []
@@ -44,9 +45,7 @@ class ProgressReporter:
         self.reported.append((step, total))
         try:
             with session_scope(self.context.settings) as session:
-                recorded = record_progress(
-                    session, self.job_id, owner=self.context.owner, step=step, total=total
-                )
+                recorded = record_progress(session, self.job_id, owner=self.owner, step=step, total=total)
             if recorded:
                 announce_progress(self.context.broker(), self.job_id, step=step, total=total)
         except (SQLAlchemyError, redis.RedisError):

@@ -75,7 +75,7 @@ def _run_leased(
     context = get_context()
     settings = context.settings
     try:
-        with _in_pool(context, name):
+        with _in_pool(context, name), context.run_owner():
             body(context, uuid.UUID(job_id))
     except LeaseBusy as busy:
         waits = math.ceil(settings.task_time_limit_s / settings.lease_s) + LEASE_RETRY_SLACK

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select, update
 
-from core.errors import LeaseLost
+from core.errors import LeaseBusy, LeaseLost
 from core.settings import Settings
 from core.vocabulary import JobStatus, Role
 from db.engine import session_scope
@@ -108,3 +108,21 @@ def test_a_run_that_loses_its_job_midway_writes_nothing(
     with session_scope(settings) as session:
         assert session.scalar(select(func.count()).where(CacheEntry.source_job_id == job_id)) == 0
     assert not [path for path in settings.blob_root.rglob("*") if path.is_file()]  # no blob written
+
+
+def test_two_deliveries_of_one_job_in_one_process_do_not_both_claim_it(task_settings: Settings) -> None:
+    """A worker with batching threads runs several tasks in one process: each run names itself in the
+    lease, so a second delivery of a job the process is running waits (LEASED) instead of running it
+    again and spending another attempt."""
+    from workers.job import claim_job
+
+    context = WorkerContext(task_settings, Role.LARGE)
+    job_id = make_job(task_settings, make_tenant(task_settings), PROMPT)
+    with context.run_owner() as first:
+        assert first.startswith("large:") and context.owner == first
+        assert claim_job(context, job_id) is not None
+    with context.run_owner() as second, pytest.raises(LeaseBusy):
+        assert second != first
+        claim_job(context, job_id)
+    assert _row(task_settings, job_id).attempts == 1
+    assert context.owner.count(":") == 2  # outside a run: the process
