@@ -7,7 +7,9 @@ audit on the quality_audit queue, which only large workers take, and take first 
 workers.role_switch.consumed_queues): the fraction bounds the audits' share of the large pool (about 3%
 more full generations at a hit rate of 0.3 and the default 0.1), and under load they still run, as a
 guard must measure the load it guards; on a worker that batches, an audit is one more member of its
-batch (workers.runtime.batch_loop). Taken last, on idle capacity only, they starved under load.
+batch (workers.runtime.batch_loop). Taken last, on idle capacity only, they starved under load; taken
+first, an audit still queued REPRISE_QUALITY_AUDIT_MAX_AGE_S after its hit is dropped unrun, so that
+audits never pile up ahead of the misses.
 The large pool because the fresh image must be what a miss would have served (the large model, all T
 steps, MoDM 5.1 / NIRVANA 4.1); the io pool, which runs the maintenance queue, holds no model.
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 import logging
 import random
 import uuid
+from datetime import timedelta
 
 from PIL import Image
 
@@ -30,6 +33,7 @@ from core.vocabulary import JobKind
 from db import quality_guard as guard_db
 from db.codec.latent import decode_latent
 from db.engine import session_scope
+from db.job_runs import utcnow
 from db.models import Job
 from workers.context import WorkerContext
 from workers.job import JobView
@@ -55,6 +59,11 @@ def audit_hit(context: WorkerContext, job_id: uuid.UUID, hit_score: float | None
     with session_scope(settings) as session:
         row = session.get(Job, job_id)
         if row is None or row.similarity is None or row.k is None or row.kind != JobKind.IMAGE.value:
+            return False
+        if row.finished_at is not None and utcnow() - row.finished_at > timedelta(
+            seconds=settings.quality_audit_max_age_s
+        ):
+            log.info("audit of hit %s dropped: queued past %.0f s", job_id, settings.quality_audit_max_age_s)
             return False
         params, similarity, k = job_params(row), float(row.similarity), int(row.k)
     scorer = context.scorer()

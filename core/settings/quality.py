@@ -44,6 +44,15 @@ class QualitySettings(BaseSettings):
         "rate near 0.3 it costs about 3% more full generations, the large pool's audit queue taken first, "
         "and a bin collects quality_guard_min_sample audits after about ten times as many hits in it.",
     )
+    quality_audit_max_age_s: float = Field(
+        120.0,
+        gt=0,
+        description="An audit still queued this long after its hit completed is dropped unrun. Taken first "
+        "on the large pool, audits would otherwise pile up ahead of the misses when hits outrun them "
+        "(measured: at REPRISE_QUALITY_AUDIT_FRACTION=0.5 a miss waited 248 s behind them); 120 s is "
+        "four guard passes (the beat's 30 s period), past which the table the hit was served from has "
+        "likely moved.",
+    )
     quality_guard_min_sample: int = Field(
         16,
         ge=1,

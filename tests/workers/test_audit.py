@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -120,3 +121,27 @@ def test_an_audit_generates_afresh_scores_both_and_records_one_row_storing_nothi
 
     # A job that is gone, or was not a hit, is not audited.
     assert not audit_hit(large, uuid.uuid4(), 0.5, sent.args[2])
+
+
+def test_an_audit_queued_past_its_maximum_age_is_dropped_unrun(
+    task_settings: Settings, context_for: Callable[[Role], WorkerContext], dispatcher: RecordingDispatcher
+) -> None:
+    contexts = _settings(
+        context_for, quality_guard=True, quality_audit_fraction=1.0, quality_audit_max_age_s=60
+    )
+    job_id = _hit(task_settings, contexts)
+    [sent] = dispatcher.of(TaskName.AUDIT_HIT)
+    large = contexts(Role.LARGE)
+    large._scorer = Brightness()
+    with session_scope(task_settings) as session:  # the hit completed two minutes ago
+        job = session.get(Job, job_id)
+        assert job is not None and job.finished_at is not None
+        job.finished_at = job.finished_at - timedelta(seconds=120)
+    assert not audit_hit(large, uuid.UUID(sent.args[0]), sent.args[1], sent.args[2])
+    with session_scope(task_settings) as session:
+        assert (
+            session.scalar(
+                select(func.count()).select_from(QualityAudit).where(QualityAudit.job_id == job_id)
+            )
+            == 0
+        )
