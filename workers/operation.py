@@ -150,7 +150,7 @@ def record_service(session: Session, context: WorkerContext, result: GenerationR
     stats.record_service(
         session,
         role=context.role.value,
-        service_ms=result.wall_s * 1e3,
+        service_ms=result.service_s * 1e3,  # batched: its share of the worker, not its wall time
         steps=result.steps_run,
         denoiser_evals=result.denoiser_evals,
     )

@@ -80,6 +80,7 @@ class BatchMember:
     on_step: OnStep | None = None
     captured: dict[int, Latent] = field(init=False, default_factory=dict)
     step_ms: list[float] = field(init=False, default_factory=list)
+    shared_ms: float = field(init=False, default=0.0)  # of step_ms, what ran the other members' samples
     start_step: int = field(init=False)
     error: Exception | None = field(init=False, default=None)
     step_options: dict[str, Any] = field(init=False)
@@ -125,7 +126,9 @@ class BatchMember:
             raise self.error
         if self.step < self.steps:
             raise RuntimeError(f"the member is at step {self.step} of {self.steps}: not finished")
-        return DenoiseRun(latents=self.latents, captured=self.captured, step_ms=self.step_ms)
+        return DenoiseRun(
+            latents=self.latents, captured=self.captured, step_ms=self.step_ms, shared_ms=self.shared_ms
+        )
 
     def model_input(self) -> torch.Tensor:
         """This member's rows of the UNet's input, scaled by its own scheduler."""
@@ -152,10 +155,12 @@ class BatchMember:
             self.error = error
         return self.error is not None
 
-    def finish_step(self, ms: float) -> None:
-        """Book the step just taken: its time, the capture, progress; then move to the next step."""
+    def finish_step(self, ms: float, share: float = 1.0) -> None:
+        """Book the step just taken: its time (of which `share` ran this member's samples), the capture,
+        progress; then move to the next step."""
         self.step += 1
         self.step_ms.append(ms)
+        self.shared_ms += ms * (1.0 - share)
         if self.step in self.capture:
             self.captured[self.step] = to_numpy(self.latents)
         try:
@@ -261,8 +266,9 @@ class DenoisingBatch:
         self._synchronize()  # so step_ms is the step's device time, not its launch
         ms = (time.perf_counter() - started) * 1000.0
         # 4. Capture, progress; retire the finished
-        for member in active:
-            member.finish_step(ms)
+        samples = sum(rows)
+        for member, n in zip(active, rows, strict=True):
+            member.finish_step(ms, share=n / samples)  # its rows' part of the call
         self._members = [member for member in active if not member.done]
         retired = tuple(stopped) + tuple(member for member in active if member.done)
         return BatchStep(size=len(active), ms=ms, unet_ms=unet_ms, retired=retired)

@@ -36,6 +36,7 @@ class DenoiseRun:
     latents: torch.Tensor
     captured: dict[int, Latent]
     step_ms: list[float]
+    shared_ms: float = 0.0  # of step_ms, the time that ran other jobs' samples (a step-level batch)
 
 
 def denoise(

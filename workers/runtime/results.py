@@ -27,7 +27,9 @@ class GenerationResult:
     start_step: the step the run began at (0 for generate, k for resume and refine).
     denoiser_evals: model name -> UNet evaluations run; a classifier-free-guidance batch
     (unconditional + conditional in one forward pass) counts as one evaluation.
-    step_ms: wall time of each denoising step, in order. wall_s: the whole call.
+    step_ms: wall time of each denoising step, in order. wall_s: the whole call. shared_s: of wall_s,
+    the time its steps spent on other jobs' samples (a step-level batch, by UNet rows), so that
+    `service_s` is the worker's time this job took, the figure pool controllers size pools with.
     vae_decodes: VAE decoder passes the call ran (the final image when asked for; refine of another
     family's latent also decodes the source with that family's VAE).
     """
@@ -44,10 +46,16 @@ class GenerationResult:
     step_ms: tuple[float, ...]
     wall_s: float
     vae_decodes: int = 0
+    shared_s: float = 0.0
 
     @property
     def steps_run(self) -> int:
         return self.steps - self.start_step
+
+    @property
+    def service_s(self) -> float:
+        """The worker's time this job took: its wall time less its batch partners' part of its steps."""
+        return self.wall_s - self.shared_s
 
 
 @dataclass(frozen=True, slots=True)

@@ -420,6 +420,7 @@ class DiffusionRuntime(ModelHost):
             step_ms=tuple(run.step_ms),
             wall_s=time.perf_counter() - started,
             vae_decodes=decodes,
+            shared_s=run.shared_ms / 1000.0,
         )
 
 

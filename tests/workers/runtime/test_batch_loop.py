@@ -110,6 +110,12 @@ def test_jobs_run_by_threads_at_once_share_unet_calls_and_each_equals_its_run_al
         assert _diff(result.final_latent, reference.final_latent) <= BATCH_ATOL
         assert (result.start_step, result.denoiser_evals) == (reference.start_step, reference.denoiser_evals)
         assert sorted(result.captured) == sorted(reference.captured)
+    # A job that shared steps spent part of its wall time on the others' samples: its service time,
+    # what pool controllers size the pools with, is its share; one run alone shares nothing.
+    assert any(result.shared_s > 0 for result in results if isinstance(result, GenerationResult))
+    for result in results:
+        assert isinstance(result, GenerationResult) and 0 < result.service_s <= result.wall_s
+    assert all(reference.shared_s == 0.0 for reference in references)
     loop = batched._loop
     assert loop is not None and loop.largest_batch >= 2
     # 20 + 10 + 20 + 10 steps in fewer UNet calls than steps: they were shared.
