@@ -28,9 +28,7 @@ def up(settings: Settings) -> list[ServiceStatus]:
         embedded_postgres(settings).up()
         if settings.embedded_database
         else check_external_postgres(settings.sqlalchemy_url),
-        embedded_redis(settings).up()
-        if settings.embedded_redis
-        else check_external_redis(settings),
+        embedded_redis(settings).up() if settings.embedded_redis else check_external_redis(settings),
     ]
 
 
