@@ -15,7 +15,7 @@ from jobs.celery_app import get_celery_app
 from jobs.hosts import broker_ping, refuse_local_blobs_across_hosts
 from jobs.queues import decode_queue
 from workers import role_switch
-from workers.context import ROLE_ENV
+from workers.context import ROLE_ENV, WorkerContext
 from workers.decoding import NODE_ENV
 from workers.registry import keep_record, starting_role
 from workers.role_switch import consumed_queues
@@ -112,6 +112,8 @@ def _load_models_in_child(**_: object) -> None:
     context.switch_role(role)
     if role in GPU_ROLES:
         context.runtime()
+    if role is Role.SMALL and role_switch.cohosts(context.settings):
+        _load_guest(context)
     if role is Role.ADMIT:
         context.query_embedder()  # batched across threads when the admit worker has several
     if role in (Role.LARGE, Role.SMALL):
@@ -121,6 +123,21 @@ def _load_models_in_child(**_: object) -> None:
 
         start_heartbeat(context)
     log.info("worker process ready for role %s", role.value)
+
+
+def _load_guest(context: WorkerContext) -> None:
+    """A co-hosting small worker's second model, the large one, loaded at start like its own: a card
+    that cannot hold both says so now, with the fix, rather than at the first miss."""
+    try:
+        with context.serving(Role.LARGE):
+            context.runtime()
+    except RuntimeError as error:
+        if "out of memory" not in str(error).lower():
+            raise
+        raise SettingsError(
+            f"the small worker cannot also host the large model ({error}); set REPRISE_COHOST=false "
+            "so that each worker hosts its own pool's model only"
+        ) from None
 
 
 @worker_process_shutdown.connect

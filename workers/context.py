@@ -46,6 +46,7 @@ class WorkerContext:
         self.blobs: BlobStore = blob_store_from_settings(settings)
         self._dispatcher = dispatcher
         self._runtime: DiffusionRuntime | None = None
+        self._guest: DiffusionRuntime | None = None  # a co-hosting small worker's large model
         self._video_runtime: VideoRuntime | None = None
         self._text_embedder: Any = None
         self._image_embedder: Any = None
@@ -84,9 +85,27 @@ class WorkerContext:
         an unloaded one loads the new role's on first use. Between tasks only (workers.role_switch)."""
         if role is self.role:
             return
+        if self._guest is not None:  # the guest model belongs to the small pool's co-hosting
+            self._guest.release()
+            self._guest = None
         if self._runtime is not None:
             self._runtime.switch_role(role)
         self.role = role
+
+    @property
+    def serving_role(self) -> Role:
+        """The role whose model the running task uses: the worker's, or its guest's (`serving`)."""
+        return _SERVING.get() or self.role
+
+    @contextmanager
+    def serving(self, role: Role) -> Iterator[None]:
+        """Within the block, runtime() is `role`'s: a co-hosting small worker runs a miss on the large
+        model it also hosts (workers.role_switch.serving_role)."""
+        token = _SERVING.set(role)
+        try:
+            yield
+        finally:
+            _SERVING.reset(token)
 
     @contextmanager
     def hosting(self, role: Role) -> Iterator[None]:
@@ -121,11 +140,19 @@ class WorkerContext:
         return client
 
     def runtime(self) -> DiffusionRuntime:
-        if self._runtime is None:
-            from workers.runtime.runtime import DiffusionRuntime
+        """The model of the role the running task serves (`serving_role`): the worker's own, built on
+        first use, or the guest model a co-hosting small worker also hosts."""
+        from workers.runtime.runtime import DiffusionRuntime
 
-            self._runtime = DiffusionRuntime(self.settings, self.role)
-        return self._runtime
+        role = self.serving_role
+        with self._building:
+            if role is self.role:
+                if self._runtime is None:
+                    self._runtime = DiffusionRuntime(self.settings, self.role)
+                return self._runtime
+            if self._guest is None:
+                self._guest = DiffusionRuntime(self.settings, role)
+            return self._guest
 
     def video_runtime(self) -> VideoRuntime:
         """The text-to-video pipeline (settings.video_model), loaded on this process's first video job:
@@ -187,6 +214,7 @@ class WorkerContext:
 
 
 _RUN: ContextVar[str | None] = ContextVar("reprise_run_owner", default=None)  # WorkerContext.run_owner
+_SERVING: ContextVar[Role | None] = ContextVar("reprise_serving_role", default=None)  # WorkerContext.serving
 ROLE_ENV = "REPRISE_WORKER_ROLE"  # set by workers.bootstrap in the main process, read by its children
 
 

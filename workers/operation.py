@@ -149,7 +149,7 @@ def record_service(session: Session, context: WorkerContext, result: GenerationR
     """The run's service time and steps in the interval statistics (the pool controllers read them)."""
     stats.record_service(
         session,
-        role=context.role.value,
+        role=context.serving_role.value,  # a co-hosting small worker's miss counts for the large model
         service_ms=result.service_s * 1e3,  # batched: its share of the worker, not its wall time
         steps=result.steps_run,
         denoiser_evals=result.denoiser_evals,
@@ -179,12 +179,12 @@ def end_job(
 
 
 def count_job(context: WorkerContext, model: str, route: str, outcome: str) -> None:
-    metrics.JOBS.labels(role=context.role.value, model=model, route=route, outcome=outcome).inc()
+    metrics.JOBS.labels(role=context.serving_role.value, model=model, route=route, outcome=outcome).inc()
 
 
 def count_success(context: WorkerContext, result: GenerationResult) -> None:
     route = Route.HIT.value if result.start_step > 0 else Route.MISS.value
-    role = context.role.value
+    role = context.serving_role.value
     count_job(context, result.model, route, JobStatus.SUCCEEDED.value)
     metrics.SKIPPED_STEPS.labels(role=role, route=route).observe(result.start_step)
     metrics.RUN_SECONDS.labels(role=role, model=result.model, route=route).observe(result.wall_s)

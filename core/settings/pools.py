@@ -35,6 +35,15 @@ class PoolSettings(BaseSettings):
         "growing to 8 jobs (2.6x one job's on a CPU) and no further at 16 (docs/results/simulator.md, "
         "'Step-level batching').",
     )
+    cohost: bool = Field(
+        False,
+        description="A small worker that batches (REPRISE_MAX_BATCH > 1) also hosts the large model and "
+        "takes misses (cache_miss, cache_hit_large) when no hit is waiting, under MoDM's allocator: the "
+        "split between the pools becomes a choice per job rather than a pool move. Off by measurement: on "
+        "this project's 2 CPU cores, where both workers share the cores, it served 0.89x of vanilla "
+        "against 0.92x without it, within the run-to-run noise (docs/results/throughput.md); on GPUs, "
+        "one a worker, it is the remedy for a split that lags the load, not yet measured there.",
+    )
     monitor_enabled: bool = Field(
         True, description="Run MoDM 5.3's monitor: it moves GPU workers between the large and small pools."
     )

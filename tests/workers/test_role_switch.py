@@ -12,7 +12,7 @@ import pytest
 
 from core.errors import NotThisPool
 from core.settings import Settings
-from core.vocabulary import HitPolicy, Role, Route
+from core.vocabulary import Allocator, HitPolicy, Role, Route
 from jobs.dispatch import route_task
 from jobs.pools.policy import POOL_ROLES
 from jobs.queues import ROUTES, Queue
@@ -62,6 +62,13 @@ def test_queues_per_role_keep_misses_before_hits(tiny_settings: Settings) -> Non
     assert consumed_queues(Role.LARGE, no_hits) == (Queue.CACHE_MISS, Queue.CASCADE_HEAVY)
     # The small model is also the cascade's light one (DiffServe): hits first, then light stages.
     assert consumed_queues(Role.SMALL, tiny_settings) == (Queue.CACHE_HIT, Queue.CASCADE_LIGHT)
+    # Co-hosting (with batching threads, under MoDM's allocator): then misses on the large model.
+    cohost = tiny_settings.model_copy(update={"cohost": True})
+    assert cohost.max_batch > 1
+    cohosting = (Queue.CACHE_HIT, Queue.CASCADE_LIGHT, Queue.CACHE_MISS, Queue.CACHE_HIT_LARGE)
+    assert consumed_queues(Role.SMALL, cohost) == cohosting
+    for off in ({"max_batch": 1}, {"allocator": Allocator.DIFFSERVE}):
+        assert consumed_queues(Role.SMALL, cohost.model_copy(update=off))[-1] == Queue.CASCADE_LIGHT
     # With the quality guard, audits come first on the large pool: taken last they starve under load.
     guarded = tiny_settings.model_copy(update={"quality_guard": True})
     assert consumed_queues(Role.LARGE, guarded) == (Queue.QUALITY_AUDIT, *large)
@@ -178,3 +185,22 @@ def test_only_large_and_small_workers_move(cell: RoleCell) -> None:
     assert "only large and small" in switch_role(state, "decode")["error"]
     assert switch_role(state, "large") == {"ok": {"role": "large", "previous": "large"}}
     assert state.consumer.soon == []  # already there: nothing to do
+
+
+def test_a_cohosting_small_worker_runs_misses_on_the_large_model_and_hits_on_its_own(
+    tiny_settings: Settings,
+) -> None:
+    context = WorkerContext(tiny_settings.model_copy(update={"cohost": True}), Role.SMALL)
+    with in_pool(context, Queue.CACHE_HIT):
+        assert (context.serving_role, context.runtime().role) == (Role.SMALL, Role.SMALL)
+    for queue in (Queue.CACHE_MISS, Queue.CACHE_HIT_LARGE):
+        with in_pool(context, queue):
+            assert (context.serving_role, context.runtime().role) == (Role.LARGE, Role.LARGE)
+    assert context.role is Role.SMALL and context.serving_role is Role.SMALL  # outside a task
+    small_model = context.runtime()
+    with in_pool(context, Queue.CACHE_HIT):
+        assert context.runtime() is small_model  # both stay loaded: no switch between them
+    # Without co-hosting (the default) the small worker refuses a miss.
+    alone = WorkerContext(tiny_settings, Role.SMALL)
+    with pytest.raises(NotThisPool), in_pool(alone, Queue.CACHE_MISS):
+        pass
