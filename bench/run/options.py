@@ -168,6 +168,7 @@ class SimulateOptions:
     cache_bytes: int | None = None
     large_workers: int = 3
     small_workers: int = 1
+    autoscale: str | None = None  # MIN:MAX workers (bench.sim.autoscale); None: a fixed fleet
     sweep: bool = False
     sizes: tuple[int, ...] = ()
     policies: tuple[str, ...] = ()

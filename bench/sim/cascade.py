@@ -22,12 +22,13 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from bench.run.costs import StepCosts
 from bench.run.options import SimulateOptions
+from bench.run.report import BenchReport
 from bench.sim.pools import Pools, PoolTargets
 from bench.workload.trace import Workload
 from core.settings import Settings
@@ -269,6 +270,19 @@ def apply_batches(pools: Pools, plan: AllocationPlan) -> None:
     """The MILP's batch sizes: the jobs a light (small) and a heavy (large) worker run at once."""
     pools.set_capacity(Role.SMALL, plan.light_batch)
     pools.set_capacity(Role.LARGE, plan.heavy_batch)
+
+
+def cascade_summary(
+    report: BenchReport, controller: CascadeController | None, stages: Counter[str]
+) -> BenchReport:
+    """The run's escalation rate and the controller's decisions, on its report."""
+    assert controller is not None
+    light = stages["light"]
+    return replace(
+        report,
+        escalation_rate=stages["escalated"] / light if light else None,
+        threshold_timeline=tuple(controller.timeline),
+    )
 
 
 def escalate(controller: CascadeController, score: float, stages: Counter[str]) -> bool:

@@ -10,6 +10,7 @@ from bench.run.costs import StepCosts
 from bench.run.outcomes import RequestOutcome
 from bench.run.profiles import Profile
 from bench.run.report import BenchReport
+from bench.sim.autoscale import AutoscalerSpec
 from bench.sim.cache import CacheCounters
 from bench.sim.cascade import CascadeSpec
 from bench.sim.monitor import AllocationPoint, MonitorSpec
@@ -42,6 +43,7 @@ class SimConfig:
     cascade: CascadeSpec | None = None  # DiffServe's cascade for misses (bench.sim.cascade)
     slo_s: float | None = None  # an SLO to report violations of beside x2 and x4 (a DiffServe pair's)
     max_batch: int = 1  # jobs a worker denoises together (Settings.max_batch), with costs.batch_slowdown
+    autoscaler: AutoscalerSpec | None = None  # KEDA's fleet size (bench.sim.autoscale); None: a fixed fleet
 
     @property
     def batch_capacity(self) -> int:

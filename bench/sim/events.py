@@ -19,6 +19,7 @@ class Event(IntEnum):
     MONITOR = 3
     ARRIVAL = 4
     READY = 5
+    AUTOSCALE = 6  # bench.sim.autoscale: the fleet's size, each polling interval
 
 
 @dataclass(slots=True)

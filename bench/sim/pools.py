@@ -80,12 +80,13 @@ class Worker:
     available_s: float = 0.0
     updated_s: float = 0.0
     done_s: float | None = None
+    retired: bool = False  # scaled in by the autoscaler (bench.sim.autoscale): not part of the fleet
 
     def idle(self, now_s: float) -> bool:
-        return not self.jobs and self.available_s <= now_s
+        return not self.retired and not self.jobs and self.available_s <= now_s
 
     def has_slot(self, now_s: float) -> bool:
-        return len(self.jobs) < self.capacity and self.available_s <= now_s
+        return not self.retired and len(self.jobs) < self.capacity and self.available_s <= now_s
 
     def advance(self, now_s: float, slowdown: Callable[[int], float]) -> None:
         """Run the jobs from updated_s to now: each progresses 1 / slowdown(n) ms of work per ms while
@@ -128,7 +129,35 @@ class Pools:
         ]
 
     def hosting(self, role: Role) -> int:
-        return sum(1 for worker in self.workers if worker.role is role)
+        return sum(1 for worker in self.workers if worker.role is role and not worker.retired)
+
+    @property
+    def fleet(self) -> int:
+        return sum(1 for worker in self.workers if not worker.retired)
+
+    def resize(self, total: int, now_s: float, *, start_s: float, grow: Role) -> None:
+        """The autoscaler's fleet of `total`: new workers host `grow` and serve after `start_s`; a
+        smaller fleet retires idle workers only, of the role furthest above its target first. The
+        targets follow the fleet as it is (the monitor re-splits it at its next period)."""
+        if total < 1:
+            raise ValueError("the fleet keeps at least one worker")
+        for worker in self.workers:
+            if self.fleet >= total:
+                break
+            if worker.retired and not worker.jobs:
+                worker.retired, worker.role, worker.available_s = False, grow, now_s + self.switch_s + start_s
+                worker.capacity = self.capacity[grow]
+        while self.fleet < total:
+            joined = Worker(len(self.workers), grow, self.capacity[grow], available_s=now_s + start_s)
+            self.workers.append(joined)
+        idle = [worker for worker in self.workers if worker.idle(now_s)]
+        idle.sort(key=lambda worker: self.targets.of(worker.role) - self.hosting(worker.role))
+        for worker in idle:
+            if self.fleet <= total:
+                break
+            if worker.role is not Role.LARGE or self.hosting(Role.LARGE) > 1:  # misses keep a worker
+                worker.retired = True
+        self.targets = PoolTargets(large=self.hosting(Role.LARGE), small=self.hosting(Role.SMALL))
 
     def set_capacity(self, role: Role, jobs: int) -> None:
         """Jobs each worker of `role` runs at once from now on (a batch size DiffServe's MILP chose); a
@@ -149,7 +178,7 @@ class Pools:
         """Switch idle workers from roles above target to roles below it. Returns the switched ones."""
         switched: list[Worker] = []
         for worker in self.workers:
-            if not worker.idle(now_s):
+            if not worker.idle(now_s):  # a retired worker is never idle: it takes no role
                 continue
             surplus = self.hosting(worker.role) - self.targets.of(worker.role)
             wanting = [role for role in POOL_ROLES if self.hosting(role) < self.targets.of(role)]

@@ -31,6 +31,7 @@ from bench.run.plots import TraceCurve
 from bench.run.profiles import Profile, build_profile
 from bench.run.progress import ProgressBar
 from bench.run.report import BenchReport, SweepPoint, markdown_table, write_json
+from bench.sim.autoscale import AutoscalerSpec, fleet_summary
 from bench.sim.cascade import CascadeSpec, cascade_for
 from bench.sim.config import SimConfig, SimResult
 from bench.sim.monitor import MonitorSpec, write_simulation_json
@@ -165,6 +166,8 @@ def simulate_main(settings: Settings, options: SimulateOptions) -> int:
     policies = ALL_POLICIES if options.policies == ("all",) else options.policies
     for policy in policies:
         EvictionPolicyName(policy)  # a ValueError names an unknown policy before any work
+    if options.autoscale and cascade is not None:
+        raise ValueError("--autoscale sizes a fleet the pool monitor splits; DiffServe's MILP sizes its own")
     replayed = _replayed_schedules(options, profiles)
     workload = options.workload.workload()
     embeddings = _embeddings(settings, workload) if any(p.caches for p in profiles) else None
@@ -273,6 +276,7 @@ def _config_factory(
             cascade=cascade if profile.cascade else None,
             slo_s=cascade.pair.slo_s if cascade is not None else None,  # every profile beside a cascade
             max_batch=settings.max_batch,
+            autoscaler=AutoscalerSpec.parse(options.autoscale) if options.autoscale else None,
         )
 
     return config
@@ -339,10 +343,19 @@ def _output(
             _note(f"wrote {', '.join(str(figure) for figure in figures)}")
         return points
     reports = [r.report for r in results]
+    for result in results if options.autoscale else ():
+        _note_fleet(result)
     if options.plots is not None:
         curves = [TraceCurve(r.report.profile, r.outcomes, r.prices, costs.large_step_ms) for r in results]
         _note(f"wrote {plots.plot_over_trace(curves, options.plots / 'over-trace.png')}")
     return reports[0] if len(reports) == 1 else reports
+
+
+def _note_fleet(result: SimResult) -> None:
+    """The autoscaled fleet of a run: its range and its time-weighted mean."""
+    ends = [o.completed_s for o in result.outcomes if o.completed_s is not None]
+    mean, low, high = fleet_summary(result.allocation_timeline or (), max(ends, default=0.0))
+    _note(f"autoscale {result.report.profile}: fleet {low} to {high} workers, {mean:.2f} on average")
 
 
 def _write_json(

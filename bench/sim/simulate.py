@@ -38,9 +38,9 @@ from dataclasses import replace
 
 from bench.run.outcomes import RequestOutcome, step_ms_by_model
 from bench.run.progress import ProgressBar
-from bench.run.report import BenchReport
+from bench.sim.autoscale import Autoscaler
 from bench.sim.cache import SimCache
-from bench.sim.cascade import apply_batches, cascade_quality, escalate, start_controller
+from bench.sim.cascade import apply_batches, cascade_quality, cascade_summary, escalate, start_controller
 from bench.sim.config import SimConfig, SimResult
 from bench.sim.events import Event, SimJob
 from bench.sim.lookup import simulated_lookup
@@ -97,6 +97,7 @@ class _Simulation:
         self.controller = start_controller(config.cascade, workload, self.pools) if config.cascade else None
         self.light_work_s = 0.0  # light-pool seconds asked this period (the cascade's allocator)
         self.stages = Counter[str]()  # light stages run, and escalated
+        self.autoscaler = Autoscaler(config.autoscaler) if config.autoscaler is not None else None
 
     # --- events ----------------------------------------------------------------------------
     def push(self, time_s: float, kind: Event, ref: int) -> None:
@@ -119,6 +120,8 @@ class _Simulation:
             self.push(0.0, Event.MAINTAIN, 0)
         if self.monitor is not None or self.controller is not None:
             self.push(self._period_s(), Event.MONITOR, 0)
+        if self.autoscaler is not None:
+            self.push(self.autoscaler.spec.polling_s, Event.AUTOSCALE, 0)
         while self.events and len(self.outcomes) < total:
             now, kind, _, ref = heapq.heappop(self.events)
             self._handle(now, Event(kind), ref)
@@ -142,6 +145,8 @@ class _Simulation:
             self.push(now + self.config.maintenance_period_s, Event.MAINTAIN, 0)
         elif kind is Event.MONITOR:
             self._allocate(now) if self.controller is not None else self._monitor(now)
+        elif kind is Event.AUTOSCALE:
+            self._autoscale(now)
 
     def _submit_next_closed(self, now: float) -> None:
         if self.next_closed < len(self.requests):
@@ -321,14 +326,14 @@ class _Simulation:
         self.light_work_s = 0.0
         self.push(now + period, Event.MONITOR, 0)
 
-    def cascade_summary(self, report: BenchReport) -> BenchReport:
-        assert self.controller is not None
-        light = self.stages["light"]
-        return replace(
-            report,
-            escalation_rate=self.stages["escalated"] / light if light else None,
-            threshold_timeline=tuple(self.controller.timeline),
-        )
+    def _autoscale(self, now: float) -> None:
+        """KEDA's poll (bench.sim.autoscale): a new worker hosts the model whose queue is longer."""
+        assert self.autoscaler is not None
+        small = self.profile.hits_on_small and len(self.small_queue) > len(self.large_queue)
+        if self.autoscaler.poll(now, len(self.jobs), self.pools, grow=Role.SMALL if small else Role.LARGE):
+            self.timeline.append(AllocationPoint(now, self.pools.targets.large, self.pools.targets.small))
+            self.push(now + self.autoscaler.spec.start_s, Event.WAKE, 0)
+        self.push(now + self.autoscaler.spec.polling_s, Event.AUTOSCALE, 0)
 
     def _rebalance(self, now: float) -> None:
         for worker in self.pools.rebalance(now):
@@ -400,6 +405,7 @@ def run_simulation(
         embeddings=embeddings,
     )
     label, followed = f"simulate {profile.name}", monitor is not None or bool(config.allocation_schedule)
+    followed = followed or config.autoscaler is not None
     embed_ms = embeddings.embed_ms_per_prompt if embeddings is not None else 0.0
     progress = ProgressBar(len(workload.requests), label=label) if show_progress else None
     simulation = _Simulation(
@@ -419,7 +425,7 @@ def run_simulation(
     prices = step_ms_by_model(config.costs, outcomes) if outcomes else {}
     report = judged_report(outcomes, workload, config, vanilla_throughput_rps, lookup.embedder)
     if simulation.controller is not None:
-        report = simulation.cascade_summary(report)
+        report = cascade_summary(report, simulation.controller, simulation.stages)
     if not profile.caches and config.cascade is None:
         report = replace(report, vanilla_throughput_rps=report.throughput_rps)
     return SimResult(

@@ -88,6 +88,14 @@ CacheBytesOpt = Annotated[
 ]
 LargeWorkersOpt = Annotated[int, typer.Option("--large-workers", min=0, help="GPUs hosting the large model.")]
 SmallWorkersOpt = Annotated[int, typer.Option("--small-workers", min=0, help="GPUs hosting the small model.")]
+AutoscaleOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--autoscale",
+        help="MIN:MAX GPU workers: KEDA's queue-depth autoscaler sets the fleet, the monitor its split "
+        "(bench.sim.autoscale); --large-workers/--small-workers are the fleet at the start.",
+    ),
+]
 SweepOpt = Annotated[
     bool, typer.Option("--sweep", help="Sweep cache sizes and policies (adds cache_bytes, policy).")
 ]
@@ -176,6 +184,7 @@ def simulate_command(
     cache_bytes: CacheBytesOpt = None,
     large_workers: LargeWorkersOpt = 3,
     small_workers: SmallWorkersOpt = 1,
+    autoscale: AutoscaleOpt = None,
     sweep: SweepOpt = False,
     sizes: SizesOpt = None,
     policies: PoliciesOpt = None,
@@ -208,15 +217,14 @@ def simulate_command(
             profiles=tuple(parse.parse_list(profile)),
             costs=costs, batch_table=batch_table,
             cache_bytes=parse.parse_size(cache_bytes) if cache_bytes else None,
-            large_workers=large_workers, small_workers=small_workers, sweep=sweep,
+            large_workers=large_workers, small_workers=small_workers, autoscale=autoscale, sweep=sweep,
             sizes=tuple(parse.parse_size(size) for size in parse.parse_list(sizes or "")),
-            policies=tuple(parse.parse_list(policies or "")),
+            policies=tuple(parse.parse_list(policies or "")), progress=progress,
             rates=tuple(float(r) for r in parse.parse_list(rates or "")),
             k_table=k_table, quality_profile=quality_profile, quality_from=quality_from, switch_s=switch_s,
             monitor=parse.parse_monitor(monitor), monitor_period_s=monitor_period_s,
             allocator=parse.parse_allocator(allocator), cascade_pair=cascade_pair,
             cascade_profile=cascade_profile, jobs=jobs, json_path=json_path, plots=plots, compare=compare,
-            progress=progress,
         )  # fmt: skip
         return simulate_main(get_settings(), options)
 
