@@ -29,13 +29,13 @@ from api.schemas import (
     GenerationCreate,
 )
 from core import logs
-from core.errors import InflightLimitExceeded, InvalidInput
+from core.errors import DatabaseUnavailable, InflightLimitExceeded, InvalidInput
 from core.params import GenerationParams, VideoParams, check_params, check_video_params, row_values
 from core.vocabulary import JobKind, JobStatus
 from db import jobs as jobs_db
 from db.job_intake import Outcome
 from db.models import Job, Tenant
-from jobs.intake import DatabaseUnavailable, JobIntake, Submitted
+from jobs.intake import JobIntake, Submitted
 from jobs.representation import generation_object
 from jobs.webhooks import check_webhook_url
 

@@ -169,6 +169,13 @@ class ServiceError(RepriseError):
 
 
 # raised in core.settings
+class DatabaseUnavailable(RepriseError):
+    """Postgres refused or lost the connection while a batch of submissions was written (jobs.intake).
+    Recoverable: the API answers 503 and the client retries."""
+
+    recoverable = True
+
+
 class SettingsError(RepriseError):
     """Settings are invalid. Not recoverable without changing the environment."""
 

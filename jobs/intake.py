@@ -25,6 +25,7 @@ import psycopg
 from redis.asyncio.retry import Retry
 from redis.backoff import ConstantBackoff
 
+from core.errors import DatabaseUnavailable
 from core.settings import Settings
 from db.job_intake import Outcome, PendingJob, Written, insert_jobs
 from db.jobs import NewJob
@@ -52,10 +53,6 @@ class Submitted:
     @property
     def outcome(self) -> Outcome:
         return self.written.outcome
-
-
-class DatabaseUnavailable(Exception):
-    """The batch could not be written: Postgres refused or lost the connection. Recoverable: retry."""
 
 
 class JobIntake:

@@ -338,6 +338,8 @@ def cascade_for(settings: Settings, options: SimulateOptions) -> CascadeSpec | N
     """The cascade a `bench simulate` run simulates, when one of its profiles has one; None otherwise."""
     if not any(name in CASCADE_PROFILES for name in options.profiles):
         return None
+    if options.autoscale:
+        raise ValueError("--autoscale sizes a fleet the pool monitor splits; DiffServe's MILP sizes its own")
     return cascade_spec(
         allocator=options.allocator,
         pair=options.cascade_pair,

@@ -166,8 +166,6 @@ def simulate_main(settings: Settings, options: SimulateOptions) -> int:
     policies = ALL_POLICIES if options.policies == ("all",) else options.policies
     for policy in policies:
         EvictionPolicyName(policy)  # a ValueError names an unknown policy before any work
-    if options.autoscale and cascade is not None:
-        raise ValueError("--autoscale sizes a fleet the pool monitor splits; DiffServe's MILP sizes its own")
     replayed = _replayed_schedules(options, profiles)
     workload = options.workload.workload()
     embeddings = _embeddings(settings, workload) if any(p.caches for p in profiles) else None

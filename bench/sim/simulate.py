@@ -326,6 +326,10 @@ class _Simulation:
         self.light_work_s = 0.0
         self.push(now + period, Event.MONITOR, 0)
 
+    def followed(self, monitor: PoolMonitor | None) -> bool:
+        """Whether the pools moved during the run: a monitor, a replayed schedule or the autoscaler."""
+        return monitor is not None or bool(self.config.allocation_schedule) or self.autoscaler is not None
+
     def _autoscale(self, now: float) -> None:
         """KEDA's poll (bench.sim.autoscale): a new worker hosts the model whose queue is longer."""
         assert self.autoscaler is not None
@@ -404,8 +408,7 @@ def run_simulation(
         settings=settings,
         embeddings=embeddings,
     )
-    label, followed = f"simulate {profile.name}", monitor is not None or bool(config.allocation_schedule)
-    followed = followed or config.autoscaler is not None
+    label = f"simulate {profile.name}"
     embed_ms = embeddings.embed_ms_per_prompt if embeddings is not None else 0.0
     progress = ProgressBar(len(workload.requests), label=label) if show_progress else None
     simulation = _Simulation(
@@ -434,7 +437,7 @@ def run_simulation(
         prices=prices,
         counters=lookup.cache.counters if lookup.cache is not None else None,
         table=lookup.table,
-        allocation_timeline=tuple(simulation.timeline) if followed else None,
+        allocation_timeline=tuple(simulation.timeline) if simulation.followed(monitor) else None,
     )
 
 

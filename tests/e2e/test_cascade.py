@@ -177,9 +177,9 @@ def test_light_first_then_escalated_below_the_threshold_each_exactly_once(
     for before, job in zip(first, second, strict=True):
         assert job.status == "succeeded", job.error
         assert job.cascade is not None and before.cascade is not None
-        assert job.cascade["score"] == pytest.approx(
-            before.cascade["score"], abs=1e-6
-        )  # same prompt and seed
+        # Same prompt and seed; batched with other jobs, a light image moves in its last bits only
+        # (BATCH_ATOL, workers/runtime/batching.py), and its score a few millionths.
+        assert job.cascade["score"] == pytest.approx(before.cascade["score"], abs=1e-4)
         should = before.cascade["score"] < threshold
         assert job.cascade["escalated"] is should
         assert job.cascade["threshold"] == pytest.approx(threshold)

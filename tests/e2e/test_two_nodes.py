@@ -219,11 +219,11 @@ def _jobs(settings: Settings, ids: list[str]) -> dict[str, Job]:
 
 
 def _held_by(rows: dict[str, Job], pid: int) -> list[str]:
-    """The jobs a run of process `pid` holds now (its lease owner is <role>:<host>:<pid>)."""
+    """The jobs a run of process `pid` holds now (its lease owner is <role>:<host>:<pid>:<run>)."""
     return [
         job_id
         for job_id, row in rows.items()
-        if row.status == "processing" and (row.lease_owner or "").endswith(f":{pid}")
+        if row.status == "processing" and f":{pid}:" in f"{row.lease_owner or ''}:"
     ]
 
 
