@@ -240,6 +240,9 @@ def _kill_node_a_mid_run(nodes: Nodes, ids: list[str]) -> tuple[list[str], list[
         done = [job_id for job_id in ids if f"job {job_id} done" in log]
         held = _held_by(_jobs(nodes.settings, ids), large_a)
     nodes.kill_node("node-a")
+    # What node A still held when it died: a batching worker may finish a job between the look and the kill.
+    held = _held_by(_jobs(nodes.settings, ids), large_a)
+    assert held, "node A finished every job it held before the kill"
     return held, done
 
 
