@@ -66,14 +66,15 @@ class WorkerContext:
         """Names the run in job leases: this process, and the task's own run when `run_owner` marks one.
         A worker with batching threads runs several tasks at once, so the process alone does not tell
         two deliveries of one job apart: both would claim it, run it twice and spend two attempts."""
-        return _RUN.get() or f"{self.role.value}:{socket.gethostname()}:{os.getpid()}"
+        return _RUN.get() or self._process_owner()
+
+    def _process_owner(self) -> str:
+        return f"{self.role.value}:{socket.gethostname()}:{os.getpid()}"
 
     @contextmanager
     def run_owner(self) -> Iterator[str]:
         """Within the block, `owner` names one run of this process (a task's), not the process."""
-        token = _RUN.set(None)
-        owner = f"{self.owner}:{secrets.token_hex(4)}"
-        _RUN.reset(token)
+        owner = f"{self._process_owner()}:{secrets.token_hex(4)}"
         token = _RUN.set(owner)
         try:
             yield owner

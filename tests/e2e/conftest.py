@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -124,14 +124,7 @@ class Stack:
         process.wait()
 
     def stop(self) -> None:
-        for process in self.processes.values():
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in self.processes.values():
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
+        stop_processes(self.processes.values())
 
     def wait_workers(self, roles: tuple[Role, ...]) -> None:
         from celery import Celery
@@ -232,3 +225,17 @@ def make_tenant(
 ) -> TenantCredentials:
     with session_scope(settings) as session:
         return issue_key(session=session, name=name, shared_cache=shared_cache, admin=admin)
+
+
+def stop_processes(processes: Iterable[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM each process group, then SIGKILL those still up after 20 s."""
+    running = list(processes)
+    for process in running:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+    for process in running:
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()

@@ -42,7 +42,7 @@ from jobs.passes.reconcile import reconcile
 from jobs.read_routing import live_nodes
 from lab.models import ensure_lab_models
 from tests.conftest import fresh_database
-from tests.e2e.conftest import WebhookReceiver, free_port, make_tenant
+from tests.e2e.conftest import WebhookReceiver, free_port, make_tenant, stop_processes
 from tests.support.redis_servers import scratch_redis
 
 pytestmark = pytest.mark.integration
@@ -142,15 +142,7 @@ class Nodes:
         raise AssertionError(f"not ready: {sorted(expected - answered)}, api {api_up}; logs in {self.logs}")
 
     def stop(self) -> None:
-        for process in self.processes.values():
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in self.processes.values():
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        stop_processes(self.processes.values())
 
 
 @pytest.fixture(scope="module")
