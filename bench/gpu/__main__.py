@@ -21,6 +21,9 @@ def parser() -> argparse.ArgumentParser:
     parse.add_argument("--seed", type=int, default=7, help="Seed of every generation.")
     parse.add_argument("--repeats", type=int, default=3, help="Timed runs per figure of the runtime bench.")
     parse.add_argument("--batch", default="1,2,4,8,16", help="Batch sizes for the runtime bench, or none.")
+    parse.add_argument(
+        "--worker-threads", type=int, default=8, help="Jobs at once through the worker's batch loop, or 0."
+    )
     parse.add_argument("--no-reference", action="store_true", help="Skip the float32 CPU reference.")
     return parse
 
@@ -32,7 +35,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_command(
         device=args.device, steps=args.steps, capture=args.capture, refine_k=args.refine_k,
         prompts=args.prompts, seed=args.seed, repeats=args.repeats, batch=args.batch,
-        reference=not args.no_reference, json_path=args.json, runtime_json=args.runtime_json,
+        reference=not args.no_reference, worker_threads=args.worker_threads, json_path=args.json,
+        runtime_json=args.runtime_json,
     )  # fmt: skip
 
 

@@ -43,6 +43,7 @@ from bench.gpu.report import (
     timed_check,
     weights_provenance,
 )
+from bench.gpu.worker_loop import worker_loop_check
 from core.schedulers import SchedulerName
 from core.settings import Settings, load_settings
 from core.vocabulary import ModelSet
@@ -68,7 +69,8 @@ QUIET_OFFLINE: Final = {
 class GpuCheckOptions:
     """What to run. steps: T; capture: K (None: NIRVANA's 10%..50% of T); prompts: how many of PROMPTS;
     refine_k: where refine starts (None: T // 2); repeats: timed runs of the runtime bench; batch_sizes:
-    its `--batch` (empty: none); reference: also generate in float32 on the CPU."""
+    its `--batch` (empty: none); reference: also generate in float32 on the CPU; worker_threads: jobs
+    run at once through the worker's batch loop (bench.gpu.worker_loop; 0: not checked)."""
 
     device: str = "cuda"
     steps: int = 50
@@ -79,6 +81,7 @@ class GpuCheckOptions:
     repeats: int = 3
     batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16)
     reference: bool = True
+    worker_threads: int = 8
 
     def checked_capture(self) -> tuple[int, ...]:
         """K as asked (or the default), checked against T; raises ValueError naming the option."""
@@ -123,6 +126,9 @@ def run_gpu_check(
     report.add(timed_check("setup", lambda: _setup(settings, report)))
     if report.checks[-1].status is Status.PASS:
         _model_checks(report, settings, probe, options)
+        if options.worker_threads:
+            threads = options.worker_threads
+            report.add(timed_check("worker_loop", lambda: worker_loop_check(settings, probe, threads)))
         report.add(*bench_runtime_checks(settings, repeats=options.repeats, batch_sizes=options.batch_sizes))
         report.environment |= peak_memory(settings.device)
     report.seconds = time.perf_counter() - started
@@ -263,6 +269,7 @@ def run_command(
     repeats: int,
     batch: str,
     reference: bool,
+    worker_threads: int = 8,
     json_path: Path | None,
     runtime_json: Path | None,
 ) -> int:
@@ -275,9 +282,11 @@ def run_command(
         options = GpuCheckOptions(
             device=device, steps=steps, prompts=prompts, seed=seed, refine_k=refine_k, repeats=repeats,
             capture=parse_steps(capture, "--capture") if capture is not None else None,
-            batch_sizes=parse_steps(batch, "--batch"), reference=reference,
+            batch_sizes=parse_steps(batch, "--batch"), reference=reference, worker_threads=worker_threads,
         )  # fmt: skip
         options.checked_capture()
+        if worker_threads and worker_threads < 4:
+            raise ValueError("--worker-threads must be 0 (no check) or at least 4")
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -29,13 +29,18 @@ def gpu_command(
     repeats: int = typer.Option(3, "--repeats", min=1, help="Timed runs per figure of the runtime bench."),
     batch: str = typer.Option("1,2,4,8,16", "--batch", help="Batch sizes for the runtime bench, or none."),
     reference: bool = typer.Option(True, "--reference/--no-reference", help="The float32 CPU reference."),
+    worker_threads: int = typer.Option(
+        8, "--worker-threads", min=0, help="Jobs at once through the worker's batch loop (0: none)."
+    ),
 ) -> None:
-    """Run generate, resume, refine, decode, the CPU reference and the runtime bench (with its batches) on
-    the lab's models on a GPU in float16, print a summary and exit 1 when a check failed."""
+    """Run generate, resume, refine, decode, the worker's batch loop, the CPU reference and the runtime
+    bench (with its batches) on the lab's models on a GPU in float16, print a summary and exit 1 when a
+    check failed."""
     from bench.gpu.runner import run_command
 
     status = run_command(
         device=device, steps=steps, capture=capture, refine_k=refine_k, prompts=prompts, seed=seed,
-        repeats=repeats, batch=batch, reference=reference, json_path=json_path, runtime_json=runtime_json,
+        repeats=repeats, batch=batch, reference=reference, worker_threads=worker_threads, json_path=json_path,
+        runtime_json=runtime_json,
     )  # fmt: skip
     raise typer.Exit(status)

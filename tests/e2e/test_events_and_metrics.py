@@ -50,15 +50,17 @@ def test_a_job_streams_its_progress_and_ends_with_done(stack: Stack, tenant: Ten
 
 
 def test_a_waiting_job_knows_its_place(stack: Stack, tenant: TenantCredentials) -> None:
+    # One large worker runs up to max_batch jobs at once: four more than that must wait behind them.
+    count = stack.settings.max_batch + 4
     with Client(stack.base_url, tenant.api_key) as reprise:
         jobs = [
-            reprise.create(PROMPT.replace("big", f"big {n}"), seed=100 + n, cache="off") for n in range(5)
+            reprise.create(PROMPT.replace("big", f"big {n}"), seed=100 + n, cache="off") for n in range(count)
         ]
         places = [reprise.get(job.id).queue for job in jobs]
         for job in jobs:
-            reprise.wait(job.id, timeout=180)
+            reprise.wait(job.id, timeout=240)
     waiting = [place for place in places if place is not None]
-    assert waiting, "five jobs on one large worker: some must have been waiting"
+    assert waiting, f"{count} jobs on one large worker holding {stack.settings.max_batch}: some must wait"
     assert all(place.position >= 1 for place in waiting)
     assert max(place.position for place in waiting) >= 2
 
