@@ -4,6 +4,7 @@ delivery worker and the reconciler make of them. Functions take the caller's ses
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
@@ -13,6 +14,17 @@ from sqlalchemy.orm import Session, aliased
 from core.vocabulary import TERMINAL_STATUSES
 from db.keys import signing_secrets as current_signing_secrets
 from db.models import Job, Tenant, WebhookDelivery
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A message whose latest attempt failed and whose next attempt is scheduled."""
+
+    job_id: uuid.UUID
+    event: str
+    attempt: int  # the latest attempt made; the next is attempt + 1
+    next_attempt_at: datetime
+    url: str
 
 
 def job_of(session: Session, job_id: uuid.UUID) -> Job | None:
@@ -139,3 +151,23 @@ def never_attempted(
             )
         )
     )
+
+
+def waiting_at(session: Session, *, url_prefix: str, after: datetime) -> list[Waiting]:
+    """Messages to URLs starting with `url_prefix` whose latest attempt failed and whose next attempt
+    is scheduled after `after` (jobs.policies.webhook_recovery decides which of them to send now)."""
+    row, later = WebhookDelivery, aliased(WebhookDelivery)
+    is_latest = ~exists().where(later.message_id == row.message_id, later.attempt > row.attempt)
+    same_start = or_(row.url == url_prefix, row.url.startswith(url_prefix + "/", autoescape=True))
+    rows = session.execute(
+        select(row.job_id, row.event, row.attempt, row.next_attempt_at, row.url).where(
+            row.next_attempt_at > after,
+            or_(same_start, row.url.startswith(url_prefix + "?", autoescape=True)),
+            is_latest,
+        )
+    ).all()
+    return [
+        Waiting(job_id=job_id, event=event, attempt=attempt, next_attempt_at=due, url=url)
+        for job_id, event, attempt, due, url in rows
+        if due is not None  # the query's condition; the column is nullable
+    ]

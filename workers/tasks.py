@@ -146,6 +146,7 @@ def deliver_webhook_task(job_id: str, event: str, attempt: int = 1) -> None:
         event=WebhookEvent(event),
         attempt=attempt,
         dispatcher=context.dispatcher,
+        broker=context.broker(),
     )
 
 

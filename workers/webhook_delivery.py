@@ -1,6 +1,7 @@
 """Delivering a job's webhook events: one signed POST per attempt, each attempt recorded in
 webhook_deliveries, failures retried on REPRISE_WEBHOOK_RETRY_DELAYS_S, a 410 Gone ending all
-deliveries of the tenant to that URL.
+deliveries of the tenant to that URL, and once an endpoint that failed answers 2xx again, the
+deliveries waiting for it sent at once (`follow_endpoint`).
 
 The task body (reprise.deliver_webhook, args [job_id, event, attempt]) is one call to run_delivery.
 A delivery is at-least-once: receivers deduplicate on webhook-id, which is the same for every attempt
@@ -20,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
+import redis
 from sqlalchemy.exc import OperationalError
 
 from core.settings import Settings
@@ -29,6 +31,14 @@ from db.engine import session_scope
 from db.models import Job
 from jobs.dispatch import Dispatcher
 from jobs.output_links import signed_output
+from jobs.policies.webhook_recovery import (
+    BATCH,
+    endpoint_of,
+    failing_key,
+    mark_ttl_s,
+    to_send_now,
+    url_prefix,
+)
 from jobs.representation import generation_json
 from jobs.webhooks import (
     Resolver,
@@ -60,6 +70,7 @@ class DeliveryOutcome:
     delivered: bool = False
     retry_in: float | None = None  # seconds until the next attempt; None: no further attempt
     skipped: str | None = None  # why no request was sent (nothing recorded then)
+    url: str | None = None  # where the request went
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +216,12 @@ def deliver_webhook(
     _insist(record, what=f"recording webhook {prepared.msg_id} attempt {attempt}")
     log.info("webhook %s of job %s, attempt %d: %s", event, job_id, attempt, error or status_code)
     return DeliveryOutcome(
-        attempt=attempt, status_code=status_code, error=error, delivered=delivered, retry_in=retry_in
+        attempt=attempt,
+        status_code=status_code,
+        error=error,
+        delivered=delivered,
+        retry_in=retry_in,
+        url=prepared.url,
     )
 
 
@@ -235,8 +251,10 @@ def run_delivery(
     event: WebhookEvent,
     attempt: int = 1,
     dispatcher: Dispatcher,
+    broker: redis.Redis,
 ) -> DeliveryOutcome:
-    """The body of the reprise.deliver_webhook task: one attempt, then queue the next when due soon.
+    """The body of the reprise.deliver_webhook task: one attempt, then queue the next when due soon,
+    and after a success at an endpoint that had failed, its waiting deliveries (`follow_endpoint`).
 
     A retry further away than half the broker's visibility timeout is not queued with a countdown
     (Redis would redeliver such a held message); the reconcile pass (jobs.passes.reconcile) sends it.
@@ -244,7 +262,43 @@ def run_delivery(
     outcome = deliver_webhook(settings=settings, job_id=job_id, event=event, attempt=attempt)
     if outcome.retry_in is not None and _queued_with_countdown(settings, outcome.retry_in):
         dispatcher.deliver_webhook(job_id, event, attempt=attempt + 1, countdown=outcome.retry_in)
+    follow_endpoint(settings=settings, outcome=outcome, dispatcher=dispatcher, broker=broker)
     return outcome
+
+
+def follow_endpoint(
+    *, settings: Settings, outcome: DeliveryOutcome, dispatcher: Dispatcher, broker: redis.Redis
+) -> int:
+    """The endpoint's health, kept in Redis: an attempt that failed and will be retried marks its
+    endpoint; the first success after a mark takes it (GETDEL: one success, one sweep) and queues, now,
+    the deliveries waiting for that endpoint (jobs.policies.webhook_recovery). Returns how many.
+
+    Best effort: without Redis the waiting deliveries keep their schedule's slots."""
+    if outcome.url is None:
+        return 0
+    key = failing_key(outcome.url)
+    try:
+        if outcome.retry_in is not None:
+            broker.set(key, outcome.url, ex=mark_ttl_s(settings.webhook_retry_delays_s))
+            return 0
+        if not outcome.delivered or broker.getdel(key) is None:
+            return 0
+    except redis.RedisError as error:
+        log.warning("webhook endpoint of %s: health mark not kept (%s)", outcome.url, error)
+        return 0
+    now = datetime.now(UTC)
+    with session_scope(settings) as session:
+        waiting = webhooks_db.waiting_at(session, url_prefix=url_prefix(outcome.url), after=now)
+    chosen = to_send_now(waiting, endpoint=endpoint_of(outcome.url), now=now)
+    for delivery in chosen:
+        dispatcher.deliver_webhook(
+            delivery.job_id, WebhookEvent(delivery.event), attempt=delivery.attempt + 1
+        )
+    if len(chosen) == BATCH:  # more wait: the endpoint's next success sends the next batch
+        broker.set(key, outcome.url, ex=mark_ttl_s(settings.webhook_retry_delays_s))
+    if chosen:
+        log.info("webhook endpoint %s answers again: %d waiting deliveries sent now", key, len(chosen))
+    return len(chosen)
 
 
 def _queued_with_countdown(settings: Settings, retry_in: float) -> bool:

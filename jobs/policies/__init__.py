@@ -5,4 +5,5 @@ eviction     which cached states to forget first (NIRVANA 5.4, MoDM 5.4, FlexCac
 predictor    will the vector search find a match? (NIRVANA 5.2)
 decoupling   a video prompt's object and background phrases (FlexCache 4.2.1's text extractor)
 video_hits   whole-prompt or object + background hit, its k, the states a run saves (FlexCache 4.2)
+webhook_recovery  which waiting webhook deliveries to send now that their endpoint answers again
 """

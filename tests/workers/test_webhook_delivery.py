@@ -265,7 +265,13 @@ def test_run_delivery_queues_the_next_attempt(
 ) -> None:
     job_id = make_job(tenant, "http://127.0.0.1:1/x")
     dispatcher = CeleryDispatcher(make_celery_app(hook_settings))
-    run_delivery(settings=hook_settings, job_id=job_id, event=WebhookEvent.COMPLETED, dispatcher=dispatcher)
+    run_delivery(
+        settings=hook_settings,
+        job_id=job_id,
+        event=WebhookEvent.COMPLETED,
+        dispatcher=dispatcher,
+        broker=broker,
+    )
     assert broker.llen(Queue.WEBHOOKS.value) == 1
     message = json.loads(broker.lindex(Queue.WEBHOOKS.value, 0))  # type: ignore[arg-type]
     assert message["headers"]["task"] == TaskName.DELIVER_WEBHOOK.value
