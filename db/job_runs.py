@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, literal, select, update
 from sqlalchemy.orm import Session
 
 from core.vocabulary import TERMINAL_STATUSES, AdmissionOutcome, JobStatus, Route
@@ -229,26 +229,38 @@ class StuckJob:
     job_id: uuid.UUID
     admitted: bool
     route: str | None
+    running: bool = False  # its lease expired (else: it waits, and its message may still be queued)
 
 
-def find_stuck(session: Session, *, older_than_s: float, limit: int = 500) -> list[StuckJob]:
-    """Jobs whose task was lost (broker restart, worker death outside Celery's redelivery).
+def find_stuck(session: Session, *, older_than_s: float, limit: int = 2000) -> list[StuckJob]:
+    """Jobs whose task may be lost (broker restart, worker death outside Celery's redelivery).
 
-    Waiting jobs untouched for older_than_s, and running jobs whose lease expired: a live run renews
-    its lease every few seconds (workers.lease), so an expired one means the run died or lost us.
+    Running jobs whose lease expired: a live run renews its lease every few seconds (workers.lease),
+    so an expired one means the run died or lost us; they come first. Then waiting jobs untouched for
+    older_than_s, the oldest first: the caller tells those whose message is still queued
+    (jobs.broker_contents) from the lost.
     """
     now = utcnow()
     cutoff = now - timedelta(seconds=older_than_s)
-    waiting = select(Job.id, Job.admitted_at, Job.route).where(
-        Job.status == JobStatus.STARTING.value,
-        Job.created_at < cutoff,
-        (Job.admitted_at.is_(None)) | (Job.admitted_at < cutoff),
+    expired = (
+        select(Job.id, Job.admitted_at, Job.route, literal(True))
+        .where(Job.status == JobStatus.PROCESSING.value, Job.lease_until < now)
+        .limit(limit)
     )
-    expired = select(Job.id, Job.admitted_at, Job.route).where(
-        Job.status == JobStatus.PROCESSING.value, Job.lease_until < now
+    waiting = (
+        select(Job.id, Job.admitted_at, Job.route, literal(False))
+        .where(
+            Job.status == JobStatus.STARTING.value,
+            Job.created_at < cutoff,
+            (Job.admitted_at.is_(None)) | (Job.admitted_at < cutoff),
+        )
+        .order_by(Job.created_at)
+        .limit(limit)
     )
-    rows = session.execute(waiting.union_all(expired).limit(limit)).all()
-    return [StuckJob(job_id=row[0], admitted=row[1] is not None, route=row[2]) for row in rows]
+    rows = [*session.execute(expired).all(), *session.execute(waiting).all()][:limit]
+    return [
+        StuckJob(job_id=row[0], admitted=row[1] is not None, route=row[2], running=row[3]) for row in rows
+    ]
 
 
 def record_progress(session: Session, job_id: uuid.UUID, *, owner: str, step: int, total: int) -> bool:

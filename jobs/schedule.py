@@ -22,7 +22,7 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
     schedule: dict[str, dict[str, Any]] = {
         "evict": _every(TaskName.EVICT, period),
         "retrain-predictors": _every(TaskName.RETRAIN_PREDICTORS, period),
-        "reconcile": _every(TaskName.RECONCILE, period),
+        "reconcile": _every(TaskName.RECONCILE, settings.reconcile_period_s),
         "purge-outputs": _every(TaskName.PURGE_OUTPUTS, period),  # deletes, and REPRISE_RETENTION_DAYS
         "check-indexes": _every(TaskName.CHECK_INDEXES, settings.index_check_period_s),
     }

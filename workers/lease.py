@@ -5,7 +5,7 @@ lapse, or it ended), or when no renewal succeeded for a whole lease (Postgres un
 worker may have taken the job meanwhile). A lost lease stops the run before it writes anything
 (workers.operation checks it in the denoising loop and before storing); the reconciler sends the
 job again once the lease has expired, so a dead or cut-off run is retried within about
-lease_s + beat_period_s.
+lease_s + reconcile_period_s.
 """
 
 from __future__ import annotations

@@ -164,7 +164,7 @@ def retrain_predictors_task() -> None:
 @app.task(name=TaskName.RECONCILE.value)
 def reconcile_task() -> None:
     context = get_context()
-    reconcile(context.settings, context.dispatcher)
+    reconcile(context.settings, context.dispatcher, context.broker())
 
 
 @app.task(name=TaskName.PURGE_OUTPUTS.value)

@@ -27,25 +27,54 @@ class ReliabilitySettings(BaseSettings):
         description="Redis visibility timeout: an unacked task is redelivered after it. Must exceed "
         "task_time_limit_s, or a slow task would run twice.",
     )
+    # Recovery within a minute of a fault's end (a killed worker, Postgres or Redis down for a while,
+    # a lost message) on these defaults, measured with `reprise bench chaos --base-url` against a
+    # default `reprise run` (docs/results/chaos.md, "On the default settings"). The arithmetic:
+    #   a dead run:   lease_s (15) + reconcile_period_s (10) = 25 s until it is sent again;
+    #   a lost message: stuck_after_s (20) + reconcile_period_s (10) = 30 s;
+    #   the broker back: Celery's consumer reconnects 2, 4, 6... s apart (kombu's ensure_connection,
+    #   not configurable): within about 12 s of a minute-long Redis outage's end;
+    # which leaves 30 s or more of the 60 s budget for the job's run and its queue.
     lease_s: float = Field(
-        30.0, ge=2, description="A running GPU task holds its job this long and renews it: a dead run is "
-        "retried within about lease_s + beat_period_s, not after the task time limit.",
-    )  # fmt: skip
+        15.0,
+        ge=2,
+        description="A running GPU task holds its job this long and renews it: a dead run is sent again "
+        "within lease_s + reconcile_period_s (25 s), not after the task time limit. Also how long a run "
+        "rides out Postgres being unreachable before it stops. 15 s: that sum plus a job's run within "
+        "the one-minute recovery budget (docs/results/chaos.md).",
+    )
     lease_renew_s: float = Field(
-        10.0, gt=0, description="How often a running task renews its lease (3 renewals per 30 s lease)."
+        5.0,
+        gt=0,
+        description="How often a running task renews its lease: 3 renewals per 15 s lease, so two may "
+        "fail before it lapses.",
     )
     max_attempts: int = Field(3, ge=1, le=20, description="Deliveries of a job's task before it fails.")
     stuck_after_s: int = Field(
-        120, ge=5, description="The reconciler re-enqueues a queued job untouched for this long."
+        20,
+        ge=5,
+        description="The reconciler re-enqueues a waiting job untouched this long whose message the broker "
+        "no longer holds (a job queued behind others keeps its place): a lost message costs "
+        "stuck_after_s + reconcile_period_s (30 s). Also how long a message delivered to a worker and "
+        "not acked counts as held, and how overdue a webhook retry or never-sent event must be.",
     )
-    beat_period_s: float = Field(30.0, gt=0, description="Period of eviction, retraining and reconciling.")
+    reconcile_period_s: float = Field(
+        10.0,
+        gt=0,
+        description="Period of the reconciler (beat): a lost message or a dead run is found within it of "
+        "becoming so. 10 s: one query of Postgres and one read of the broker's job queues per period.",
+    )
+    beat_period_s: float = Field(
+        30.0, gt=0, description="Period of eviction, predictor retraining, the purge and the quality guard."
+    )
     beat_lock_ttl_s: float = Field(
         30.0,
         gt=0,
         description="Only the beat holding a lock in Redis sends the periodic tasks (jobs/beat_lock.py); "
         "a beat that dies without releasing it loses it after this long, and a waiting beat takes over then. "
-        "30 s with a renewal every 10 s, as the job lease (lease_s, lease_renew_s): two renewals may fail "
-        "before it lapses (celery-redbeat lets its lock lapse after 5 missed loops, redbeat_lock_timeout).",
+        "30 s with a renewal every 10 s: two renewals may fail before it lapses, as with the job lease "
+        "(lease_s, lease_renew_s) (celery-redbeat lets its lock lapse after 5 missed loops, "
+        "redbeat_lock_timeout).",
     )
     beat_lock_renew_s: float = Field(
         10.0,
