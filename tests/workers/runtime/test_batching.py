@@ -396,3 +396,18 @@ def test_the_batch_size_comes_from_settings(runtime: DiffusionRuntime, lab_setti
     assert runtime.new_batch(max_batch=3).max_batch == 3
     with pytest.raises(SettingsError, match="REPRISE_MAX_BATCH=0"):
         load_settings(max_batch=0)
+
+
+def test_the_batch_tolerance_is_batch_atol_plus_two_units_in_the_last_place_of_the_stored_dtype() -> None:
+    from workers.runtime.batching import BATCH_ATOL, within_batch_tolerance
+
+    alone = np.array([12.0, -3.0, 0.5], dtype=np.float16)  # spacing at 8..16 is 2**-7, above BATCH_ATOL
+    one_ulp = alone.copy()
+    one_ulp[0] = np.nextafter(alone[0], np.float16(20))
+    three_ulps = alone.copy()
+    three_ulps[0] = alone[0] + np.float16(3 * 2**-7)
+    assert within_batch_tolerance(one_ulp, alone) and within_batch_tolerance(alone, alone)
+    assert not within_batch_tolerance(three_ulps, alone)
+    wide = np.array([12.0, -3.0, 0.5], dtype=np.float32)  # float32's spacing is far below BATCH_ATOL
+    assert within_batch_tolerance(wide + np.float32(BATCH_ATOL * 0.9), wide)
+    assert not within_batch_tolerance(wide + np.float32(BATCH_ATOL * 1.5), wide)
