@@ -37,14 +37,16 @@ def pool_arguments(role: Role, settings: Settings, concurrency: int) -> list[str
     """Celery's pool for `role`: prefork, `concurrency` processes (the parent enforces hard time limits by
     killing a stuck child, the watchdog, and a crashed child's task is requeued: reject_on_worker_lost);
     or the threads pool, that many threads in one process, for an admit worker with REPRISE_ADMIT_THREADS
-    > 1 (their prompts embedded together, WorkerContext.query_embedder) and for a large or small worker
+    > 1 (their prompts embedded together, WorkerContext.query_embedder), for a large or small worker
     with REPRISE_MAX_BATCH > 1 (their jobs denoised together, workers.runtime.batch_loop: the worker holds
-    max_batch jobs at once, prefetch 1 a thread). A threads pool enforces no time limit: a stuck run's
+    max_batch jobs at once, prefetch 1 a thread) and for a decode node with it (its reads' VAE decodes
+    run together, workers.runtime.decode_batching). A threads pool enforces no time limit: a stuck run's
     lease lapses after the task time limit (workers.lease) and the reconciler sends its job again."""
     threads = {
         Role.ADMIT: settings.admit_threads,
         Role.LARGE: settings.max_batch,
         Role.SMALL: settings.max_batch,
+        Role.DECODE: settings.max_batch,
     }
     count = threads.get(role, 1)
     if count == 1:

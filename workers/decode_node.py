@@ -125,29 +125,36 @@ class DecodeNode:
 
     def serve(self, request: ReadRequest) -> tuple[ReadReply, WriteBack | None]:
         """Answer one read: from the tiers when this node owns the image, fresh when it was spilled here
-        (then also what the owner must keep). Raises core.errors.BlobNotFound when nothing is stored."""
-        with self._lock:
-            if request.spilled:
-                latent, image = self._fetch_and_decode(request)
+        (then also what the owner must keep). Raises core.errors.BlobNotFound when nothing is stored.
+        The tiers are read and changed under the node's lock; fetches and decodes run outside it, so a
+        node's threads decode together (workers.runtime.decode_batching). Two reads missing the same
+        image at once both decode it; the second admission finds it cached and changes nothing."""
+        if request.spilled:
+            latent, image = self._fetch_and_decode(request)
+            with self._lock:
                 self.spills_served += 1
-                reply = ReadReply("ok", tier=Tier.MISS.value, node=self.name, spilled=True, data=image)
-                return reply, WriteBack(latent, image)
-            reply = self._serve_owned(request)
+            reply = ReadReply("ok", tier=Tier.MISS.value, node=self.name, spilled=True, data=image)
+            return reply, WriteBack(latent, image)
+        reply = self._serve_owned(request)
+        with self._lock:
             self._tune()
-            return reply, None
+        return reply, None
 
     def _serve_owned(self, request: ReadRequest) -> ReadReply:
         key = request.image
-        found = self.cache.lookup(key)
+        with self._lock:
+            found = self.cache.lookup(key)
         if found.tier is Tier.IMAGE and found.value is not None:
             return ReadReply("ok", tier=found.tier.value, node=self.name, data=found.value)
         if found.tier is Tier.LATENT and found.value is not None:
             image = self._timed_decode(found.value, request.fmt)
             if found.promote:
-                self.cache.promote(key, image, len(image))
+                with self._lock:
+                    self.cache.promote(key, image, len(image))
             return ReadReply("ok", tier=found.tier.value, node=self.name, data=image)
         latent, image = self._fetch_and_decode(request)
-        self._admit(key, latent, image)
+        with self._lock:
+            self._admit(key, latent, image)
         return ReadReply("ok", tier=Tier.MISS.value, node=self.name, data=image)
 
     def write_back(self, request: ReadRequest, back: WriteBack) -> Tier:
@@ -193,14 +200,16 @@ class DecodeNode:
     def _timed_fetch(self, key: str) -> bytes:
         started = time.perf_counter()
         data = self.blobs.get(key)
-        self.tuner.observe_fetch(time.perf_counter() - started)
+        with self._lock:
+            self.tuner.observe_fetch(time.perf_counter() - started)
         return data
 
     def _timed_decode(self, latent: bytes, fmt: str) -> bytes:
         started = time.perf_counter()
         image = self._decode(latent, fmt)
-        self.tuner.observe_decode(time.perf_counter() - started)
-        self.decodes += 1
+        with self._lock:  # a batched decode's wall time: what this read waited, as LatentBox's T_decode
+            self.tuner.observe_decode(time.perf_counter() - started)
+            self.decodes += 1
         return image
 
     def _tune(self) -> None:

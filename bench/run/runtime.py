@@ -25,7 +25,9 @@ distinct seeds run their T steps in one batch, one UNet call per step:
     batch_exact         every batched job equalled its run alone bit for bit
     batch_atol          the tolerance workers.runtime.batching states (BATCH_ATOL)
     batch_within_atol   batch_max_abs_diff <= batch_atol
-Without sizes, batch is {} and the other batch fields are null.
+    decode_batch        {"n": {"images_per_s", "decode_ms"}}: n latents decoded in one VAE call on
+                        the decode role, as a decode node's threads share one (decode_batching)
+Without sizes, batch and decode_batch are {} and the other batch fields are null.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
+import torch
 
 from core.params import GenerationParams
 from core.settings import Settings
@@ -76,6 +79,8 @@ class RuntimeBench:
     batch_atol: float | None = None
     batch_within_atol: bool | None = None
     batch_model: str | None = None
+    # the decode role's batched VAE decodes (workers.runtime.decode_batching), at the same sizes
+    decode_batch: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -129,6 +134,7 @@ def measure_runtime(
     # Decode role: the final latent back to pixels.
     runtime.switch_role(Role.DECODE)
     decode_ms = _decode_ms(runtime, final, family, decode_repeats)
+    decode_batch = _decode_batches(runtime, final, family, batch_sizes, decode_repeats)
     runtime.release()
 
     return RuntimeBench(
@@ -150,6 +156,7 @@ def measure_runtime(
         height=size,
         repeats=repeats,
         **(_batch_fields(batching) if batching is not None else {}),
+        decode_batch=decode_batch,
     )
 
 
@@ -246,6 +253,25 @@ def _decode_ms(runtime: DiffusionRuntime, final: Latent, family: str, repeats: i
     return [runtime.decode(final, family=family).wall_s * 1000.0 for _ in range(repeats)]
 
 
+def _decode_batches(
+    runtime: DiffusionRuntime, final: Latent, family: str, sizes: Sequence[int], repeats: int
+) -> dict[str, dict[str, float]]:
+    """For each size n, n copies of the final latent decoded in one VAE call (what a decode node's
+    threads share): images per second and the call's median milliseconds."""
+    latent = torch.from_numpy(final).unsqueeze(0).to(runtime.device, runtime.dtype)
+    block: dict[str, dict[str, float]] = {}
+    for size in sorted(set(sizes)):
+        runtime.decode_many([latent] * size, family)  # warm-up
+        times = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            runtime.decode_many([latent] * size, family)
+            times.append(time.perf_counter() - started)
+        median = statistics.median(times)
+        block[str(size)] = {"images_per_s": size / median, "decode_ms": median * 1e3}
+    return block
+
+
 def _png_bytes(reference: GenerationResult) -> int:
     assert reference.image is not None  # generated with decode=True
     return len(encode_image(reference.image, ImageFormat.PNG))
@@ -295,5 +321,8 @@ def format_table(report: RuntimeBench) -> str:
                 f"{str(report.batch_within_atol).lower()}",
             )
         )
+    for size, row in report.decode_batch.items():
+        speedup = row["images_per_s"] / report.decode_batch[min(report.decode_batch, key=int)]["images_per_s"]
+        rows.append((f"decode batch {size}", f"{row['images_per_s']:.2f} images/s ({speedup:.2f}x)"))
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name.ljust(width)}  {value}" for name, value in rows)

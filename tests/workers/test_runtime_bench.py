@@ -87,6 +87,7 @@ def test_bench_runtime_batch_adds_a_row_per_size_and_the_exactness_beside_the_co
     )
     assert result.exit_code == 0, result.output
     assert "batch 3" in result.output and "batch exactness" in result.output
+    assert "decode batch 3" in result.output
 
     report = json.loads(out.read_text())
     for name, kind in CONTRACT.items():  # the costs the simulator reads are still there
@@ -99,6 +100,8 @@ def test_bench_runtime_batch_adds_a_row_per_size_and_the_exactness_beside_the_co
     assert report["batch_max_abs_diff"] == max(row["max_abs_diff"] for row in report["batch"].values())
     assert report["batch_exact"] is (report["batch_max_abs_diff"] == 0.0)
     assert report["batch_atol"] == BATCH_ATOL and report["batch_within_atol"] is True
+    assert list(report["decode_batch"]) == ["1", "3"]  # the decode role's one-call decodes, same sizes
+    assert all(row["images_per_s"] > 0 and row["decode_ms"] > 0 for row in report["decode_batch"].values())
 
 
 def test_bench_runtime_without_batch_has_an_empty_batch_block_and_refuses_bad_sizes(
@@ -111,3 +114,4 @@ def test_bench_runtime_without_batch_has_an_empty_batch_block_and_refuses_bad_si
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
     assert report["batch"] == {} and report["batch_max_abs_diff"] is None and report["batch_exact"] is None
+    assert report["decode_batch"] == {}

@@ -89,9 +89,18 @@ def vae_encode(vae: Any, pixels: torch.Tensor, dtype: torch.dtype) -> torch.Tens
 
 def to_image(vae: Any, latents: torch.Tensor) -> Image.Image:
     """A (1, C, h, w) latent decoded to an 8-bit RGB image."""
-    pixels = vae_decode(vae, latents)[0].float()
-    array = ((pixels / 2 + 0.5).clamp(0, 1).permute(1, 2, 0).cpu().numpy() * 255).round().astype(np.uint8)
-    return Image.fromarray(array)
+    return _pixels_to_image(vae_decode(vae, latents)[0])
+
+
+def to_images(vae: Any, latents: torch.Tensor) -> list[Image.Image]:
+    """An (N, C, h, w) stack of latents decoded in one VAE call, one 8-bit RGB image each."""
+    return [_pixels_to_image(pixels) for pixels in vae_decode(vae, latents)]
+
+
+def _pixels_to_image(pixels: torch.Tensor) -> Image.Image:
+    """(3, H, W) pixels in [-1, 1] to an 8-bit RGB image."""
+    unit = (pixels.float() / 2 + 0.5).clamp(0, 1)
+    return Image.fromarray((unit.permute(1, 2, 0).cpu().numpy() * 255).round().astype(np.uint8))
 
 
 def to_numpy(latents: torch.Tensor) -> Latent:

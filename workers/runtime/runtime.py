@@ -33,6 +33,7 @@ from core.vocabulary import Role
 from workers import metrics
 from workers.runtime.batch_loop import BatchLoop
 from workers.runtime.batching import BatchMember, DenoisingBatch
+from workers.runtime.decode_batching import DecodeBatcher
 from workers.runtime.denoising import (
     DenoiseRun,
     OnStep,
@@ -43,7 +44,7 @@ from workers.runtime.denoising import (
     seeded_noise,
 )
 from workers.runtime.hosting import ModelHost
-from workers.runtime.latents import checked_latent, to_image, to_numpy, vae_decode, vae_encode
+from workers.runtime.latents import checked_latent, to_image, to_images, to_numpy, vae_decode, vae_encode
 from workers.runtime.loading import vae_latent_channels
 from workers.runtime.results import DecodeResult, GenerationResult, Latent
 
@@ -60,6 +61,8 @@ class DiffusionRuntime(ModelHost):
 
     _loop: BatchLoop | None = None  # the worker's batch, made on the first batched run
     _encoding = threading.Lock()  # prompt encoding, one thread at a time (_encode_prompt)
+    _decodes: DecodeBatcher | None = None  # a decode node's batched decodes, made on first use
+    _decodes_made = threading.Lock()
 
     # --- operations -----------------------------------------------------------------------
     def generate(
@@ -222,9 +225,25 @@ class DiffusionRuntime(ModelHost):
         else:
             channels = int(vae.config.latent_channels)
         latents = self._checked_latent(latent, channels, None)
-        with torch.inference_mode():
-            image = self._to_image(vae if vae is not None else self._family_vae(family), latents)
+        if vae is not None and self.role is Role.DECODE and self.max_batch > 1:  # a decode node's threads
+            image = self._decode_batcher().decode(latents, family)
+        else:
+            with torch.inference_mode():
+                image = self._to_image(vae if vae is not None else self._family_vae(family), latents)
         return DecodeResult(image=image, family=family, wall_s=time.perf_counter() - started)
+
+    def _decode_batcher(self) -> DecodeBatcher:
+        """The decode node's batcher (workers.runtime.decode_batching), made on first use."""
+        with self._decodes_made:
+            if self._decodes is None:
+                self._decodes = DecodeBatcher(self.decode_many, max_batch=self.max_batch)
+            return self._decodes
+
+    def decode_many(self, latents: Sequence[torch.Tensor], family: str) -> list[Image.Image]:
+        """One VAE call over checked (1, C, h, w) latents of the hosted family, stacked: their images."""
+        self.vae_decodes += len(latents)
+        with torch.inference_mode(), metrics.timed(metrics.DECODE_SECONDS, role=self.role.value):
+            return to_images(self._vae, torch.cat(list(latents)))
 
     # --- step-level batching (workers.runtime.batching) ------------------------------------
     @property

@@ -252,14 +252,14 @@ def test_a_runtime_refuses_to_switch_models_while_its_batch_runs(batched: Diffus
     assert batched.role is Role.LARGE
 
 
-def test_gpu_workers_with_batching_run_max_batch_threads(tmp_path: Path) -> None:
+def test_gpu_workers_and_decode_nodes_with_batching_run_max_batch_threads(tmp_path: Path) -> None:
     settings = load_settings(data_dir=tmp_path, max_batch=8)
-    for role in (Role.LARGE, Role.SMALL):
+    for role in (Role.LARGE, Role.SMALL, Role.DECODE):
         assert pool_arguments(role, settings, 1) == ["--pool=threads", "--concurrency=8"]
         assert pool_arguments(role, load_settings(data_dir=tmp_path, max_batch=1), 2) == [
             "--pool=prefork",
             "--concurrency=2",
         ]
-    assert pool_arguments(Role.DECODE, settings, 1) == ["--pool=prefork", "--concurrency=1"]
+    assert pool_arguments(Role.IO, settings, 1) == ["--pool=prefork", "--concurrency=1"]
     with pytest.raises(SettingsError, match="REPRISE_MAX_BATCH=8 runs its threads in one process"):
         pool_arguments(Role.LARGE, settings, 2)
