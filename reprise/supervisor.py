@@ -8,6 +8,7 @@ which <data_dir>/logs/supervisor.log keeps too.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -36,7 +37,11 @@ def run_dir(settings: Settings) -> Path:
     return settings.data_dir.resolve() / "run"
 
 
-def stack_children(settings: Settings, *, port: int, flower_port: int) -> list[Child]:
+def stack_children(
+    settings: Settings, *, port: int, flower_port: int, worker_env: dict[str, str] | None = None
+) -> list[Child]:
+    """The stack's processes; the workers' environment has `worker_env` on top of this process's (the
+    services reached through another address, such as a pooler or a fault proxy)."""
     logs = settings.data_dir.resolve() / "logs"
     argvs = {"api": _reprise("api", "--port", str(port))}
     for role in STACK_ROLES:
@@ -52,7 +57,17 @@ def stack_children(settings: Settings, *, port: int, flower_port: int) -> list[C
     argvs["beat"] = _reprise("beat")
     argvs["flower"] = _reprise("flower", "--port", str(flower_port))
     pids = run_dir(settings)
-    return [Child(name, argv, logs / f"{name}.log", pids / f"{name}.pid") for name, argv in argvs.items()]
+    env = {**os.environ, **worker_env} if worker_env else None
+    return [
+        Child(
+            name,
+            argv,
+            logs / f"{name}.log",
+            pids / f"{name}.pid",
+            env=env if name.startswith("worker-") else None,
+        )
+        for name, argv in argvs.items()
+    ]
 
 
 def _reporter(logs: Path) -> logging.Logger:
@@ -92,8 +107,29 @@ def wait_ready(base_url: str, children: list[Child], timeout_s: float = 180.0) -
     raise RuntimeError(f"the stack was not ready after {timeout_s:.0f}s; see {children[0].log_path.parent}")
 
 
-def run_stack(settings: Settings, *, port: int, flower_port: int, demo_prompts: int) -> int:
-    children = stack_children(settings, port=port, flower_port=flower_port)
+def _print_addresses(settings: Settings, base_url: str, flower_port: int) -> None:
+    metrics = (
+        f"http://{settings.metrics_address}:{settings.metrics_port}/metrics"
+        if settings.metrics_port is not None
+        else f"{base_url}/metrics"
+    )
+    print(f"API        {base_url}  (docs: {base_url}/docs, metrics: {metrics})")
+    if settings.worker_metrics_port is not None:
+        print(f"Workers    metrics on ports {settings.worker_metrics_port} and up (one per worker)")
+    print(f"Flower     http://127.0.0.1:{flower_port}")
+    print(f"Postgres   {redacted_url(settings.sqlalchemy_url)}")
+    print(f"Redis      {redacted_url(settings.broker_url)}")
+
+
+def run_stack(
+    settings: Settings,
+    *,
+    port: int,
+    flower_port: int,
+    demo_prompts: int,
+    worker_env: dict[str, str] | None = None,
+) -> int:
+    children = stack_children(settings, port=port, flower_port=flower_port, worker_env=worker_env)
     stopping = threading.Event()
 
     def _stop(signum: int, frame: FrameType | None) -> None:
@@ -114,17 +150,7 @@ def run_stack(settings: Settings, *, port: int, flower_port: int, demo_prompts: 
         print(f"starting {len(children)} processes; logs in {children[0].log_path.parent}", flush=True)
         logger.info("started %s", ", ".join(f"{child.name} (pid {child.pid()})" for child in children))
         wait_ready(base_url, children)
-        metrics = (
-            f"http://{settings.metrics_address}:{settings.metrics_port}/metrics"
-            if settings.metrics_port is not None
-            else f"{base_url}/metrics"
-        )
-        print(f"API        {base_url}  (docs: {base_url}/docs, metrics: {metrics})")
-        if settings.worker_metrics_port is not None:
-            print(f"Workers    metrics on ports {settings.worker_metrics_port} and up (one per worker)")
-        print(f"Flower     http://127.0.0.1:{flower_port}")
-        print(f"Postgres   {redacted_url(settings.sqlalchemy_url)}")
-        print(f"Redis      {redacted_url(settings.broker_url)}")
+        _print_addresses(settings, base_url, flower_port)
         key = ensure_demo_key(settings)
         if demo_prompts > 0:
             print(f"API key    {key.api_key}  (stored in {key.path})", flush=True)

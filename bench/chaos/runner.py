@@ -1,133 +1,50 @@
 """`reprise bench chaos`: the scenarios in order against one stack, and the JSON report:
 {scenarios: {NAME: {accepted, succeeded, failed, lost, duplicated, recovery_s {p50, max}, unavailable_s,
-five_xx, ...}}, intake: {submit_rps, submit_ms {p50, p99}, path}, intake_by_path: {orm: {...}, fast: {...}}}:
-`intake` is the stack's own API (its REPRISE_INTAKE), intake_by_path each intake path of the load scenario.
+five_xx, jobs, outage_s, settings, ...}}, intake: {submit_rps, submit_ms {p50, p99}, path},
+intake_by_path: {orm: {...}, fast: {...}}}: `intake` is the stack's own API (its REPRISE_INTAKE),
+intake_by_path each intake path of the load scenario.
 
-Without --base-url the bench starts a stack of its own (`isolated_stack`): embedded Postgres and Redis
-on free ports in a scratch data directory, the tiny models, `reprise run` with short leases, a 5 s beat
-and a short webhook retry schedule, so that a run takes minutes; with --base-url it drives a running
-stack, whose settings (REPRISE_DATA_DIR...) the bench process must share."""
+A scenario whose fault lasts (scenarios.OUTAGES) runs once per outage length; given more than one, its
+entries are named NAME@<seconds>s ("postgres@60s"). `jobs` is the batch asked for, `outage_s` the
+outage (null for kills, node-loss, load and cancel-storm), `settings` "bench" on the bench's own stack
+(bench.chaos.stack: short leases, a 5 s beat) and "default" on a stack driven through --base-url (as an
+operator runs it). Figures of a scenario's own (worker_restarts, proxy, reads...) sit beside them.
+
+Without --base-url the bench starts a stack of its own (`run_isolated`): the workers behind the fault
+proxy when the network scenario is asked for, and node-loss on a second stack of its own whose blob
+store is S3 (moto), after the others; with --base-url it drives a running stack, whose settings
+(REPRISE_DATA_DIR...) the bench process must share."""
 
 from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from bench.chaos.load import LoadResult
+from bench.chaos.proxy import FaultProxy
 from bench.chaos.receiver import start_receiver
 from bench.chaos.scenarios import (
+    OUTAGES,
     SCENARIOS,
     ChaosOptions,
+    Run,
     new_run,
     run_cancel_storm,
     run_fault_scenario,
     run_load_by_intake,
 )
+from bench.chaos.stack import isolated_stack as isolated_stack  # re-exported: bench.soak starts it too
 from bench.chaos.target import ChaosTarget
-from core.settings import Settings, load_settings
+from core.settings import Settings
 
-# The isolated stack: small jobs (T = 10 at 64x64) and fast recovery loops, so a scenario takes seconds.
-ISOLATED_ENV = {
-    "REPRISE_MODEL_SET": "tiny",  # faults and recovery, not image quality: the fastest models
-    "REPRISE_STEPS": "10",
-    "REPRISE_CAPTURE_STEPS": "2,4,6,8",
-    "REPRISE_DEFAULT_SIZE": "64",
-    "REPRISE_LEASE_S": "6",
-    "REPRISE_LEASE_RENEW_S": "2",
-    "REPRISE_BEAT_PERIOD_S": "5",
-    "REPRISE_STUCK_AFTER_S": "10",
-    "REPRISE_WEBHOOK_ALLOW_HOSTS": "127.0.0.1",
-    "REPRISE_WEBHOOK_RETRY_DELAYS_S": "0,1,2,4,8,8,8,8,8,8",
-    "REPRISE_MONITOR_ENABLED": "false",
-    "REPRISE_PREDICTOR_ENABLED": "false",
-    "REPRISE_QUEUE_DEPTH_LIMIT": "100000",
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "OMP_NUM_THREADS": "1",
-}
-START_TIMEOUT_S = 300.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextmanager
-def isolated_stack(workdir: Path | None = None) -> Iterator[ChaosTarget]:
-    """A whole stack of the bench's own, torn down afterwards; it never touches another stack."""
-    root = Path(workdir or tempfile.mkdtemp(prefix="reprise-chaos-"))
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in ("REPRISE_DATABASE_URL", "REPRISE_REDIS_URL")
-    }
-    pg_port, redis_port, port = free_port(), free_port(), free_port()
-    env |= ISOLATED_ENV | {
-        "REPRISE_DATA_DIR": str(root / "data"),
-        "REPRISE_PG_PORT": str(pg_port),
-        "REPRISE_REDIS_PORT": str(redis_port),
-    }
-    settings = load_settings(data_dir=root / "data", pg_port=pg_port, redis_port=redis_port, model_set="tiny")
-    target = ChaosTarget(base_url=f"http://127.0.0.1:{port}", settings=settings, env=env)
-    for args in (("services", "up"), ("migrate",), ("models", "tiny")):
-        done = target.reprise(*args, timeout_s=START_TIMEOUT_S)
-        if done.returncode != 0:
-            raise RuntimeError(f"`reprise {' '.join(args)}` failed: {done.stderr[-2000:]}")
-    log = (root / "run.log").open("wb")
-    stack = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "reprise",
-            "run",
-            "--port",
-            str(port),
-            "--flower-port",
-            str(free_port()),
-            "--demo",
-            "0",
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        _wait_up(root / "run.log", stack)
-        yield target
-    finally:
-        stack.send_signal(signal.SIGINT)
-        try:
-            stack.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(stack.pid, signal.SIGKILL)
-        log.close()
-        target.reprise("services", "down")
-
-
-def _wait_up(log: Path, stack: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if "the stack is up" in log.read_text(errors="replace"):
-            return
-        if stack.poll() is not None:
-            break
-        time.sleep(1.0)
-    raise RuntimeError(
-        f"the chaos stack did not come up; see {log}: {log.read_text(errors='replace')[-2000:]}"
-    )
+S3_SCENARIOS = ("node-loss",)  # on the bench's own stack, these run on a second one with S3 blobs
 
 
 def issue_admin_key(target: ChaosTarget) -> str:
@@ -150,28 +67,67 @@ def run_chaos(target: ChaosTarget, scenarios: list[str], options: ChaosOptions) 
         "scenarios": {},
         "intake": None,
         "intake_by_path": None,
-        "options": options.__dict__,
+        "options": asdict(options),
     }
     try:
         for name in scenarios:
-            run = new_run(target, receiver, headers, options)
-            started = time.monotonic()
-            if name == "load":
-                by_intake = {
-                    path: _intake_figures(result, options) for path, result in run_load_by_intake(run).items()
+            lengths = options.outages_s if name in OUTAGES else (0.0,)
+            for outage_s in lengths:
+                key = f"{name}@{outage_s:g}s" if len(lengths) > 1 else name
+                run = new_run(target, receiver, headers, options, outage_s=outage_s)
+                row = _run_one(run, name, report)
+                report["scenarios"][key] = row | {
+                    "jobs": options.jobs if name not in ("load",) else options.load_jobs,
+                    "outage_s": outage_s if name in OUTAGES else None,
+                    "settings": row.get("settings", "bench" if target.isolated else "default"),
                 }
-                report["intake"] = by_intake[target.settings.intake] | {"path": target.settings.intake}
-                report["intake_by_path"] = by_intake
-            elif name == "cancel-storm":
-                run_cancel_storm(run)
-            else:
-                run_fault_scenario(run, name)
-            report["scenarios"][name] = run.report.as_json() | {
-                "seconds": round(time.monotonic() - started, 1)
-            }
-            print(f"chaos {name}: {json.dumps(report['scenarios'][name])}", file=sys.stderr, flush=True)
+                print(f"chaos {key}: {json.dumps(report['scenarios'][key])}", file=sys.stderr, flush=True)
     finally:
         receiver.stop()
+    return report
+
+
+def _run_one(run: Run, name: str, report: dict[str, Any]) -> dict[str, Any]:
+    """Run one scenario; its row (with the seconds it took and its own figures)."""
+    started = time.monotonic()
+    if name == "load":
+        results = run_load_by_intake(run)
+        by_intake = {path: _intake_figures(result, run.options) for path, result in results.items()}
+        intake = run.target.settings.intake
+        report["intake"] = by_intake[intake] | {"path": intake}
+        report["intake_by_path"] = by_intake
+    elif name == "cancel-storm":
+        run_cancel_storm(run)
+    else:
+        try:
+            run_fault_scenario(run, name)
+        except RuntimeError as error:  # the scenario cannot run on this stack: say why, go on
+            run.extra["error"] = str(error)
+    return run.report.as_json() | run.extra | {"seconds": round(time.monotonic() - started, 1)}
+
+
+def run_isolated(scenarios: list[str], options: ChaosOptions, workdir: Path | None) -> dict[str, Any]:
+    """The scenarios on stacks of the bench's own: those of S3_SCENARIOS on a second stack (S3 blobs),
+    after the others; one report."""
+    unknown = [name for name in scenarios if name not in SCENARIOS]
+    if unknown:
+        raise ValueError(f"unknown scenario {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}")
+    local = [name for name in scenarios if name not in S3_SCENARIOS]
+    shared = [name for name in scenarios if name in S3_SCENARIOS]
+    root = Path(workdir or tempfile.mkdtemp(prefix="reprise-chaos-"))
+    report: dict[str, Any] | None = None
+    for names, s3 in ((local, False), (shared, True)):
+        if not names:
+            continue
+        with isolated_stack(root / ("s3" if s3 else "local"), proxy="network" in names, s3=s3) as target:
+            part = run_chaos(target, names, options)
+        if report is None:
+            report = part
+        else:
+            report["scenarios"] |= part["scenarios"]
+            report["intake"] = report["intake"] or part["intake"]
+            report["intake_by_path"] = report["intake_by_path"] or part["intake_by_path"]
+    assert report is not None
     return report
 
 
@@ -189,3 +145,30 @@ def _intake_figures(result: LoadResult, options: ChaosOptions) -> dict[str, Any]
 def target_for(base_url: str, settings: Settings) -> ChaosTarget:
     """A running stack, reached with this process's settings and environment."""
     return ChaosTarget(base_url=base_url.rstrip("/"), settings=settings, env=dict(os.environ))
+
+
+def run_against(
+    base_url: str, settings: Settings, scenarios: list[str], options: ChaosOptions, *, proxy_ports: list[int]
+) -> dict[str, Any]:
+    """The scenarios against a running stack; with proxy_ports (REDIS, POSTGRES), the fault proxy listens
+    there for the whole run (the stack's workers were pointed at them), for the network scenario."""
+    target = target_for(base_url, settings)
+    if not proxy_ports:
+        return run_chaos(target, scenarios, options)
+    if len(proxy_ports) != 2:
+        raise RuntimeError("--proxy-ports takes two ports: REDIS,POSTGRES")
+    with proxy_for(settings, proxy_ports[0], proxy_ports[1]) as target.proxy:
+        return run_chaos(target, scenarios, options)
+
+
+def proxy_for(settings: Settings, redis_port: int, postgres_port: int) -> FaultProxy:
+    """The fault proxy for a running stack's workers: listening on the ports they were pointed at,
+    passing to the stack's Redis and Postgres (this process's settings)."""
+    redis, postgres = urlsplit(settings.broker_url), urlsplit(settings.sqlalchemy_url)
+    return FaultProxy(
+        {
+            "redis": (redis.hostname or "127.0.0.1", redis.port or 6379),
+            "postgres": (postgres.hostname or "127.0.0.1", postgres.port or 5432),
+        },
+        ports={"redis": redis_port, "postgres": postgres_port},
+    )

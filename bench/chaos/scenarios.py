@@ -3,6 +3,8 @@ breaks one thing while they are in flight, ends the fault, and waits (bounded) u
 job is terminal and every completed event was delivered; then it accounts (bench.chaos.accounting).
 
 - redis, postgres: the embedded server is SIGKILLed for `outage_s`, then `reprise services up`.
+- redis-empty, network, disk-full, node-loss: bench.chaos.faults (Redis back without its data; a lossy
+  network between the workers and their services; the workers' disk full; a second node lost).
 - kill-<role>: the pool's worker process group is SIGKILLed; `reprise run` restarts it.
 - webhook-outage: the receiver answers 503 for `outage_s`; retries carry the same webhook-id.
 - load: intake only, many submissions from concurrent clients (the `intake` figures); then canceled.
@@ -17,23 +19,33 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
 
 from bench.chaos.accounting import ScenarioReport, all_terminal, duplicated_entries, job_ends, tally
+from bench.chaos.faults import disk, node
+from bench.chaos.faults.broker import redis_empty
+from bench.chaos.faults.network import network
 from bench.chaos.load import LoadResult, submit_all
 from bench.chaos.probe import Probe
+from bench.chaos.proxy import NetworkFault
 from bench.chaos.receiver import Receiver
 from bench.chaos.target import ChaosTarget
 
 ROLES = ("large", "small", "admit", "decode", "io")
+# The scenarios whose fault lasts: each runs once per outage length (--outage-s).
+OUTAGES = ("redis", "redis-empty", "postgres", "webhook-outage", "network", "disk-full")
 SCENARIOS = (
     "redis",
+    "redis-empty",
     "postgres",
     *(f"kill-{role}" for role in ROLES),
     "webhook-outage",
+    "network",
+    "disk-full",
+    "node-loss",
     "load",
     "cancel-storm",
 )
@@ -41,11 +53,15 @@ SCENARIOS = (
 
 @dataclass(frozen=True)
 class ChaosOptions:
-    jobs: int = 12  # per fault scenario
+    # Per fault scenario: a production batch, not a handful (issue: "production faults are larger than 12").
+    jobs: int = 100
     load_jobs: int = 500  # submissions of the load scenario
     concurrency: int = 32  # clients of the load scenario
-    outage_s: float = 8.0  # how long Redis, Postgres or the webhook receiver stay down
+    # How long Redis, Postgres, the webhook receiver, the network or the disk stay broken: a restart's
+    # worth, and a minute (a failover, a node reboot), each scenario at each.
+    outages_s: tuple[float, ...] = (8.0, 60.0)
     bound_s: float = 300.0  # after the fault, how long a job may take to end before it counts as lost
+    network: NetworkFault = field(default_factory=NetworkFault)  # the proxy while the fault lasts
 
 
 @dataclass
@@ -58,6 +74,8 @@ class Run:
     options: ChaosOptions
     report: ScenarioReport
     tag: str
+    outage_s: float = 0.0  # this run's outage length (a scenario of OUTAGES; 0 for the others)
+    extra: dict[str, Any] = field(default_factory=dict)  # figures of the scenario's own
 
     def bodies(self, count: int, *, prompts: list[str] | None = None, seed: int = 1) -> list[dict[str, Any]]:
         texts = prompts or [f"{self.tag} scene {i}: a lighthouse on a cliff, storm {i}" for i in range(count)]
@@ -108,7 +126,7 @@ class Run:
 
 def _service_outage(run: Run, name: str) -> float:
     run.target.kill(name)
-    time.sleep(run.options.outage_s)
+    time.sleep(run.outage_s)
     run.target.restart_services()
     return time.time()
 
@@ -123,7 +141,7 @@ def _kill_child(run: Run, role: str) -> float:
 def _webhook_outage(run: Run) -> float:
     with run.receiver.lock:
         run.receiver.outage = True
-    time.sleep(run.options.outage_s)
+    time.sleep(run.outage_s)
     with run.receiver.lock:
         run.receiver.outage = False
     return time.time()
@@ -137,11 +155,49 @@ def fault_for(name: str) -> Callable[[Run], float]:
         return lambda run: _kill_child(run, name.removeprefix("kill-"))
     if name == "webhook-outage":
         return _webhook_outage
+    if name == "redis-empty":
+        return redis_empty
+    if name == "network":
+        return network
     raise ValueError(f"unknown scenario {name!r}; choose from {', '.join(SCENARIOS)}")
 
 
 def run_fault_scenario(run: Run, name: str) -> None:
-    """Submit, break while jobs run, mend, wait: the report is filled in."""
+    """Submit, break while jobs run, mend, wait: the report is filled in. Every worker whose pid changed
+    meanwhile (it exited and the supervisor restarted it) is counted in `worker_restarts`."""
+    pids = run.target.worker_pids()
+    if name == "disk-full":
+        _disk_full(run)
+    elif name == "node-loss":
+        _node_loss(run)
+    else:
+        _fault_scenario(run, name)
+    after = run.target.worker_pids()
+    run.extra["worker_restarts"] = sorted(name for name, pid in pids.items() if after.get(name) != pid)
+
+
+def _disk_full(run: Run) -> None:
+    warm = disk.warm_images(run)
+    with Probe(run.target.base_url, run.headers) as probe:
+        batch = run.submit(run.bodies(run.options.jobs)).job_ids
+        run.wait_running(batch)
+        fault_end = disk.disk_full(run, warm)
+        run.wait_terminal(batch, fault_end)
+    _account(run, warm + batch, fault_end, probe)
+    disk.check_entries(run, warm + batch)
+
+
+def _node_loss(run: Run) -> None:
+    with node.second_node(run) as lost, Probe(run.target.base_url, run.headers) as probe:
+        batch = run.submit(run.bodies(run.options.jobs)).job_ids
+        fault_end = node.lose_node(run, lost, batch)
+        run.wait_terminal(batch, fault_end)
+    _account(run, batch, fault_end, probe)
+    ends = job_ends(run.target.settings, batch) or {}
+    node.read_all(run, [job for job, end in ends.items() if end.status == "succeeded"])
+
+
+def _fault_scenario(run: Run, name: str) -> None:
     fault = fault_for(name)
     job_ids: list[str] = []
     if name == "kill-small":  # the small pool serves hits: cache the prompts first, then repeat them
@@ -246,5 +302,13 @@ def _account(run: Run, job_ids: list[str], fault_end: float, probe: Probe | None
         run.report.five_xx += probe.five_xx
 
 
-def new_run(target: ChaosTarget, receiver: Receiver, headers: dict[str, str], options: ChaosOptions) -> Run:
-    return Run(target, receiver, headers, options, ScenarioReport(), tag=uuid.uuid4().hex[:8])
+def new_run(
+    target: ChaosTarget,
+    receiver: Receiver,
+    headers: dict[str, str],
+    options: ChaosOptions,
+    outage_s: float = 0.0,
+) -> Run:
+    return Run(
+        target, receiver, headers, options, ScenarioReport(), tag=uuid.uuid4().hex[:8], outage_s=outage_s
+    )

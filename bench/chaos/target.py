@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import httpx
 
+from bench.chaos.proxy import FaultProxy
 from core.settings import Settings
 
 SERVICES = ("redis", "postgres")
@@ -29,6 +31,8 @@ class ChaosTarget:
     base_url: str
     settings: Settings
     env: dict[str, str]  # the environment of the stack's own commands
+    isolated: bool = False  # the bench's own stack (its settings), not one run with the user's
+    proxy: FaultProxy | None = None  # between the workers and Redis and Postgres (the network scenario)
 
     @property
     def data_dir(self) -> Path:
@@ -69,6 +73,25 @@ class ChaosTarget:
         else:
             os.killpg(pid, signal.SIGKILL)
         return pid
+
+    def wipe_redis(self) -> list[str]:
+        """Delete the embedded Redis' persistence (its AOF directory and files, an RDB dump), as a broker
+        that comes back without its disk would; Redis must be down. Returns what was deleted."""
+        root = self.pidfile("redis").parent
+        gone = []
+        for path in sorted(root.glob("appendonly*")) + sorted(root.glob("*.rdb")):
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+            gone.append(path.name)
+        return gone
+
+    def worker_pids(self) -> dict[str, int | None]:
+        """Each supervised worker's pid now (from its pidfile): a change means it exited and was restarted."""
+        return {
+            path.stem: self.pid(path.stem) for path in sorted((self.data_dir / "run").glob("worker-*.pid"))
+        }
 
     def restart_services(self) -> None:
         done = self.reprise("services", "up")
@@ -131,6 +154,21 @@ def _children(pid: int) -> list[int]:
         except OSError:
             continue
         if int(fields[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live processes of process group `pgid` (a supervised child and everything it forked)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
             found.append(int(entry.name))
     return found
 

@@ -234,18 +234,22 @@ def simulate_command(
 @bench_app.command("chaos")
 def chaos_command(
     scenarios: str = typer.Option(
-        "redis,postgres,kill-large,kill-small,kill-admit,kill-decode,kill-io,webhook-outage,load,cancel-storm",
+        "redis,redis-empty,postgres,kill-large,kill-small,kill-admit,kill-decode,kill-io,webhook-outage,"
+        "network,disk-full,node-loss,load,cancel-storm",
         "--scenarios",
         help="Comma list, run in this order.",
     ),
     base_url: str | None = typer.Option(
         None, "--base-url", help="A running stack (same settings as this process). Unset: start one."
     ),
-    jobs: int = typer.Option(12, min=1, help="Jobs per fault scenario."),
+    jobs: int = typer.Option(100, min=1, help="Jobs per fault scenario."),
     load_jobs: int = typer.Option(500, "--load-jobs", min=1, help="Submissions of the load scenario."),
     concurrency: int = typer.Option(32, min=1, help="Clients of the load scenario."),
-    outage_s: float = typer.Option(
-        8.0, "--outage-s", min=0.0, help="Seconds Redis/Postgres/receiver are down."
+    outage_s: str = typer.Option(
+        "8,60", "--outage-s", help="Seconds each fault lasts; a comma list runs each outage scenario at each."
+    ),
+    proxy_ports: str | None = typer.Option(
+        None, "--proxy-ports", help="With --base-url: REDIS,POSTGRES ports its workers use."
     ),
     bound_s: float = typer.Option(
         300.0, "--bound-s", min=1.0, help="After a fault, seconds before a job is lost."
@@ -257,21 +261,22 @@ def chaos_command(
 ) -> None:
     """Break the stack on purpose (kill Redis, Postgres, each pool; a webhook outage; load; a cancel storm)
     and report per scenario: accepted, succeeded, failed, lost, duplicated, recovery, unavailable, 5xx."""
-    from bench.chaos.runner import isolated_stack, run_chaos, target_for
+    from bench.chaos.runner import run_against, run_isolated
     from bench.chaos.scenarios import ChaosOptions
     from bench.run.options import guarded, parse_list
 
     def main() -> int:
+        outages = tuple(float(value) for value in parse_list(outage_s))
         options = ChaosOptions(
-            jobs=jobs, load_jobs=load_jobs, concurrency=concurrency, outage_s=outage_s, bound_s=bound_s
+            jobs=jobs, load_jobs=load_jobs, concurrency=concurrency, outages_s=outages, bound_s=bound_s
         )
         names = parse_list(scenarios)
         try:
             if base_url is not None:
-                report = run_chaos(target_for(base_url, get_settings()), names, options)
+                ports = [int(port) for port in parse_list(proxy_ports or "")]
+                report = run_against(base_url, get_settings(), names, options, proxy_ports=ports)
             else:
-                with isolated_stack(workdir) as target:
-                    report = run_chaos(target, names, options)
+                report = run_isolated(names, options, workdir)
         except RuntimeError as error:  # the stack cannot be driven: say why, no traceback
             print(f"error: {error}", file=sys.stderr)
             return 2

@@ -162,8 +162,24 @@ def run_command(
     demo: int = typer.Option(
         100, help="Prompts of the shared trace to replay once the stack is up (0: none)."
     ),
+    workers_redis_url: str | None = typer.Option(
+        None, "--workers-redis-url", help="The workers' Redis address, when theirs differs (a proxy)."
+    ),
+    workers_database_url: str | None = typer.Option(
+        None, "--workers-database-url", help="The workers' Postgres address, when theirs differs (a pooler)."
+    ),
 ) -> None:
     """Bring the whole stack up in the foreground: API, one worker per role, beat, Flower. Ctrl-C stops it."""
     from reprise.supervisor import run_stack
 
-    raise typer.Exit(run_stack(get_settings(), port=port, flower_port=flower_port, demo_prompts=demo))
+    worker_env = {
+        key: value
+        for key, value in (
+            ("REPRISE_REDIS_URL", workers_redis_url),
+            ("REPRISE_DATABASE_URL", workers_database_url),
+        )
+        if value is not None
+    }
+    settings = get_settings()
+    code = run_stack(settings, port=port, flower_port=flower_port, demo_prompts=demo, worker_env=worker_env)
+    raise typer.Exit(code)
