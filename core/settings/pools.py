@@ -30,7 +30,8 @@ class PoolSettings(BaseSettings):
         ge=1,
         le=256,
         description="Jobs a GPU worker denoises together, one UNet call per step, each at its own step "
-        "(step-level batching, workers.runtime.batching; a guided job is two UNet samples). 8 by "
+        "(step-level batching, workers.runtime.batching; a guided job is two UNet samples), and reads a "
+        "decode node decodes together, one VAE call (workers.runtime.decode_batching). 8 by "
         "measurement: `reprise bench runtime --batch 1,2,4,8,16` found the lab's large model's images/s "
         "growing to 8 jobs (2.6x one job's on a CPU) and no further at 16 (docs/results/simulator.md, "
         "'Step-level batching').",
