@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,9 @@ log = logging.getLogger(__name__)
 
 MAX_BATCH = 256  # jobs per transaction: a few milliseconds of work, whatever the backlog
 CONNECT_TIMEOUT_S = 5
+# A connection idle longer than this is pinged before use: after Postgres restarts, the first batch on
+# the old connection would fail (a 503 once Postgres is back, chaos `postgres`); busy, no ping is paid.
+PING_IDLE_S = 1.0
 BROKER_TIMEOUT_S = 1.0  # as the API's other broker questions: fail fast, the reconciler sends it later
 BACKLOG_TTL_S = 0.25  # the admit queue's length is asked at most this often (api.deps does the same)
 
@@ -70,6 +74,7 @@ class JobIntake:
             ),
         )
         self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._used_at = 0.0  # when the connection was last handed out (time.monotonic)
         self._pending: list[tuple[PendingJob, asyncio.Future[Submitted]]] = []
         self._writer: asyncio.Task[None] | None = None
         self._backlog: int | None = None
@@ -147,6 +152,16 @@ class JobIntake:
         return [(await self._insert([job]))[0] for job in jobs]
 
     async def _connection(self) -> psycopg.AsyncConnection[Any]:
+        if (
+            self._conn is not None
+            and not self._conn.closed
+            and time.monotonic() - self._used_at > PING_IDLE_S
+        ):
+            try:  # as SQLAlchemy's pool_pre_ping: a connection from before a Postgres restart is dead
+                await self._conn.execute("SELECT 1")
+                await self._conn.rollback()
+            except psycopg.Error:
+                await self._drop_connection()
         if self._conn is None or self._conn.closed:
             try:
                 self._conn = await psycopg.AsyncConnection.connect(
@@ -154,6 +169,7 @@ class JobIntake:
                 )
             except psycopg.OperationalError as error:
                 raise DatabaseUnavailable(str(error)) from error
+        self._used_at = time.monotonic()
         return self._conn
 
     async def _drop_connection(self) -> None:

@@ -6,6 +6,7 @@ paths to the same answers (the fast one by default)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import threading
@@ -18,14 +19,18 @@ import pytest
 import redis
 from celery.contrib.testing.worker import start_worker
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
+from core.params import GenerationParams
 from core.settings import Settings
 from db.engine import session_scope
+from db.job_intake import Outcome
+from db.jobs import NewJob
 from db.models import Job
 from db.tenants import TenantCredentials
 from jobs.celery_app import make_celery_app
 from jobs.dispatch import CeleryDispatcher
+from jobs.intake import PING_IDLE_S, JobIntake, Submitted
 from jobs.passes.reconcile import reconcile
 from jobs.queues import Queue, TaskName
 
@@ -169,3 +174,27 @@ def test_both_paths_answer_alike(
     bad = _create(client, tenant, frames=4)
     assert bad.status_code == 422 and "video" in bad.json()["detail"]
     assert broker.llen(Queue.ADMIT.value) == 1
+
+
+def test_a_connection_that_postgres_dropped_is_replaced_before_use(
+    tenant: TenantCredentials, api_settings: Settings
+) -> None:
+    async def scenario() -> Submitted:
+        intake = JobIntake(api_settings)
+        try:
+            await intake.submit(tenant.tenant_id, NewJob(GenerationParams(prompt=PROMPT, seed=1)))
+            # What a restart of Postgres does to the intake's connection: the server side is gone, the
+            # client does not know it yet.
+            with session_scope(api_settings) as session:
+                session.execute(
+                    text(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    )
+                )
+            await asyncio.sleep(PING_IDLE_S + 0.2)  # idle: pinged before its next use
+            return await intake.submit(tenant.tenant_id, NewJob(GenerationParams(prompt=PROMPT, seed=2)))
+        finally:
+            await intake.close()
+
+    assert asyncio.run(scenario()).outcome is Outcome.CREATED  # not 503 once Postgres is back
