@@ -38,6 +38,7 @@ ISOLATED_ENV = {
     "REPRISE_LEASE_S": "6",
     "REPRISE_LEASE_RENEW_S": "2",
     "REPRISE_BEAT_PERIOD_S": "5",
+    "REPRISE_RECONCILE_PERIOD_S": "5",  # the reconciler has its own period (10 s by default)
     "REPRISE_STUCK_AFTER_S": "10",
     "REPRISE_WEBHOOK_ALLOW_HOSTS": "127.0.0.1",
     "REPRISE_WEBHOOK_RETRY_DELAYS_S": "0,1,2,4,8,8,8,8,8,8",
