@@ -136,6 +136,11 @@ class Judge:
     def __init__(self, net: nn.Module) -> None:
         self._net = net.eval()
 
+    @property
+    def network(self) -> nn.Module:
+        """The trained network (lab.video_judge fine-tunes a copy of it on moving frames)."""
+        return self._net
+
     @classmethod
     def load(cls, directory: Path, *, validated: bool = True) -> Judge:
         """The judge saved in `directory`. It must carry a validation at or above every floor
