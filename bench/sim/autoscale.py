@@ -4,7 +4,8 @@ GPU workers there are (the fleet), MoDM's monitor how they split between the lar
 deploy/kubernetes/autoscaling/scaled-objects.yaml and Kubernetes' own:
 
 - every `polling_s` (KEDA's pollingInterval there, 15 s) the desired fleet is the jobs waiting or
-  running over `jobs_per_worker` (the redis trigger's listLength, 1), rounded up, within
+  running over `jobs_per_worker` (the ScaledObjects' target: the jobs a pod denoises at once, its
+  REPRISE_MAX_BATCH; the simulation sets it to its workers' batch capacity), rounded up, within
   [min_workers, max_workers] (minReplicaCount 1 and maxReplicaCount 8 a role);
 - a larger fleet is asked at once, and a new worker serves after `start_s` (a GPU pod's scheduling,
   image start and model load: 60 s, a guess of the order docs/kubernetes.md gives, not a measurement);

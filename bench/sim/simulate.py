@@ -97,7 +97,8 @@ class _Simulation:
         self.controller = start_controller(config.cascade, workload, self.pools) if config.cascade else None
         self.light_work_s = 0.0  # light-pool seconds asked this period (the cascade's allocator)
         self.stages = Counter[str]()  # light stages run, and escalated
-        self.autoscaler = Autoscaler(config.autoscaler) if config.autoscaler is not None else None
+        spec = config.autoscaler  # the ScaledObjects' target, a pod's batch of jobs: a worker's batch here
+        self.autoscaler = Autoscaler(replace(spec, jobs_per_worker=config.batch_capacity)) if spec else None
 
     # --- events ----------------------------------------------------------------------------
     def push(self, time_s: float, kind: Event, ref: int) -> None:

@@ -82,7 +82,7 @@ def test_a_renamed_or_moved_queue_would_fail_the_check(service_settings: Setting
 
 
 @pytest.mark.parametrize("role", QUEUED_ROLES, ids=str)
-def test_the_formula_adds_every_trigger_once_at_one_job_per_pod(
+def test_the_formula_adds_every_trigger_once_at_a_pods_batch_of_jobs_per_pod(
     role: Role, manifests: list[dict[str, Any]]
 ) -> None:
     spec = scaled_object(manifests, role)["spec"]
@@ -91,7 +91,12 @@ def test_the_formula_adds_every_trigger_once_at_one_job_per_pod(
     terms = sorted(term.strip() for term in modifiers["formula"].split("+"))
     assert terms == names and "running" in names
     assert all(re.fullmatch(r"[a-z_][a-z0-9_]*", name) for name in names)
-    assert (modifiers["target"], modifiers["metricType"]) == ("1", "AverageValue")
+    # A pod denoises REPRISE_MAX_BATCH jobs at once: the target is that many jobs a pod.
+    (config,) = [m for m in manifests if m["kind"] == "ConfigMap" and "REPRISE_MAX_BATCH" in m["data"]]
+    assert (modifiers["target"], modifiers["metricType"]) == (
+        config["data"]["REPRISE_MAX_BATCH"],
+        "AverageValue",
+    )
     (running,) = triggers(scaled_object(manifests, role), "postgresql")
     assert running["name"] == "running" and running["authenticationRef"]["name"] == "reprise-postgres"
 

@@ -77,3 +77,28 @@ def test_a_burst_grows_the_fleet_and_the_quiet_after_it_shrinks_it(
     grown = next(point.t for point in timeline if point.large + point.small == 12)
     shrunk = next(point.t for point in timeline if point.t > grown and point.large + point.small < 12)
     assert shrunk - grown >= spec.stabilization_s - spec.polling_s
+
+
+def test_workers_that_batch_are_asked_for_one_per_batch_of_jobs(
+    repeat_prompts: Prompts, bench_settings: Settings, tmp_path: Path
+) -> None:
+    # The ScaledObjects' target is a pod's batch of jobs: 40 jobs at once need 5 workers of 8, not 12.
+    rows = [(i * 100, i % 30) for i in range(40)]
+    arrivals = tmp_path / "burst.csv"
+    arrivals.write_text("arrival_ms,prompt_idx\n" + "".join(f"{t},{i}\n" for t, i in rows))
+    workload = build_workload(repeat_prompts, ArrivalSpec(kind=ArrivalKind.FILE, path=arrivals))
+    config = SimConfig(
+        profile=build_profile("vanilla", bench_settings),
+        costs=StepCosts(large_step_ms=100.0, decode_ms=0.0, batch_slowdown=((1, 1.0), (8, 2.0))),
+        cache_bytes=0,
+        large_workers=1,
+        small_workers=0,
+        max_batch=8,
+        autoscaler=AutoscalerSpec(min_workers=1, max_workers=12, start_s=30.0, stabilization_s=120.0),
+    )
+    result = run_simulation(workload, config, settings=bench_settings, embeddings=None)
+    assert all(outcome.succeeded for outcome in result.outcomes) and len(result.outcomes) == 40
+    timeline = result.allocation_timeline
+    assert timeline is not None
+    # At the first poll some of the 40 have ended: at most ceil(40 / 8) workers of 8 jobs each.
+    assert 2 <= max(point.large + point.small for point in timeline) <= 5
