@@ -69,9 +69,15 @@ class Dispatcher(Protocol):
         """Queue a new tiering set-up on a decode node; its cache starts empty."""
 
     def deliver_webhook(
-        self, job_id: uuid.UUID, event: WebhookEvent, *, attempt: int = 1, countdown: float | None = None
+        self,
+        job_id: uuid.UUID,
+        event: WebhookEvent,
+        *,
+        attempt: int = 1,
+        countdown: float | None = None,
+        probe: bool = False,
     ) -> None:
-        """Queue one delivery attempt of a job's webhook event."""
+        """Queue one delivery attempt of a job's webhook event (a probe: recorded only if delivered)."""
 
     def audit_hit(self, job_id: uuid.UUID, hit_score: float | None, final_key: str) -> None:
         """Queue the quality guard's audit of a completed hit (workers.audit)."""
@@ -102,10 +108,18 @@ class DispatcherBase(ABC):
         self._send(TaskName.CONFIGURE_READS, [dict(setup)], queue=decode_queue(node))
 
     def deliver_webhook(
-        self, job_id: uuid.UUID, event: WebhookEvent, *, attempt: int = 1, countdown: float | None = None
+        self,
+        job_id: uuid.UUID,
+        event: WebhookEvent,
+        *,
+        attempt: int = 1,
+        countdown: float | None = None,
+        probe: bool = False,
     ) -> None:
-        """Args of reprise.deliver_webhook: [job_id, event, attempt] (see workers.webhook_delivery)."""
-        self._send(TaskName.DELIVER_WEBHOOK, [str(job_id), event.value, attempt], countdown=countdown)
+        """Args of reprise.deliver_webhook: [job_id, event, attempt] and True for a probe (see
+        workers.webhook_delivery)."""
+        args: list[object] = [str(job_id), event.value, attempt, *([True] if probe else [])]
+        self._send(TaskName.DELIVER_WEBHOOK, args, countdown=countdown)
 
     def audit_hit(self, job_id: uuid.UUID, hit_score: float | None, final_key: str) -> None:
         """Args of reprise.audit_hit: [job_id, hit_score, final_key] (see workers.audit)."""

@@ -138,7 +138,7 @@ def configure_reads_task(changes: dict[str, Any]) -> dict[str, Any]:
 
 
 @app.task(name=TaskName.DELIVER_WEBHOOK.value)
-def deliver_webhook_task(job_id: str, event: str, attempt: int = 1) -> None:
+def deliver_webhook_task(job_id: str, event: str, attempt: int = 1, probe: bool = False) -> None:
     context = get_context()
     run_delivery(
         settings=context.settings,
@@ -147,6 +147,7 @@ def deliver_webhook_task(job_id: str, event: str, attempt: int = 1) -> None:
         attempt=attempt,
         dispatcher=context.dispatcher,
         broker=context.broker(),
+        probe=probe,
     )
 
 

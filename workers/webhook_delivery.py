@@ -33,6 +33,7 @@ from jobs.dispatch import Dispatcher
 from jobs.output_links import signed_output
 from jobs.policies.webhook_recovery import (
     BATCH,
+    PROBING,
     endpoint_of,
     failing_key,
     mark_ttl_s,
@@ -183,9 +184,12 @@ def deliver_webhook(
     attempt: int = 1,
     client: httpx.Client | None = None,
     resolver: Resolver = system_resolver,
+    probe: bool = False,
 ) -> DeliveryOutcome:
     """Make delivery attempt `attempt` of a job's event and record it. Never raises for the
-    receiver's failures: they are recorded, and `retry_in` says when to try again."""
+    receiver's failures: they are recorded, and `retry_in` says when to try again. A probe (the
+    reconciler's try of an endpoint that failed, jobs.passes.webhook_probes) is recorded only if
+    delivered: failed, it leaves the message's schedule as it was."""
     # 1. Build the message, or learn there is nothing to send.
     prepared = _prepare(settings, job_id, event, attempt)
     if isinstance(prepared, str):
@@ -195,6 +199,9 @@ def deliver_webhook(
     status_code, error, refused = _send(settings, prepared, client, resolver)
     # 4. Decide what comes next and record the attempt.
     delivered = status_code is not None and is_delivered(status_code)
+    if probe and not delivered:
+        log.info("webhook %s of job %s, probe: %s", event, job_id, error or status_code)
+        return DeliveryOutcome(attempt=attempt, status_code=status_code, error=error, url=prepared.url)
     final = delivered or refused or (status_code is not None and is_gone(status_code))
     retry_in = None if final else delay_before(attempt + 1, settings.webhook_retry_delays_s)
     next_at = None if retry_in is None else datetime.now(UTC) + timedelta(seconds=retry_in)
@@ -252,6 +259,7 @@ def run_delivery(
     attempt: int = 1,
     dispatcher: Dispatcher,
     broker: redis.Redis,
+    probe: bool = False,
 ) -> DeliveryOutcome:
     """The body of the reprise.deliver_webhook task: one attempt, then queue the next when due soon,
     and after a success at an endpoint that had failed, its waiting deliveries (`follow_endpoint`).
@@ -259,7 +267,7 @@ def run_delivery(
     A retry further away than half the broker's visibility timeout is not queued with a countdown
     (Redis would redeliver such a held message); the reconcile pass (jobs.passes.reconcile) sends it.
     """
-    outcome = deliver_webhook(settings=settings, job_id=job_id, event=event, attempt=attempt)
+    outcome = deliver_webhook(settings=settings, job_id=job_id, event=event, attempt=attempt, probe=probe)
     if outcome.retry_in is not None and _queued_with_countdown(settings, outcome.retry_in):
         dispatcher.deliver_webhook(job_id, event, attempt=attempt + 1, countdown=outcome.retry_in)
     follow_endpoint(settings=settings, outcome=outcome, dispatcher=dispatcher, broker=broker)
@@ -280,9 +288,11 @@ def follow_endpoint(
     try:
         if outcome.retry_in is not None:
             broker.set(key, outcome.url, ex=mark_ttl_s(settings.webhook_retry_delays_s))
+            broker.zadd(PROBING, {endpoint_of(outcome.url): time.time()}, nx=True)
             return 0
         if not outcome.delivered or broker.getdel(key) is None:
             return 0
+        broker.zrem(PROBING, endpoint_of(outcome.url))
     except redis.RedisError as error:
         log.warning("webhook endpoint of %s: health mark not kept (%s)", outcome.url, error)
         return 0

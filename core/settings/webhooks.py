@@ -27,6 +27,15 @@ class WebhookSettings(BaseSettings):
         "2 h, 5 h, 10 h, 10 h. Comma list.",
     )
     webhook_timeout_s: float = Field(10.0, gt=0, le=120, description="Timeout of one webhook POST, seconds.")
+    webhook_probe_s: float = Field(
+        20.0,
+        gt=0,
+        description="An endpoint whose deliveries wait after failures is probed this often (the reconciler "
+        "re-sends its earliest waiting event, recorded only if answered 2xx; a failed probe changes no "
+        "schedule): once it answers, every waiting delivery is sent at once. 20 s: probe + the "
+        "reconciler's period (10 s) + the sweep fit the one-minute recovery budget "
+        "(docs/results/chaos.md); a down endpoint gets three requests a minute.",
+    )
     output_link_ttl_s: float = Field(
         3600.0,
         gt=0,

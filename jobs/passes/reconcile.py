@@ -1,6 +1,7 @@
 """The reconcile pass: Postgres is the truth, so work whose message was lost is sent again: running jobs
 whose lease expired, jobs left waiting past stuck_after_s whose message the broker no longer holds,
-and webhook attempts that are due and that no queued task will make."""
+webhook attempts that are due and that no queued task will make, and probes of webhook endpoints
+that failed."""
 
 from __future__ import annotations
 
@@ -21,18 +22,29 @@ from db.job_runs import find_stuck
 from jobs.broker import broker_client
 from jobs.broker_contents import JOB_QUEUES, jobs_with_messages
 from jobs.dispatch import Dispatcher
+from jobs.passes.webhook_probes import probe_endpoints
 from jobs.queues import Queue
 
 log = logging.getLogger(__name__)
 
 
 def reconcile(settings: Settings, dispatcher: Dispatcher, broker: redis.Redis | None = None) -> int:
-    """Re-enqueue jobs whose message is lost, and due webhook retries; return how many.
+    """Re-enqueue jobs whose message is lost, due webhook retries and probes of failing webhook
+    endpoints (jobs.passes.webhook_probes); return how many.
 
     Lost: a running job whose lease expired, and a job waiting past stuck_after_s that no task message
-    in the broker names (jobs.broker_contents; a job still queued behind others is left in its place).
+    in the broker names (jobs.broker_contents; a job queued behind others is left in its place).
     Duplicates are harmless: admission and the GPU tasks are idempotent on the job id.
     """
+    client = broker if broker is not None else broker_client(settings, socket_timeout=5)
+    try:
+        return _reconcile(settings, dispatcher, client)
+    finally:
+        if broker is None:
+            client.close()
+
+
+def _reconcile(settings: Settings, dispatcher: Dispatcher, broker: redis.Redis) -> int:
     with session_scope(settings) as session:
         stuck = find_stuck(session, older_than_s=settings.stuck_after_s)
     if any(not job.running for job in stuck):
@@ -45,7 +57,12 @@ def reconcile(settings: Settings, dispatcher: Dispatcher, broker: redis.Redis | 
             dispatcher.admit(job.job_id)
     if stuck:
         log.warning("reconciler re-enqueued %d stuck jobs", len(stuck))
-    return len(stuck) + enqueue_due_retries(settings=settings, dispatcher=dispatcher, broker=broker)
+    try:
+        probes = probe_endpoints(settings, dispatcher, broker, now=time.time())
+    except redis.RedisError as error:
+        log.warning("reconciler: webhook endpoints not probed (%s)", error)
+        probes = 0
+    return len(stuck) + probes + enqueue_due_retries(settings=settings, dispatcher=dispatcher, broker=broker)
 
 
 def _held(settings: Settings, broker: redis.Redis | None, queues: Sequence[Queue]) -> set[uuid.UUID]:

@@ -9,6 +9,11 @@ the schedule unchanged.
 
 Pure: the I/O (a mark in Redis per failing endpoint, the read of the waiting attempts from Postgres,
 the enqueue) is in workers.webhook_delivery.
+
+An endpoint that comes back while no new event is sent to it (every job ended during the outage)
+would see no success to start from; so the reconciler probes each endpoint with waiting deliveries
+every REPRISE_WEBHOOK_PROBE_S: the earliest waiting event sent early, recorded only if answered 2xx.
+A failed probe is not an attempt: the messages of an endpoint that stays down keep their schedule.
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ from urllib.parse import urlsplit
 from db.webhooks import Waiting
 
 FAILING_PREFIX = "reprise:webhooks:failing:"
+# Endpoints with deliveries waiting after a failure, scored by when they were last tried (a sorted set):
+# the reconciler probes those not tried for REPRISE_WEBHOOK_PROBE_S (jobs.passes.webhook_probes).
+PROBING = "reprise:webhooks:probing"
 # A waiting attempt due this soon is left to its own queued task: sending it too would race that task
 # (two POSTs of one attempt). Two seconds is a Celery countdown's usual lateness on a busy worker.
 DUE_SOON_S = 2.0
@@ -42,6 +50,12 @@ def url_prefix(url: str) -> str:
     shares (a cheap filter in SQL; `endpoint_of` then decides)."""
     parts = urlsplit(url)
     return f"{parts.scheme}://{parts.netloc}"
+
+
+def probe_of(waiting: Sequence[Waiting], *, endpoint: str, now: datetime) -> Waiting | None:
+    """The delivery to probe an endpoint with: its earliest waiting one not due soon."""
+    chosen = to_send_now(waiting, endpoint=endpoint, now=now)
+    return chosen[0] if chosen else None
 
 
 def failing_key(url: str) -> str:

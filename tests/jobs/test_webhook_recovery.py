@@ -12,6 +12,7 @@ from jobs.policies.webhook_recovery import (
     endpoint_of,
     failing_key,
     mark_ttl_s,
+    probe_of,
     to_send_now,
     url_prefix,
 )
@@ -54,3 +55,10 @@ def test_a_backlog_is_sent_in_batches() -> None:
     backlog = [waiting(here, 300 + i) for i in range(BATCH + 7)]
     chosen = to_send_now(backlog, endpoint=endpoint_of(here), now=NOW)
     assert chosen == backlog[:BATCH]
+
+
+def test_an_endpoint_is_probed_with_its_earliest_waiting_delivery() -> None:
+    here = "http://127.0.0.1:9/hooks"
+    later, earliest, soon = waiting(here, 1800), waiting(here, 300), waiting(here, 1)
+    assert probe_of([later, soon, earliest], endpoint=endpoint_of(here), now=NOW) == earliest
+    assert probe_of([soon], endpoint=endpoint_of(here), now=NOW) is None  # its own task is about to try

@@ -4,7 +4,9 @@ at once; an endpoint that stays down keeps its schedule."""
 
 from __future__ import annotations
 
+import ast
 import json
+import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -20,9 +22,10 @@ from db.models import WebhookDelivery
 from db.tenants import TenantCredentials
 from jobs.celery_app import make_celery_app
 from jobs.dispatch import CeleryDispatcher
-from jobs.policies.webhook_recovery import failing_key
+from jobs.passes.webhook_probes import probe_endpoints
+from jobs.policies.webhook_recovery import PROBING, endpoint_of, failing_key
 from jobs.queues import Queue
-from tests.workers.test_webhook_delivery import Receiver, hook_settings, make_job, receiver
+from tests.workers.test_webhook_delivery import Receiver, attempts, hook_settings, make_job, receiver
 from workers.webhook_delivery import deliver_webhook, run_delivery
 
 pytestmark = pytest.mark.integration
@@ -40,7 +43,7 @@ def slow_schedule(hook_settings: Settings) -> Settings:
 def queued(broker: redis.Redis) -> list[tuple[list[object], object]]:
     """(args, eta) of each message on the webhooks queue."""
     messages = [json.loads(raw) for raw in broker.lrange(Queue.WEBHOOKS.value, 0, -1)]
-    return [(json.loads(m["headers"]["argsrepr"].replace("'", '"')), m["headers"]["eta"]) for m in messages]
+    return [(ast.literal_eval(m["headers"]["argsrepr"]), m["headers"]["eta"]) for m in messages]
 
 
 def next_attempt_of(settings: Settings, job_id: uuid.UUID) -> datetime | None:
@@ -105,3 +108,61 @@ def test_a_success_sends_the_endpoint_s_waiting_deliveries_now(
     assert len(codes) == 5 and len(set(codes)) == 3  # 2 failures, then one 2xx per event
     assert next_attempt_of(slow_schedule, stays_down) is not None
     assert datetime.now(UTC) < down_due  # type: ignore[operator]
+
+
+def test_an_endpoint_that_comes_back_unprompted_is_found_by_the_reconciler_s_probe(
+    receiver: Receiver,
+    tenant: TenantCredentials,
+    slow_schedule: Settings,
+    make_job: Callable[..., uuid.UUID],
+    broker: redis.Redis,
+) -> None:
+    """Every job ended during the outage: no new event will show the endpoint is back; a probe does."""
+    dispatcher = CeleryDispatcher(make_celery_app(slow_schedule))
+    endpoint = endpoint_of(receiver.url)
+    broker.delete(failing_key(receiver.url))
+    broker.zrem(PROBING, endpoint)
+
+    def run(job_id: uuid.UUID, attempt: int = 1, *, probe: bool = False) -> None:
+        run_delivery(
+            settings=slow_schedule,
+            job_id=job_id,
+            event=WebhookEvent.COMPLETED,
+            attempt=attempt,
+            dispatcher=dispatcher,
+            broker=broker,
+            probe=probe,
+        )
+
+    receiver.statuses = [503, 503, 503]  # two deliveries, then the first probe, fail
+    first, second = make_job(tenant, receiver.url), make_job(tenant, receiver.url)
+    run(first)
+    run(second)
+    due = next_attempt_of(slow_schedule, first)
+    broker.delete(Queue.WEBHOOKS.value)
+
+    periods = iter(range(1, 10))
+
+    def probe_now() -> list[tuple[list[object], object]]:
+        """The reconciler's pass a probe period after the last one."""
+        later = time.time() + next(periods) * (slow_schedule.webhook_probe_s + 1)
+        probe_endpoints(slow_schedule, dispatcher, broker, now=later)
+        sent = queued(broker)
+        broker.delete(Queue.WEBHOOKS.value)
+        return [(args, eta) for args, eta in sent if args[0] in (str(first), str(second))]  # others' aside
+
+    probe_endpoints(slow_schedule, dispatcher, broker, now=time.time())  # not yet a period: nothing
+    assert not [args for args, _eta in queued(broker) if args[0] in (str(first), str(second))]
+    [(args, eta)] = probe_now()  # one probe per endpoint: the earliest waiting event, now
+    assert args[2:] == [2, True] and eta is None
+    run(uuid.UUID(str(args[0])), attempt=2, probe=True)  # still down: the probe fails...
+    assert len(attempts(slow_schedule, first)) == len(attempts(slow_schedule, second)) == 1
+    assert next_attempt_of(slow_schedule, first) == due  # ...and no schedule moved
+
+    [(args, _eta)] = probe_now()  # up again (the receiver answers 200 from now on)
+    run(uuid.UUID(str(args[0])), attempt=2, probe=True)
+    swept = queued(broker)  # the probe's success sent the other waiting delivery at once
+    broker.delete(Queue.WEBHOOKS.value)
+    assert [a[0] for a, _ in swept] == [str(second if args[0] == str(first) else first)]
+    assert not broker.exists(failing_key(receiver.url)) and broker.zscore(PROBING, endpoint) is None
+    assert probe_now() == []  # nothing left to probe
