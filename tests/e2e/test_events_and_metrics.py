@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 
 import httpx
@@ -146,6 +147,13 @@ def test_a_jobs_log_lines_carry_its_id_in_every_process(stack: Stack, tenant: Te
                 found.append(json.loads(line))
         return found
 
+    # A worker logs "done" after it committed the job's end, which the client may see first: give the
+    # line a few seconds to reach the file.
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and not any(
+        line["message"].startswith(f"job {job.id} done") for line in lines("worker-large")
+    ):
+        time.sleep(0.2)
     api = lines("api")
     assert any(line["message"].startswith("job created") and line["tenant"] for line in api)
     # Every line logged while the task ran carries the job (the main process's "received" line has only
