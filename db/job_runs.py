@@ -71,10 +71,10 @@ def claim_run(
     if job.lease_owner not in (None, owner) and job.lease_until is not None and job.lease_until > now:
         return Claim(ClaimOutcome.LEASED, job, retry_in_s=(job.lease_until - now).total_seconds() + 1.0)
     if job.attempts >= max_attempts:
-        reason = f"gave up after {job.attempts} attempts (the worker running it died or timed out each time)"
-        _end(job, JobStatus.FAILED, now, error=reason)
+        _end(job, JobStatus.FAILED, now, error=_gave_up(job))
         return Claim(ClaimOutcome.EXHAUSTED, job)
     first_start = job.started_at is None  # not attempts == 1: a reroute to miss gives the attempt back
+    job.error = None  # the run's own error, should it fail (record_run_error)
     job.attempts += 1
     job.status = JobStatus.PROCESSING.value
     job.started_at = job.started_at or now
@@ -82,6 +82,27 @@ def claim_run(
     job.lease_until = now + timedelta(seconds=lease_s)
     job.progress_step = job.progress_total = None  # this run reports its own
     return Claim(ClaimOutcome.CLAIMED, job, first_start=first_start)
+
+
+def _gave_up(job: Job) -> str:
+    if job.error:  # the last run raised (a full disk, an unreadable blob...): its reason
+        return f"gave up after {job.attempts} attempts; the last failed with: {job.error}"
+    return f"gave up after {job.attempts} attempts (the worker running it died or timed out each time)"
+
+
+def record_run_error(session: Session, job_id: uuid.UUID, *, owner: str, error: str) -> bool:
+    """The lease holder's run raised `error`. The job stays running until its lease lapses and the
+    reconciler sends it again, as after a crash; the error is what it fails with if that was its last
+    attempt. Returns whether the owner still held the job."""
+    result = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.lease_owner == owner, Job.status == JobStatus.PROCESSING.value)
+        .values(error=error[:ERROR_CHARS])
+    )
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+ERROR_CHARS = 500  # a run's error kept on the job: the exception's type and message, not a traceback
 
 
 def renew_lease(session: Session, job_id: uuid.UUID, *, owner: str, lease_s: float) -> bool:

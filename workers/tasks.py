@@ -13,10 +13,12 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from celery import Task
-from celery.exceptions import Reject
+from celery.exceptions import CeleryError, Reject
 
 from core.errors import LeaseBusy, LeaseLost, NotThisPool
 from core.vocabulary import Allocator, WebhookEvent
+from db.engine import session_scope
+from db.job_runs import record_run_error
 from jobs.celery_app import get_celery_app
 from jobs.passes.eviction import evict_all_scopes
 from jobs.passes.index_health import check_indexes
@@ -74,14 +76,29 @@ def _run_leased(
     when that lease may have lapsed."""
     context = get_context()
     settings = context.settings
+    owner: str | None = None
     try:
-        with _in_pool(context, name), context.run_owner():
+        with _in_pool(context, name), context.run_owner() as owner:
             body(context, uuid.UUID(job_id))
     except LeaseBusy as busy:
         waits = math.ceil(settings.task_time_limit_s / settings.lease_s) + LEASE_RETRY_SLACK
         raise task.retry(countdown=busy.retry_in_s, max_retries=waits) from None
     except LeaseLost as lost:  # the reconciler sends the job again once its lease has expired
         log.warning("%s", lost)
+    except CeleryError:  # Reject, Retry: the broker's business, not the run's failure
+        raise
+    except Exception as error:  # the run failed: its reason stays with the job, for its last attempt
+        if owner is not None:
+            _record_run_error(context, uuid.UUID(job_id), owner, error)
+        raise
+
+
+def _record_run_error(context: WorkerContext, job_id: uuid.UUID, owner: str, error: Exception) -> None:
+    try:
+        with session_scope(context.settings) as session:
+            record_run_error(session, job_id, owner=owner, error=f"{type(error).__name__}: {error}")
+    except Exception as unrecorded:  # Postgres may be what failed: the run's failure stands as it is
+        log.warning("the error of job %s's run was not recorded: %s", job_id, unrecorded)
 
 
 @contextmanager

@@ -10,7 +10,16 @@ import pytest
 from core.settings import Settings
 from core.vocabulary import JobStatus
 from db.engine import session_scope
-from db.job_runs import ClaimOutcome, claim_run, complete, find_stuck, finish, reroute_to_miss, utcnow
+from db.job_runs import (
+    ClaimOutcome,
+    claim_run,
+    complete,
+    find_stuck,
+    finish,
+    record_run_error,
+    reroute_to_miss,
+    utcnow,
+)
 from db.models import Job, Tenant
 
 pytestmark = pytest.mark.integration
@@ -71,6 +80,30 @@ def test_attempts_are_counted_and_the_job_fails_with_a_reason_past_the_limit(db_
     with session_scope(db_settings) as session:
         job = session.get(Job, job_id)
         assert job is not None and job.status == JobStatus.FAILED and "2 attempts" in (job.error or "")
+
+
+FULL = "OSError: [Errno 27] File too large"
+
+
+def test_a_job_that_gives_up_after_its_runs_raised_says_the_last_error(db_settings: Settings) -> None:
+    job_id = _job(db_settings)
+    for owner, error in (("w1", "OSError: [Errno 28] No space left on device"), ("w2", None)):
+        assert _claim(db_settings, job_id, owner, max_attempts=2) is ClaimOutcome.CLAIMED
+        with session_scope(db_settings) as session:
+            if error is not None:
+                assert not record_run_error(session, job_id, owner="w0", error="not the holder")
+                assert record_run_error(session, job_id, owner=owner, error=error)
+            job = session.get(Job, job_id)
+            assert job is not None and job.status == JobStatus.PROCESSING and job.error == error
+            job.lease_until = utcnow() - timedelta(seconds=1)
+        if owner == "w2":  # a second run that raises says so in the end, not the first run's error
+            with session_scope(db_settings) as session:
+                assert record_run_error(session, job_id, owner="w2", error=FULL)
+    assert _claim(db_settings, job_id, "w3", max_attempts=2) is ClaimOutcome.EXHAUSTED
+    with session_scope(db_settings) as session:
+        job = session.get(Job, job_id)
+        assert job is not None and job.status == JobStatus.FAILED
+        assert job.error == f"gave up after 2 attempts; the last failed with: {FULL}"
 
 
 def test_cancel_before_start_ends_canceled_and_ended_jobs_stay_ended(db_settings: Settings) -> None:
