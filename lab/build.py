@@ -26,6 +26,8 @@ from lab.judge import Judge, heldout_accuracy, train_judge
 from lab.models import LAB_MODELS, LabPaths, assemble
 from lab.stages import manifest_entries, train_stages
 from lab.training import DEFAULT, SMOKE, THREADS, Log, Recipe, load_vae, train_models, train_unets
+from lab.video_build import manifest_entries as video_entries
+from lab.video_build import train_video
 
 SEED: Final = 20261125
 HELDOUT_IMAGES: Final = 2000
@@ -89,6 +91,8 @@ def _train(weights: Path, *, smoke: bool, seed: int, log: Log, kernels: dict[str
         seconds |= train_models(staging, recipe, seed=seed, log=log)
         stages = train_stages(staging, seed=seed, smoke=smoke, log=log)
         seconds |= stages["seconds"]
+        video = train_video(staging, seed=seed, smoke=smoke, log=log)  # last: the image parts' bytes stand
+        seconds |= video["seconds"]
         manifest = {
             "command": "reprise models train" + (" --smoke" if smoke else ""),
             "seed": seed,
@@ -98,6 +102,7 @@ def _train(weights: Path, *, smoke: bool, seed: int, log: Log, kernels: dict[str
             "recipe": asdict(recipe),
             "judge_heldout_accuracy": accuracy,
             **manifest_entries(stages),
+            **video_entries(video),
             "seconds": {name: round(value, 1) for name, value in seconds.items()},
             "total_seconds": round(time.perf_counter() - started, 1),
         } | digests(staging)

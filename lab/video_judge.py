@@ -186,7 +186,11 @@ class VideoJudge:
 
         directory.mkdir(parents=True, exist_ok=True)
         for name, net in (("frames", self._frames), ("motion", self._motion)):
-            state = {key: tensor.contiguous() for key, tensor in net.state_dict().items()}
+            # float16 on disk (read back in float32): the lab's 20 MB weight budget
+            state = {
+                key: (tensor.half() if tensor.is_floating_point() else tensor).contiguous()
+                for key, tensor in net.state_dict().items()
+            }
             save_file(state, str(directory / f"{name}.safetensors"))
         body = {"frames": FRAMES, "motion_attributes": {k: list(v) for k, v in MOTION_ATTRIBUTES.items()}}
         (directory / "video_judge.json").write_text(json.dumps(body | meta, indent=2) + "\n")

@@ -98,12 +98,21 @@ def quality_command(
         None, "--steps", min=1, help="DDIM steps of every model (default REPRISE_STEPS): a few-step variant."
     ),
     json_out: Path | None = typer.Option(None, "--json", help="Write the report to this file."),
+    video: bool = typer.Option(
+        False,
+        "--video",
+        help="Judge the video model (REPRISE_VIDEO_MODEL; lab:video, the lab's trained one, when it is the "
+        "tiny random one) on moving-scene captions with the video judge; --models is ignored.",
+    ),
 ) -> None:
     """Judge each model's fresh generations of the same lab prompts: mean and 5th-percentile quality,
     the share showing every attribute, and the Frechet distance to true renders (judge features)."""
     from bench.quality.compare import compare_models
 
     settings = get_settings()
+    if video:
+        _video_quality(prompts=prompts, seed=seed, guidance=guidance, steps=steps, json_out=json_out)
+        return
     names = [name.strip() for name in models.split(",") if name.strip()]
     report = compare_models(
         settings, names, prompts=prompts, seed=seed, guidance=guidance, steps=steps, log=lambda _: None
@@ -113,6 +122,43 @@ def quality_command(
         typer.echo(
             f"{name:14} quality {row['mean']:.3f} (p5 {row['p5']:.2f}, "
             f"all attributes {row['all_attributes']:.2f}) frechet {row['frechet_distance']:.2f}"
+        )
+    if json_out is not None:
+        json_out.write_text(json.dumps(report, indent=2) + "\n")
+
+
+def _video_quality(
+    *, prompts: int, seed: int, guidance: float, steps: int | None, json_out: Path | None
+) -> None:
+    from bench.quality.video import compare_video
+    from workers.runtime.tiny import TINY_VIDEO_FAMILY
+    from workers.runtime.video import LAB_VIDEO_MODEL
+
+    settings = get_settings()
+    if settings.video_model == TINY_VIDEO_FAMILY:
+        settings = settings.model_copy(update={"video_model": LAB_VIDEO_MODEL})
+    report = compare_video(
+        settings, prompts=prompts, seed=seed, guidance=guidance, steps=steps, log=typer.echo
+    )
+    rows = {
+        "true renders": report["true_renders"],
+        "chance": report["chance"],
+        report["model"]: report["generated"],
+    }
+    for name, row in rows.items():
+        low, high = row["interval_95"]
+        typer.echo(
+            f"{name:14} quality {row['mean']:.3f} (95% {low:.3f}..{high:.3f}, p5 {row['p5']:.2f}, "
+            f"all attributes {row['all_attributes']:.2f})"
+        )
+    rates = ", ".join(f"{name} {rate:.2f}" for name, rate in report["generated"]["attributes"].items())
+    typer.echo(f"read on {report['model']}'s videos: {rates}")
+    judged = report["judge_on_generated"]
+    if judged["agreement"] is not None:
+        typer.echo(
+            f"motion head against the colour tracker on generated videos: {judged['agreement']:.2f} "
+            f"({judged['tracked']} of {judged['videos']} tracked; the tracker reads "
+            f"{report['tracker_on_true_renders']:.2f} of true renders right)"
         )
     if json_out is not None:
         json_out.write_text(json.dumps(report, indent=2) + "\n")

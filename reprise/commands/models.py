@@ -35,7 +35,8 @@ def train_command(
         "--only",
         help="Train just these again (comma-separated: a UNet such as unet-small, distilled from the "
         "unet-large there; judge-b and discriminator, the stages after the models, which validate the "
-        "judges) into the trained weights of --out, with their manifest's seed; the rest is kept.",
+        "judges; video-judge and unet-video, the video parts, on one thread) into the trained weights of "
+        "--out, with their manifest's seed; the rest is kept.",
     ),
 ) -> None:
     """Train the quality lab's judge, autoencoders and UNets on this CPU (about 35 minutes on 2 cores;
@@ -74,18 +75,23 @@ def train_command(
 
 
 def _retrain(weights: Path, only: str, *, smoke: bool) -> dict[str, Any]:
-    """`--only`: each named UNet again, then the stages after the models once if any is named."""
+    """`--only`: each named UNet again, then the stages after the models once if any is named, then
+    the named video parts."""
     from lab.build import retrain_unet
     from lab.retraining import retrain_stages
     from lab.stages import STAGES
+    from lab.video_build import VIDEO_PARTS, retrain_video
 
     names = [name.strip() for name in only.split(",") if name.strip()]
     manifest: dict[str, Any] = {}
     for name in names:
-        if name not in STAGES:
+        if name not in STAGES and name not in VIDEO_PARTS:
             manifest = retrain_unet(weights, name, smoke=smoke, log=typer.echo)
     if any(name in STAGES for name in names):
         manifest = retrain_stages(weights, smoke=smoke, log=typer.echo)
+    video = tuple(name for name in VIDEO_PARTS if name in names)
+    if video:
+        manifest = retrain_video(weights, video, smoke=smoke, log=typer.echo)
     if not manifest:
         raise ValueError(f"--only {only!r} names nothing to train")
     return manifest

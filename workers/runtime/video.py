@@ -80,11 +80,21 @@ class VideoRun:
     step_ms: tuple[float, ...]
 
 
+LAB_VIDEO_MODEL = "lab:video"
+"""The quality lab's trained text-to-video model (lab.video_training), assembled from the committed
+weights like the lab's image models."""
+
+
 def video_model_source(settings: Settings) -> str:
     """What `from_pretrained` reads for settings.video_model: the tiny model's directory (built offline
-    under settings.tiny_models_dir on first use) for 'tiny-video', else the id or directory as given."""
+    under settings.tiny_models_dir on first use) for 'tiny-video', the lab's assembled pipeline for
+    'lab:video', else the id or directory as given."""
     if settings.video_model == TINY_VIDEO_FAMILY:
         return str(ensure_tiny_video_model(Path(settings.tiny_models_dir)))
+    if settings.video_model == LAB_VIDEO_MODEL:
+        from lab.models import LAB_VIDEO, ensure_lab_models
+
+        return str(ensure_lab_models(settings).pipeline(LAB_VIDEO.name))
     return settings.video_model
 
 
