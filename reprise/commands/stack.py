@@ -117,6 +117,12 @@ def beat_command() -> None:
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
+# Tasks Flower keeps in memory: Celery's own event state keeps 10,000 (max_tasks_in_memory); Flower's
+# default, 100,000, let it grow by 1 MiB a minute through a 30-minute soak (+22% after its first five
+# minutes, docs/results/soak.md) on the way to about 300 MiB.
+FLOWER_MAX_TASKS = 10_000
+
+
 def flower_command(
     port: int = typer.Option(5555, help="Port of the Flower UI."),
     address: str | None = typer.Option(None, help="Address to bind (default: REPRISE_FLOWER_ADDRESS)."),
@@ -126,7 +132,7 @@ def flower_command(
 
     settings = get_settings()
     bind = address or settings.flower_address
-    argv = ["flower", f"--port={port}", f"--address={bind}"]
+    argv = ["flower", f"--port={port}", f"--address={bind}", f"--max_tasks={FLOWER_MAX_TASKS}"]
     if settings.flower_basic_auth is not None:
         credentials = settings.flower_basic_auth.get_secret_value()
         if ":" not in credentials:

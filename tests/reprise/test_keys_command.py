@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from celery import Celery
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
@@ -20,6 +21,7 @@ from db.keys import rotate_webhook_secret, signing_secrets
 from db.tenants import get_tenant_by_name
 from jobs.webhooks import signature_headers, verify
 from reprise.cli import app
+from reprise.commands.stack import FLOWER_MAX_TASKS
 
 pytestmark = pytest.mark.integration
 
@@ -124,3 +126,13 @@ def test_no_secret_reaches_a_log(
     assert logged  # something was logged at all
     for secret in secrets:
         assert secret not in logged
+
+
+def test_flower_keeps_a_bounded_number_of_tasks(cli: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its memory grew through the soak with Flower's default of 100,000 tasks kept."""
+    monkeypatch.delenv("REPRISE_FLOWER_ADDRESS", raising=False)
+    get_settings.cache_clear()
+    started: list[list[str]] = []
+    monkeypatch.setattr(Celery, "start", lambda self, argv: started.append(argv))
+    assert cli.invoke(app, ["flower", "--port", "5599"]).exit_code == 0
+    assert started == [["flower", "--port=5599", "--address=127.0.0.1", f"--max_tasks={FLOWER_MAX_TASKS}"]]
