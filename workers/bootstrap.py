@@ -97,7 +97,11 @@ def run_worker(
     if "--pool=threads" in pool:  # no pool child: this process runs the tasks, its models load now
         _load_models_in_child()
     argv = ["worker", f"--queues={queues}", f"--hostname={hostname}", *pool]
-    app.worker_main([*argv, "--loglevel=INFO", "--task-events", "--without-gossip"])
+    # Without mingle: at each reconnection to the broker it broadcasts a hello, and a connection reset
+    # during that broadcast is re-raised as kombu's OperationalError, which Celery's consumer does not
+    # count as a connection error: the worker stopped (chaos network, a worker exited at 60 s of resets).
+    # What mingle syncs, revoked task ids, this service does not use (a cancel is a row in Postgres).
+    app.worker_main([*argv, "--loglevel=INFO", "--task-events", "--without-gossip", "--without-mingle"])
 
 
 @worker_process_init.connect
