@@ -68,6 +68,7 @@ def test_a_full_disk_corrupts_nothing_and_old_images_stay_readable(stack: ChaosT
     assert reads.get("ok", 0) > 0 and set(reads) <= {"ok", "pending"}, row
     failed = sum(row["failed_reasons"].values())
     assert row["succeeded"] + failed == row["accepted"], row
+    assert not any("died or timed out" in reason for reason in row["failed_reasons"]), row  # the disk's
 
 
 def test_a_lost_node_s_jobs_finish_on_the_other(tmp_path: Path) -> None:
