@@ -109,3 +109,20 @@ def test_reprise_run_gives_each_worker_its_own_metrics_port_when_asked(tmp_path:
         "worker-decode-1",
     }
     assert sorted(ports.values()) == list(range(9100, 9106))
+
+
+def test_reprise_run_points_only_its_workers_at_other_service_addresses(tmp_path: Path) -> None:
+    from core.settings import Settings
+    from reprise.supervisor import stack_children
+
+    settings = Settings.model_validate({"data_dir": tmp_path})
+    proxied = {"REPRISE_REDIS_URL": "redis://127.0.0.1:16379/0"}
+    children = {child.name: child for child in stack_children(settings, port=8000, flower_port=5555,
+                                                              worker_env=proxied)}  # fmt: skip
+    workers = [child for name, child in children.items() if name.startswith("worker-")]
+    assert workers and all(
+        child.env is not None and child.env["REPRISE_REDIS_URL"] == proxied["REPRISE_REDIS_URL"]
+        for child in workers
+    )
+    assert all(children[name].env is None for name in ("api", "beat", "flower"))  # this process's own
+    assert all(child.env is None for child in stack_children(settings, port=8000, flower_port=5555))
