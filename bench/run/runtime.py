@@ -106,10 +106,9 @@ def measure_runtime(
 ) -> RuntimeBench:
     """Run the benchmark on the configured models (tiny ones when none are configured).
 
-    One untimed warm-up precedes each measurement. Generations use settings.steps,
-    settings.capture_steps and the large model's native size. Roles are hosted one at a time,
-    as a worker would, so peak memory is one model. batch_role's model runs batch_sizes' batches.
-    """
+    One untimed warm-up precedes each measurement. Generations use settings.steps, settings.capture_steps
+    and the large model's native size. Roles are hosted one at a time, as a worker would, so peak memory
+    is one model. batch_role's model runs batch_sizes' batches."""
     if repeats < 1 or decode_repeats < 1:
         raise ValueError("repeats and decode_repeats must be at least 1")
     batches = {batch_role: batch_sizes}
@@ -131,10 +130,9 @@ def measure_runtime(
     small_steps = [ms for _ in range(repeats) for ms in runtime.generate(params).step_ms]
     batching = batching or measure_batches(runtime, params, batches.get(Role.SMALL, ()), repeats=repeats)
 
-    # Decode role: the final latent back to pixels.
+    # Decode role: the final latent back to pixels, alone and in batches of the sizes asked.
     runtime.switch_role(Role.DECODE)
-    decode_ms = _decode_ms(runtime, final, family, decode_repeats)
-    decode_batch = _decode_batches(runtime, final, family, batch_sizes, decode_repeats)
+    decode_ms, decode_batch = _decodes(runtime, final, family, batch_sizes, decode_repeats)
     runtime.release()
 
     return RuntimeBench(
@@ -248,9 +246,13 @@ def _batch_fields(batching: BatchBench) -> dict[str, Any]:
     }
 
 
-def _decode_ms(runtime: DiffusionRuntime, final: Latent, family: str, repeats: int) -> list[float]:
+def _decodes(
+    runtime: DiffusionRuntime, final: Latent, family: str, sizes: Sequence[int], repeats: int
+) -> tuple[list[float], dict[str, dict[str, float]]]:
+    """The decode role's milliseconds per decode, and its `decode_batch` block."""
     runtime.decode(final, family=family)  # warm-up
-    return [runtime.decode(final, family=family).wall_s * 1000.0 for _ in range(repeats)]
+    alone = [runtime.decode(final, family=family).wall_s * 1000.0 for _ in range(repeats)]
+    return alone, _decode_batches(runtime, final, family, sizes, repeats)
 
 
 def _decode_batches(
