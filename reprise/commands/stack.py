@@ -117,10 +117,11 @@ def beat_command() -> None:
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-# Tasks Flower keeps in memory: Celery's own event state keeps 10,000 (max_tasks_in_memory); Flower's
-# default, 100,000, let it grow by 1 MiB a minute through a 30-minute soak (+22% after its first five
-# minutes, docs/results/soak.md) on the way to about 300 MiB.
-FLOWER_MAX_TASKS = 10_000
+# Tasks Flower keeps in memory. Flower's default, 100,000, let it grow by 1 MiB a minute through a
+# 30-minute soak (+22% after its first five minutes, docs/results/soak.md): about 6 KiB a task, the
+# soak's 1,780 jobs being some 5,000 tasks. 2,000 tasks bound that at about 12 MiB (a tenth of Flower's
+# own 107 MiB), the last quarter of an hour at the soak's rate; Prometheus keeps the history.
+FLOWER_MAX_TASKS = 2_000
 
 
 def flower_command(
