@@ -135,6 +135,20 @@ def retrain_unet(weights: Path, name: str, *, smoke: bool, log: Log = print) -> 
     return manifest
 
 
+def retrain_video(weights: Path, names: tuple[str, ...], *, smoke: bool, log: Log = print) -> dict[str, Any]:
+    """`--only video-judge,unet-video`: those parts again from the image weights there, with the
+    manifest's seed; the manifest's recipe, seconds, hashes and digest updated."""
+    manifest_path = weights / "manifest.json"
+    manifest: dict[str, Any] = json.loads(manifest_path.read_text())
+    with pinned_cpu_kernels():
+        video = train_video(weights, seed=manifest["seed"], smoke=smoke, log=log, only=names)
+    manifest |= video_entries(video, manifest)
+    retimed(manifest, video["seconds"])
+    manifest |= digests(weights)
+    manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest
+
+
 def retimed(manifest: dict[str, Any], seconds: dict[str, float]) -> None:
     """Record the seconds of the parts trained again, and the whole run's total with them in place of
     what those parts took before (the manifest's `total_seconds` stays the time of a whole run)."""

@@ -12,7 +12,6 @@ machine: the manifest's `seconds` (video-judge, video-pool, unet-video).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -102,19 +101,3 @@ def manifest_entries(video: dict[str, Any], manifest: dict[str, Any] | None = No
         "video_threads": VIDEO_THREADS,
         "video_judge_validation": video["validation"] if video["validation"] is not None else kept,
     }
-
-
-def retrain_video(weights: Path, names: tuple[str, ...], *, smoke: bool, log: Log = print) -> dict[str, Any]:
-    """`--only video-judge,unet-video`: those parts again from the image weights there, with the
-    manifest's seed; the manifest's recipe, seconds, hashes and digest updated."""
-    from lab.build import digests, pinned_cpu_kernels, retimed
-
-    manifest_path = weights / "manifest.json"
-    manifest: dict[str, Any] = json.loads(manifest_path.read_text())
-    with pinned_cpu_kernels():
-        video = train_video(weights, seed=manifest["seed"], smoke=smoke, log=log, only=names)
-    manifest |= manifest_entries(video, manifest)
-    retimed(manifest, video["seconds"])
-    manifest |= digests(weights)
-    manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
-    return manifest

@@ -21,6 +21,7 @@ steps). Further fields give each configuration's figures and the compression per
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,8 @@ class VideoBench:
     budget_bytes: int
     configurations: dict[str, dict[str, Any]]
     compression_detail: dict[str, Any]
+    model: str = "tiny-video"
+    quality: dict[str, Any] | None = None  # bench.video.quality; None on a model the judge cannot read
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -127,15 +130,24 @@ def measure_video(
     compression_steps: int = 50,
     compression_capture: tuple[int, ...] | None = None,
     noise_window: int | None = None,
+    model: str = "tiny-video",
+    judged: JudgedReuse | None = None,
 ) -> VideoBench:
-    """Both parts (module doc). `pipe`: a loaded video pipeline (workers.runtime.video); the compression
-    runs take `compression_steps` steps and cache `compression_capture` (default: FlexCache's)."""
+    """Both parts (module doc). `pipe`: a loaded video pipeline (workers.runtime.video) of `model`; the
+    compression runs take `compression_steps` steps and cache `compression_capture` (default:
+    FlexCache's). With `judged` (the lab's trained model and its video judge), the compression runs
+    take captions of the moving world the model was trained on, and the reuse is judged
+    (bench.video.quality)."""
     if not 0 < budget_share <= 1 or requests < 1 or compression_prompts < 1:
         raise ValueError("budget_share must be in (0, 1], requests and compression_prompts at least 1")
     prompts = trace_prompts(trace, requests, seed)
+    compressed_prompts, quality = prompts[:compression_prompts], None
+    if judged is not None:
+        measured = judged.measure(pipe, compression_prompts, seed, compression_steps, frames)
+        compressed_prompts, quality = measured
     figures = measure_compression(
         pipe,
-        prompts[:compression_prompts],
+        compressed_prompts,
         frames=frames,
         steps=compression_steps,
         capture=compression_capture,
@@ -159,7 +171,31 @@ def measure_video(
         budget_bytes=budget,
         configurations={name: asdict(result) for name, result in runs.items()},
         compression_detail=_detail(figures),
+        model=model,
+        quality=quality,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class JudgedReuse:
+    """What judging the reuse needs: the video judge, how many requests, at which k (bench.video.quality)."""
+
+    judge: Any
+    requests: int
+    k: int
+    log: Callable[[str], None] = print
+
+    def measure(
+        self, pipe: Any, prompts: int, seed: int, steps: int, frames: int
+    ) -> tuple[list[str], dict[str, Any]]:
+        """`prompts` captions of the moving world for the compression runs, and the judged reuse."""
+        from bench.quality.video import video_prompts
+        from bench.video.quality import measure_reuse_quality
+
+        quality = measure_reuse_quality(
+            pipe, self.judge, requests=self.requests, steps=steps, k=self.k, frames=frames, log=self.log
+        )
+        return video_prompts(prompts, seed)[0], quality
 
 
 def _detail(figures: CompressionFigures) -> dict[str, Any]:
@@ -171,7 +207,7 @@ def _detail(figures: CompressionFigures) -> dict[str, Any]:
 
 def format_table(result: VideoBench) -> str:
     lines = [
-        f"compression (tiny model, {result.compression_detail['prompts']} prompts): "
+        f"compression ({result.model}, {result.compression_detail['prompts']} prompts): "
         f"intra {result.compression['intra']}x, inter {result.compression['inter']}x, "
         f"total {result.compression['total']}x; resume error {result.resume_error}",
         f"trace {result.trace}, {result.requests} requests, table {result.k_table}, "
@@ -185,4 +221,16 @@ def format_table(result: VideoBench) -> str:
             f"{name:<18} {run['hit_rate']:>8.3f}  {kinds:>15}  {run['mean_k']:>6.2f}  "
             f"{run['compute_saved']:>13.3f}  {speedup:>20.3f}"
         )
+    if result.quality is not None:
+        judged, detail = result.quality, result.quality["detail"]
+        lines.append(
+            f"judged ({judged['requests']} requests, k {judged['k']}): miss {judged['miss_mean']:.3f}; "
+            f"drop of a whole-prompt hit {judged['whole_hit_drop']:+.3f} (95% {_span(detail['whole_hit'])}), "
+            f"of a stitched hit {judged['stitched_hit_drop']:+.3f} (95% {_span(detail['stitched_hit'])})"
+        )
     return "\n".join(lines)
+
+
+def _span(row: dict[str, Any]) -> str:
+    low, high = row["drop_interval_95"]
+    return f"{low:+.3f}..{high:+.3f}"

@@ -70,21 +70,37 @@ def video_command(
     ),
     seed: int = typer.Option(0, "--seed", help="Random seed."),
     json_path: Path | None = typer.Option(None, "--json", help="Also write the results to this JSON file."),
+    model: str = typer.Option(
+        "tiny-video",
+        "--model",
+        help="The video model: tiny-video (random) or lab:video (the lab's trained one).",
+    ),
+    quality_requests: int = typer.Option(
+        8,
+        "--quality-requests",
+        min=1,
+        help="lab:video: requests whose miss, whole and stitched hit are judged.",
+    ),
+    quality_k: int = typer.Option(10, "--quality-k", min=1, help="lab:video: the step those hits resume at."),
 ) -> None:
-    """FlexCache: compression and resume error on the tiny video model; hit rate, compute saved and
-    throughput of whole-prompt vs decoupled lookup on a video trace at the paper's costs (simulated)."""
+    """FlexCache: compression and resume error on the video model's states; hit rate, compute saved and
+    throughput of whole-prompt vs decoupled lookup on a video trace at the paper's costs (simulated);
+    on lab:video, the judged quality of misses, whole-prompt and stitched hits."""
     import torch
 
-    from bench.video.runner import format_table, measure_video
-    from workers.runtime.tiny import ensure_tiny_video_model
-    from workers.runtime.video import load_video_pipeline
+    from bench.video.runner import JudgedReuse, format_table, measure_video
+    from lab.models import load_video_judge
+    from workers.runtime.video import LAB_VIDEO_MODEL, load_video_pipeline, video_model_source
 
-    settings = get_settings()
-    directory = ensure_tiny_video_model(settings.tiny_models_dir)
-    pipe = load_video_pipeline(str(directory), device=torch.device("cpu"), dtype=torch.float32)
+    settings = get_settings().model_copy(update={"video_model": model})
+    pipe = load_video_pipeline(video_model_source(settings), device=torch.device("cpu"), dtype=torch.float32)
+    judged = None
+    if model == LAB_VIDEO_MODEL:
+        judged = JudgedReuse(load_video_judge(settings), quality_requests, quality_k, log=typer.echo)
     result = measure_video(
         settings, pipe, trace=trace, requests=requests, seed=seed, budget_share=budget_share,
         compression_prompts=compression_prompts, frames=frames, noise_window=noise_window,
+        model=model, judged=judged,
     )  # fmt: skip
     typer.echo(format_table(result))
     if json_path is not None:

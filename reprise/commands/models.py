@@ -77,10 +77,10 @@ def train_command(
 def _retrain(weights: Path, only: str, *, smoke: bool) -> dict[str, Any]:
     """`--only`: each named UNet again, then the stages after the models once if any is named, then
     the named video parts."""
-    from lab.build import retrain_unet
+    from lab.build import retrain_unet, retrain_video
     from lab.retraining import retrain_stages
     from lab.stages import STAGES
-    from lab.video_build import VIDEO_PARTS, retrain_video
+    from lab.video_build import VIDEO_PARTS
 
     names = [name.strip() for name in only.split(",") if name.strip()]
     manifest: dict[str, Any] = {}
