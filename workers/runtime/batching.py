@@ -59,6 +59,8 @@ from workers.runtime.latents import to_numpy
 from workers.runtime.results import Latent
 
 BATCH_ATOL = 5e-3
+"""Largest absolute difference allowed between a batched member's final latent and the same job run
+alone, in float32 on a CPU, for guidance up to 20 (measured: 9.3e-4 at most; see the module doc)."""
 BATCH_ULPS = 2  # a rounding the other way on each side: batched and alone
 
 
@@ -68,8 +70,6 @@ def within_batch_tolerance(batched: npt.NDArray[Any], alone: npt.NDArray[Any]) -
     spacing = np.spacing(np.abs(alone)).astype(np.float64)
     delta = np.abs(batched.astype(np.float64) - alone.astype(np.float64))
     return bool((delta <= BATCH_ATOL + BATCH_ULPS * spacing).all())
-"""Largest absolute difference allowed between a batched member's final latent and the same job run
-alone, in float32 on a CPU, for guidance up to 20 (measured: 9.3e-4 at most; see the module doc)."""
 
 
 @dataclass(kw_only=True, eq=False, slots=True)
