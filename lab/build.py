@@ -26,8 +26,8 @@ from lab.judge import Judge, heldout_accuracy, train_judge
 from lab.models import LAB_MODELS, LabPaths, assemble
 from lab.stages import manifest_entries, train_stages
 from lab.training import DEFAULT, SMOKE, THREADS, Log, Recipe, load_vae, train_models, train_unets
-from lab.video_build import manifest_entries as video_entries
-from lab.video_build import train_video
+from lab.video.build import manifest_entries as video_entries
+from lab.video.build import train_video
 
 SEED: Final = 20261125
 HELDOUT_IMAGES: Final = 2000

@@ -138,7 +138,7 @@ class Judge:
 
     @property
     def network(self) -> nn.Module:
-        """The trained network (lab.video_judge fine-tunes a copy of it on moving frames)."""
+        """The trained network (lab.video.judge fine-tunes a copy of it on moving frames)."""
         return self._net
 
     @classmethod

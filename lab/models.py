@@ -30,7 +30,7 @@ from core.settings import Settings
 
 if TYPE_CHECKING:
     from lab.judge import Judge
-    from lab.video_judge import VideoJudge
+    from lab.video.judge import VideoJudge
 
 WEIGHTS_DIR: Final = Path(__file__).resolve().parent / "weights"
 LAB_VERSION: Final = 1
@@ -56,7 +56,7 @@ LAB_MODELS: Final = (
     LabModel("small-b", "unet-small-b", "vae-b", FAMILY_B),  # the second family, for cross-family refine
 )
 LAB_VIDEO: Final = LabModel("video", "unet-video", "vae-a", "lab:video")
-"""The text-to-video model (lab.video_training): a TextToVideoSDPipeline on vae-a's frames. Its latents
+"""The text-to-video model (lab.video.training): a TextToVideoSDPipeline on vae-a's frames. Its latents
 are its own family, as any video model's (core.settings.video.video_family: the source's name)."""
 
 # Stable Diffusion 1.x's noise schedule with DDIM (NIRVANA 6), as the tiny models use.
@@ -176,9 +176,9 @@ def load_judge(settings: Settings) -> Judge:
 
 
 def load_video_judge(settings: Settings) -> VideoJudge:
-    """The lab's video judge (lab.video_judge), from the committed weights; refused (JudgeRefused)
+    """The lab's video judge (lab.video.judge), from the committed weights; refused (JudgeRefused)
     without a validation at its floors."""
-    from lab.video_judge import VideoJudge
+    from lab.video.judge import VideoJudge
 
     return VideoJudge.load(ensure_lab_models(settings).weights / "video-judge")
 

@@ -9,7 +9,7 @@ What a video shows is split in two (`MovingScene.frame_attributes`, `motion_attr
 - per frame, what the image judge (lab.judge) reads in a still: background colour and texture, the
   object's shape and colour, its size (not for a growing object: it changes), and its place
   (`arrangement`, only for an object that stays: a moving one passes every place);
-- over the frames, what the video judge's motion head (lab.video_judge) reads: `motion` (right,
+- over the frames, what the video judge's motion head (lab.video.judge) reads: `motion` (right,
   left, up, down, grows, stays) and `background_motion` (still, pans; only on a striped or
   checkered background, since a plain one looks the same panned).
 

@@ -2,11 +2,11 @@
 
 The video model (REPRISE_VIDEO_MODEL's kind: `lab:video` by default here) generates fresh videos of
 `prompts` captions of held-out moving scenes (lab.motion), every one all T steps from its own seed; the
-video judge (lab.video_judge) scores each: the share of its caption's attributes, motion included,
+video judge (lab.video.judge) scores each: the share of its caption's attributes, motion included,
 read on its frames, averaged over frames. Beside it: the true renders of the same scenes (the ceiling),
 each caption against another scene's true render (chance: a video that ignores its prompt), the share
 of each attribute read, and the video judge's agreement on the generated videos with an analytic
-tracker of the asked colour (lab.video_judge.tracked_motion): its accuracy where no label exists.
+tracker of the asked colour (lab.video.judge.tracked_motion): its accuracy where no label exists.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def attribute_rates(judge: Any, videos: Sequence[np.ndarray], prompts: Sequence[
 def tracker_agreement(judge: Any, videos: Sequence[np.ndarray], scenes: Sequence[Any]) -> dict[str, Any]:
     """The motion head's reading against the analytic tracker's, on the videos the tracker reads
     (the asked colour found in every frame)."""
-    from lab.video_judge import tracked_motion
+    from lab.video.judge import tracked_motion
 
     tracked = [tracked_motion(video, scene.thing.color) for video, scene in zip(videos, scenes, strict=True)]
     readings = judge.read(videos)
@@ -114,7 +114,7 @@ def compare_video(
 
     from lab.models import load_video_judge
     from lab.motion import FRAMES
-    from lab.video_judge import tracked_motion
+    from lab.video.judge import tracked_motion
     from workers.runtime.video import load_video_pipeline, video_model_source
 
     judge = load_video_judge(settings)

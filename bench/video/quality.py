@@ -9,7 +9,7 @@ For each of `requests` held-out moving scenes (lab.motion), with a caption c (th
   from its own seed and captured at k; their states at k are stitched by each entry's object mask,
   found by the service's segmenter on the entry's final latent (workers.runtime.stitching: the trained
   model's own latent statistics, not a judge's localisation), and c resumes from the stitched state.
-The video judge (lab.video_judge) scores every video for c; a hit's drop is the miss's quality less
+The video judge (lab.video.judge) scores every video for c; a hit's drop is the miss's quality less
 the hit's, per request, with a 95% bootstrap interval of its mean. k is one of NIRVANA's key steps
 (`k`, default 10 of T = 50: mid-table, where a cached state already holds the layout).
 """

@@ -80,7 +80,7 @@ def _retrain(weights: Path, only: str, *, smoke: bool) -> dict[str, Any]:
     from lab.build import retrain_unet, retrain_video
     from lab.retraining import retrain_stages
     from lab.stages import STAGES
-    from lab.video_build import VIDEO_PARTS
+    from lab.video.build import VIDEO_PARTS
 
     names = [name.strip() for name in only.split(",") if name.strip()]
     manifest: dict[str, Any] = {}

@@ -19,8 +19,8 @@ from lab.models import LAB_VIDEO, WEIGHTS_DIR, ensure_lab_models, lab_family
 from lab.motion import FRAMES, MOTIONS, MovingScene, render_video, sample_moving_scene
 from lab.motion_captions import caption
 from lab.training import TextStates, load_unet
-from lab.video_judge import FLOORS, MotionNet, VideoJudge, quality, tracked_motion
-from lab.video_training import inflated
+from lab.video.judge import FLOORS, MotionNet, VideoJudge, quality, tracked_motion
+from lab.video.training import inflated
 from lab.world import Thing
 from reprise.cli import app as cli
 from workers.runtime.video import (

@@ -26,7 +26,7 @@ from workers.context import WorkerContext
 from workers.decoding import read_image
 from workers.generation import generate_job, reuse_job
 from workers.runtime import runtime as runtime_module
-from workers.runtime.latents import to_image
+from workers.runtime.latents import to_image, to_images
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +42,12 @@ def vae_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
         calls.append(1)
         return to_image(vae, latents)
 
+    def counted_together(vae: Any, latents: Any) -> list[Image.Image]:  # a decode node's batched decodes
+        calls.extend(1 for _ in range(len(latents)))
+        return to_images(vae, latents)
+
     monkeypatch.setattr(runtime_module, "to_image", counted)
+    monkeypatch.setattr(runtime_module, "to_images", counted_together)
     yield calls
 
 

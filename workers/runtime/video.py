@@ -81,7 +81,7 @@ class VideoRun:
 
 
 LAB_VIDEO_MODEL = "lab:video"
-"""The quality lab's trained text-to-video model (lab.video_training), assembled from the committed
+"""The quality lab's trained text-to-video model (lab.video.training), assembled from the committed
 weights like the lab's image models."""
 
 

@@ -23,8 +23,8 @@ import torch
 
 from lab.judge import Judge
 from lab.training import Log
-from lab.video_judge import SEED_OFFSET, VideoJudge, train_frame_reader, train_motion_head, validate
-from lab.video_training import VIDEO, VIDEO_SMOKE, VIDEO_THREADS, VIDEO_UNET, train_video_model
+from lab.video.judge import SEED_OFFSET, VideoJudge, train_frame_reader, train_motion_head, validate
+from lab.video.training import VIDEO, VIDEO_SMOKE, VIDEO_THREADS, VIDEO_UNET, train_video_model
 
 VIDEO_JUDGE: Final = "video-judge"
 VIDEO_PARTS: Final = (VIDEO_JUDGE, VIDEO_UNET)
