@@ -105,15 +105,16 @@ _PLACE_WORDS: Final = MappingProxyType(
 )
 
 
-def _invert(words: MappingProxyType[str, tuple[str, ...]]) -> dict[str, str]:
+def invert_synonyms(words: MappingProxyType[str, tuple[str, ...]]) -> dict[str, str]:
+    """Each synonym to the value it names (the parsers' reading tables)."""
     return {word: value for value, synonyms in words.items() for word in synonyms}
 
 
-_COLOR: Final = _invert(COLOR_WORDS)
-_BACKGROUND: Final = _invert(BACKGROUND_WORDS)
-_TEXTURE: Final = _invert(TEXTURE_WORDS)
-_SHAPE: Final = _invert(SHAPE_WORDS)
-_SIZE: Final = _invert(SIZE_WORDS)
+COLOR_OF: Final = invert_synonyms(COLOR_WORDS)
+BACKGROUND_OF: Final = invert_synonyms(BACKGROUND_WORDS)
+TEXTURE_OF: Final = invert_synonyms(TEXTURE_WORDS)
+SHAPE_OF: Final = invert_synonyms(SHAPE_WORDS)
+SIZE_OF: Final = invert_synonyms(SIZE_WORDS)
 
 
 def _pick(rng: np.random.Generator, options: tuple[str, ...]) -> str:
@@ -157,17 +158,17 @@ def parse(text: str) -> dict[str, str] | None:
     pending: dict[str, str] = {}
     places: list[tuple[int, str]] = []  # (objects closed before the word, place)
     for word in words:
-        for table, name in ((_BACKGROUND, "background_color"), (_TEXTURE, "background_texture")):
+        for table, name in ((BACKGROUND_OF, "background_color"), (TEXTURE_OF, "background_texture")):
             if word in table and found.setdefault(name, table[word]) != table[word]:
                 return None
-        if word in _COLOR or word in _SIZE:
-            name, value = ("color", _COLOR[word]) if word in _COLOR else ("size", _SIZE[word])
+        if word in COLOR_OF or word in SIZE_OF:
+            name, value = ("color", COLOR_OF[word]) if word in COLOR_OF else ("size", SIZE_OF[word])
             if pending.setdefault(name, value) != value:
                 return None
-        elif word in _SHAPE:
+        elif word in SHAPE_OF:
             if set(pending) != {"color", "size"}:
                 return None
-            things.append(pending | {"shape": _SHAPE[word]})
+            things.append(pending | {"shape": SHAPE_OF[word]})
             pending = {}
         elif word in _PLACE_WORDS:
             places.append((len(things), _PLACE_WORDS[word]))

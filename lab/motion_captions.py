@@ -23,12 +23,18 @@ import numpy as np
 
 from lab.captions import (
     BACKGROUND_NOUNS,
+    BACKGROUND_OF,
     BACKGROUND_WORDS,
+    COLOR_OF,
     COLOR_WORDS,
     POSITION_PHRASES,
+    SHAPE_OF,
     SHAPE_WORDS,
+    SIZE_OF,
     SIZE_WORDS,
+    TEXTURE_OF,
     TEXTURE_WORDS,
+    invert_synonyms,
 )
 from lab.motion import MovingScene
 
@@ -59,16 +65,7 @@ _PLACES: Final = {
 }
 
 
-def _invert(words: MappingProxyType[str, tuple[str, ...]]) -> dict[str, str]:
-    return {word: value for value, synonyms in words.items() for word in synonyms}
-
-
-_COLOR: Final = _invert(COLOR_WORDS)
-_BACKGROUND: Final = _invert(BACKGROUND_WORDS)
-_TEXTURE: Final = _invert(TEXTURE_WORDS)
-_SHAPE: Final = _invert(SHAPE_WORDS)
-_SIZE: Final = _invert(SIZE_WORDS)
-_MOTION: Final = _invert(MOTION_PHRASES)
+_MOTION: Final = invert_synonyms(MOTION_PHRASES)
 # Longest phrases first, so that "moving to the right" is read before any shorter phrase in it.
 _MOTION_PATTERN: Final = re.compile(
     r"\b(" + "|".join(re.escape(phrase) for phrase in sorted(_MOTION, key=len, reverse=True)) + r")\b"
@@ -111,11 +108,11 @@ def parse(text: str) -> dict[str, str] | None:
     places: list[str] = []
     for word in _MOTION_PATTERN.sub(" ", lowered).split():
         for table, name in (
-            (_BACKGROUND, "background_color"),
-            (_TEXTURE, "background_texture"),
-            (_COLOR, "a_color"),
-            (_SIZE, "a_size"),
-            (_SHAPE, "a_shape"),
+            (BACKGROUND_OF, "background_color"),
+            (TEXTURE_OF, "background_texture"),
+            (COLOR_OF, "a_color"),
+            (SIZE_OF, "a_size"),
+            (SHAPE_OF, "a_shape"),
         ):
             if word in table and (found | thing).setdefault(name, table[word]) != table[word]:
                 return None
@@ -125,7 +122,7 @@ def parse(text: str) -> dict[str, str] | None:
             found["background_motion"] = "pans"
         elif word in _PLACES:
             places.append(_PLACES[word])
-    return _checked(found | thing, places, shapes=sum(word in _SHAPE for word in lowered.split()))
+    return _checked(found | thing, places, shapes=sum(word in SHAPE_OF for word in lowered.split()))
 
 
 def _checked(found: dict[str, str], places: list[str], *, shapes: int) -> dict[str, str] | None:

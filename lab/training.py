@@ -194,6 +194,19 @@ def train_vae(steps: int, batch: int, seed: int, log: Log) -> Any:
     return vae
 
 
+def unet_step(
+    optimizer: torch.optim.Optimizer, unet: Any, ema: Any, loss: torch.Tensor, step: int, steps: int
+) -> None:
+    """One optimizer step of a lab UNet on `loss`: gradients clipped at 1, the learning rate's schedule,
+    the EMA copy updated (every UNet the lab trains, image or video, steps so)."""
+    optimizer.zero_grad()
+    loss.backward()  # type: ignore[no-untyped-call]
+    torch.nn.utils.clip_grad_norm_(unet.parameters(), 1.0)
+    optimizer.step()
+    _set_lr(optimizer, UNET_LR, step, steps)
+    _update_ema(ema, unet, step)
+
+
 def _set_lr(optimizer: torch.optim.Optimizer, peak: float, step: int, steps: int) -> None:
     """Linear warm-up over 5% of the steps, then cosine decay to a tenth of the peak."""
     warmup = max(1, steps // 20)
@@ -283,12 +296,7 @@ def train_unet(
             losses = objective(noisy, timesteps, context, noise)
             loss = losses.total
             line = losses.line()
-        optimizer.zero_grad()
-        loss.backward()  # type: ignore[no-untyped-call]
-        torch.nn.utils.clip_grad_norm_(unet.parameters(), 1.0)
-        optimizer.step()
-        _set_lr(optimizer, UNET_LR, step, recipe.steps)
-        _update_ema(ema, unet, step)
+        unet_step(optimizer, unet, ema, loss, step, recipe.steps)
         if step % 100 == 0 or step == recipe.steps - 1:
             log(f"{recipe.name} step {step}/{recipe.steps} {line}")
     return ema

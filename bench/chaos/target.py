@@ -144,33 +144,27 @@ def _wait_healthy(base_url: str, api: subprocess.Popen[bytes], timeout_s: float)
     raise RuntimeError(f"the API at {base_url} did not come up (exit status {api.poll()})")
 
 
-def _children(pid: int) -> list[int]:
+def _process_stats() -> list[tuple[int, list[str]]]:
+    """Every live process's pid and the fields of /proc/<pid>/stat after its name: state, ppid, pgrp..."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
+        except OSError:  # the process ended while being read
             continue
-        if int(fields[1]) == pid:
-            found.append(int(entry.name))
+        found.append((int(entry.name), fields))
     return found
+
+
+def _children(pid: int) -> list[int]:
+    return [child for child, fields in _process_stats() if int(fields[1]) == pid]
 
 
 def group_members(pgid: int) -> list[int]:
     """The live processes of process group `pgid` (a supervised child and everything it forked)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            found.append(int(entry.name))
-    return found
+    return [member for member, fields in _process_stats() if int(fields[2]) == pgid and fields[0] != "Z"]
 
 
 def _kill(pid: int) -> None:

@@ -42,10 +42,9 @@ from lab.training import (
     Log,
     TextStates,
     _diffusers,
-    _set_lr,
-    _update_ema,
     load_unet,
     pixels,
+    unet_step,
 )
 
 VIDEO_THREADS: Final = 1  # one core of the shared machine (the image models train on lab.training.THREADS)
@@ -160,12 +159,7 @@ def train_video_unet(
         loss = torch.nn.functional.mse_loss(
             unet(noisy, timesteps, encoder_hidden_states=context).sample, noise
         )
-        optimizer.zero_grad()
-        loss.backward()  # type: ignore[no-untyped-call]
-        torch.nn.utils.clip_grad_norm_(unet.parameters(), 1.0)
-        optimizer.step()
-        _set_lr(optimizer, UNET_LR, step, recipe.steps)
-        _update_ema(ema, unet, step)
+        unet_step(optimizer, unet, ema, loss, step, recipe.steps)
         if step % 50 == 0 or step == recipe.steps - 1:
             log(f"{VIDEO_UNET} step {step}/{recipe.steps} loss {loss.item():.4f}")
     return ema

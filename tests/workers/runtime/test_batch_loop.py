@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from core.errors import GenerationCanceled, SettingsError
 from core.params import GenerationParams
 from core.settings import Settings, load_settings
 from core.vocabulary import Role
+from tests.workers.runtime.together import together
 from workers.bootstrap import pool_arguments
 from workers.context import WorkerContext
 from workers.runtime import DiffusionRuntime, GenerationResult
@@ -70,21 +70,6 @@ def _diff(first: Any, second: Any) -> float:
     return float(np.abs(first - second).max())
 
 
-def _together(calls: list[Callable[[], GenerationResult]]) -> list[GenerationResult | BaseException]:
-    """Run the calls in threads started together, as a worker's task threads; each one's result or error."""
-    start = threading.Barrier(len(calls))
-
-    def run(call: Callable[[], GenerationResult]) -> GenerationResult | BaseException:
-        start.wait()
-        try:
-            return call()
-        except Exception as error:
-            return error
-
-    with ThreadPoolExecutor(len(calls)) as pool:
-        return list(pool.map(run, calls))
-
-
 def test_jobs_run_by_threads_at_once_share_unet_calls_and_each_equals_its_run_alone(
     batched: DiffusionRuntime, alone: DiffusionRuntime
 ) -> None:
@@ -97,7 +82,7 @@ def test_jobs_run_by_threads_at_once_share_unet_calls_and_each_equals_its_run_al
         lambda: batched.refine(_params(3), source.final_latent, batched.family, 10),
     ]
     before = batched._loop.steps_run if batched._loop is not None else 0
-    results = _together(jobs)
+    results = together(jobs)
     assert all(isinstance(result, GenerationResult) for result in results), results
     references = [
         alone.generate(_params(0), capture=[5, 10]),
@@ -138,7 +123,7 @@ def test_a_job_canceled_mid_batch_ends_in_its_thread_and_leaves_the_others_unhar
         asked.append(1)
         return len(asked) > 6
 
-    results = _together(
+    results = together(
         [
             lambda: batched.generate(_params(0)),
             lambda: batched.generate(_params(3), should_stop=stop_after_six),
@@ -187,7 +172,7 @@ def test_a_failed_unet_call_fails_every_member_of_it_and_the_loop_goes_on() -> N
 
     loop = BatchLoop(new_batch, role="large")
     members = [_member(seed) for seed in range(3)]
-    results = _together([lambda member=member: loop.run(member) for member in members])  # type: ignore[misc]
+    results = together([lambda member=member: loop.run(member) for member in members])  # type: ignore[misc]
     assert all(isinstance(result, RuntimeError) and "out of memory" in str(result) for result in results)
     assert not loop.busy
 

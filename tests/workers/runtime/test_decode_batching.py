@@ -7,11 +7,8 @@ VAE on a decode-role runtime, as a decode node hosts it."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
 
 import numpy as np
 import pytest
@@ -20,25 +17,9 @@ from PIL import Image
 
 from core.settings import load_settings
 from core.vocabulary import Role
+from tests.workers.runtime.together import together
 from workers.runtime import DiffusionRuntime
 from workers.runtime.decode_batching import DECODE_PIXEL_TOLERANCE, DecodeBatcher
-
-T = TypeVar("T")
-
-
-def _together(calls: list[Callable[[], T]]) -> list[T | BaseException]:
-    """The calls from threads started at one barrier, as a decode node's task threads."""
-    start = threading.Barrier(len(calls))
-
-    def run(call: Callable[[], T]) -> T | BaseException:
-        start.wait()
-        try:
-            return call()
-        except Exception as error:
-            return error
-
-    with ThreadPoolExecutor(len(calls)) as pool:
-        return list(pool.map(run, calls))
 
 
 class Recording:
@@ -68,7 +49,7 @@ def test_reads_at_once_share_one_call_per_family_and_shape_and_each_gets_its_own
         lambda: batcher.decode(_latent(9, side=16), "a"),  # another shape: a call of its own
         lambda: batcher.decode(_latent(7), "b"),  # another family: a call of its own
     ]
-    images = _together(jobs)
+    images = together(jobs)
     assert [image.getpixel((0, 0)) for image in images if isinstance(image, Image.Image)] == [
         0,
         1,
@@ -85,7 +66,7 @@ def test_a_full_group_runs_at_once_and_a_lone_read_waits_at_most_max_wait() -> N
     decode = Recording()
     full = DecodeBatcher(decode, max_batch=2, max_wait_ms=10_000)
     started = time.monotonic()
-    _together([lambda: full.decode(_latent(1), "a"), lambda: full.decode(_latent(2), "a")])
+    together([lambda: full.decode(_latent(1), "a"), lambda: full.decode(_latent(2), "a")])
     assert time.monotonic() - started < 5  # closed by its size, not by the wait
     lone = DecodeBatcher(decode, max_batch=8, max_wait_ms=50)
     started = time.monotonic()
@@ -96,7 +77,7 @@ def test_a_full_group_runs_at_once_and_a_lone_read_waits_at_most_max_wait() -> N
 def test_a_failed_decode_reaches_every_caller_of_its_call_and_the_next_call_runs() -> None:
     decode = Recording(fail=True)
     batcher = DecodeBatcher(decode, max_batch=3, max_wait_ms=2_000)
-    results = _together([lambda n=n: batcher.decode(_latent(n), "a") for n in range(3)])  # type: ignore[misc]
+    results = together([lambda n=n: batcher.decode(_latent(n), "a") for n in range(3)])  # type: ignore[misc]
     assert all(isinstance(result, RuntimeError) and "out of memory" in str(result) for result in results)
     decode.fail = False
     assert batcher.decode(_latent(5), "a").getpixel((0, 0)) == 5
@@ -121,7 +102,7 @@ def test_decodes_from_threads_at_once_run_in_one_vae_call_and_equal_each_decode_
     batched, alone = decoders
     family = batched.family
     latents = [np.random.default_rng(seed).standard_normal((4, 8, 8)).astype(np.float32) for seed in range(4)]
-    results = _together([lambda latent=latent: batched.decode(latent, family=family) for latent in latents])  # type: ignore[misc]
+    results = together([lambda latent=latent: batched.decode(latent, family=family) for latent in latents])  # type: ignore[misc]
     batcher = batched._decodes
     assert batcher is not None and batcher.largest >= 2 and batcher.calls < len(latents)
     for latent, result in zip(latents, results, strict=True):
