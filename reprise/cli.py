@@ -69,3 +69,31 @@ app.command("beat")(beat_command)
 app.command("flower")(flower_command)
 app.command("ping-worker")(ping_worker_command)
 app.command("run")(run_command)
+
+
+def schema_missing(error: Exception) -> str | None:
+    """The message with the fix when `error` is Postgres saying a table does not exist (SQLSTATE 42P01):
+    the database the command reached was never migrated. None for any other error."""
+    orig = getattr(error, "orig", None)
+    if getattr(orig, "sqlstate", None) != "42P01":
+        return None
+    first = str(orig).splitlines()[0] if str(orig) else "a table is missing"
+    return (
+        f"the database has no Reprise schema ({first}): run `reprise migrate` with the same "
+        "REPRISE_DATABASE_URL, or point REPRISE_DATABASE_URL at the stack's database"
+    )
+
+
+def main() -> None:
+    """The `reprise` command: the app, with an unmigrated database reported as a message with the fix
+    rather than a traceback."""
+    from sqlalchemy.exc import ProgrammingError
+
+    try:
+        app()
+    except ProgrammingError as error:
+        message = schema_missing(error)
+        if message is None:
+            raise
+        typer.echo(message, err=True)
+        raise SystemExit(2) from None
