@@ -124,6 +124,9 @@ class TextEmbedderKind(StrEnum):
 
 
 MINILM_KINDS = frozenset({TextEmbedderKind.MINILM, TextEmbedderKind.MINILM_ONNX})  # one model, one space
+# REPRISE_OPEN_CLIP_MODEL naming the quality lab's joint text-image space rather than an open_clip model
+# (workers/runtime/embedders/lab_attributes.py: MoDM's text-to-image lookup on the lab's world)
+LAB_ATTRIBUTES = "lab:attributes"
 
 
 class LookupMode(StrEnum):

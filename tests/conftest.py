@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 from core.settings import Settings, load_settings
+from core.vocabulary import LookupMode
 from db.engine import engine_for
 from reprise import migrate
 from reprise.services import manager
@@ -29,8 +30,10 @@ def _admin_dsn(settings: Settings, dbname: str) -> str:
 
 @pytest.fixture(scope="session")
 def service_settings() -> Settings:
-    """Settings of this machine's stack, with Postgres and Redis up (started when embedded)."""
-    settings = load_settings()
+    """Settings of this machine's stack, with Postgres and Redis up (started when embedded). Lookups are
+    NIRVANA's text lookups, which the mechanics tests are written against and which the tiny models
+    serve too; the lab's default image lookups (core.settings.loading) are tested where they are named."""
+    settings = load_settings(lookup_mode=LookupMode.TEXT_TO_TEXT)
     manager.up(settings)
     return settings
 

@@ -4,9 +4,9 @@ Judges: the lab's (the fraction of the prompt's attributes an image shows) when 
 lab's; CLIP score / 100 (open_clip, MoDM 5.2's metric) for any other model. The hit mode follows the
 lookup: resume from the cached intermediate latent (text lookup, NIRVANA) or refine from the cached
 final latent (image lookup, MoDM). In image mode a pair's similarity is text-to-image: the query's
-embedding against the cached image's: open_clip's image tower for real models; on the lab, the
-MiniLM embedding of the judge's description of the image (lab.captions.describe), the lab's own
-text-image alignment.
+embedding against the cached image's: open_clip's image tower for real models; on the lab, the lab's
+attribute space (workers.runtime.embedders.lab_attributes: the query's parsed attributes against the
+second judge's reading of the image), the lab's own text-image alignment.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 from bench.quality.profile import Measured, Pair, curve, lab_pairs, measure, nearest_pairs, table_rows
 from bench.quality.sampler import Images, Sampler
 from core.settings import Settings
-from core.vocabulary import BUILTIN_FAMILIES, LookupMode
+from core.vocabulary import BUILTIN_FAMILIES, LAB_ATTRIBUTES, LookupMode
 from jobs.policies.k_selection import embedder_tag
 
 
@@ -119,15 +119,13 @@ def image_similarities(settings: Settings, pairs: list[Pair], large: Sampler, *,
         images += large.images(batch.latents)
     queries = [pair.query for pair in pairs]
     if lab:
-        from lab.captions import describe
-        from lab.judge import Judge
-        from lab.models import ensure_lab_models
-        from workers.runtime.embedders.factory import build_text_embedder
+        from PIL import Image
 
-        judge = Judge.load(ensure_lab_models(settings).judge)
-        text = build_text_embedder(settings)
-        image_vectors = text.embed_text([describe(reading) for reading in judge.read(images)])
-        query_vectors = text.embed_text(queries)
+        from workers.runtime.embedders.factory import build_image_embedder
+
+        space = build_image_embedder(settings.model_copy(update={"open_clip_model": LAB_ATTRIBUTES}))
+        image_vectors = space.embed_image([Image.fromarray(i) for i in images])
+        query_vectors = space.embed_text(queries)
     else:
         from PIL import Image
 
@@ -146,10 +144,8 @@ def report(
     kinds = sorted({pair.kind for pair in measured.pairs})
     similarity = np.array([pair.similarity for pair in measured.pairs])
     embedder = embedder_tag(settings.text_embedder, settings.open_clip_model, options.mode)
-    if (
-        lab and options.mode is LookupMode.TEXT_TO_IMAGE
-    ):  # the image's side: MiniLM of the judge's description
-        embedder = "lab-description:" + embedder_tag(settings.text_embedder, None, LookupMode.TEXT_TO_TEXT)
+    if lab and options.mode is LookupMode.TEXT_TO_IMAGE:  # image_similarities: the lab's attribute space
+        embedder = LAB_ATTRIBUTES
     return {
         "table": table_rows(measured, options.tolerance),
         "embedder": embedder,

@@ -17,12 +17,18 @@ class AdmissionSettings(BaseSettings):
     nearest cached entry and picks k, the steps a hit skips, from the similarity.
     """
 
-    lookup_mode: LookupMode = Field(LookupMode.TEXT_TO_TEXT, description="text (NIRVANA) or image (MoDM).")
+    lookup_mode: LookupMode = Field(
+        LookupMode.TEXT_TO_TEXT,
+        description="text (NIRVANA) or image (MoDM). Unset on the quality lab's models: image, in the lab's "
+        "attribute space (REPRISE_OPEN_CLIP_MODEL=lab:attributes), where it measured a drop within 0.02 "
+        "with a quarter of the compute saved live (docs/results/quality-lab.md); text elsewhere.",
+    )
     hit_policy: HitPolicy = Field(HitPolicy.RESUME, description="resume (NIRVANA) or refine (MoDM).")
     k_table: str = Field(
         "auto",
         description="Threshold table: auto (the lookup mode's preset: nirvana-t2t for text, modm-t2i for "
-        "image), a preset name, or a custom table 'sim:k,sim:k,...' (jobs/policies/k_selection.py).",
+        "image; on the quality lab's models the table profiled there, lab-minilm or lab-t2i), a preset "
+        "name, or a custom table 'sim:k,sim:k,...' (jobs/policies/k_selection.py).",
     )
     k_table_profiled_with: str | None = Field(
         None,

@@ -23,7 +23,10 @@ class EmbedderSettings(BaseSettings):
         "torch) or open_clip.",
     )
     open_clip_model: str | None = Field(
-        None, description="open_clip model name (e.g. ViT-L-14). Unset: the tiny random open_clip."
+        None,
+        description="open_clip model name (e.g. ViT-L-14), or lab:attributes (the quality lab's "
+        "joint text-image space). Unset: lab:attributes for image lookups on the lab's models, else the tiny "
+        "random open_clip.",
     )
     open_clip_pretrained: str | None = Field(None, description="open_clip pretrained tag or checkpoint path.")
     text_embedding_dim: int = Field(

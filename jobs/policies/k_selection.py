@@ -20,7 +20,7 @@ from types import MappingProxyType
 from typing import Protocol
 
 from core.errors import ThresholdTableError
-from core.vocabulary import MINILM_KINDS, LookupMode, TextEmbedderKind
+from core.vocabulary import LAB_ATTRIBUTES, MINILM_KINDS, LookupMode, TextEmbedderKind
 
 
 class SettingsLike(Protocol):
@@ -29,6 +29,7 @@ class SettingsLike(Protocol):
     k_table: str
     lookup_mode: LookupMode
     text_embedder: TextEmbedderKind
+    open_clip_model: str | None
 
     def model_source(self, role: str) -> str: ...
 
@@ -178,8 +179,26 @@ LAB_MINILM_REFINE = ThresholdTable(
 )
 
 
+LAB_T2I = ThresholdTable(
+    name="lab-t2i",
+    rows=_rows((0.7, 25)),
+    comparison=Comparison.GREATER,
+    source="`reprise profile k --mode image --hit refine` on the quality lab "
+    "(lab/profiles/image-refine-small.json: 160 pairs, judge quality): hits refine lab:large's final "
+    "latent on the distilled lab:small (MoDM 5.1) after a text-to-image lookup in the lab's attribute "
+    "space; the profiled pairs above 0.7 lose 0.005 on the mean at k = 25 (44 pairs), those from 0.6 "
+    "to 0.7 0.064, and deeper k lose more",
+    mode=LookupMode.TEXT_TO_IMAGE,
+    profiled_with=LAB_ATTRIBUTES,
+)
+
+
 PRESETS: Mapping[str, ThresholdTable] = MappingProxyType(
-    {t.name: t for t in (NIRVANA_T2T, MODM_T2I, LAB_MINILM, LAB_MINILM_LARGE, LAB_MINILM_REFINE)}
+    {t.name: t for t in (NIRVANA_T2T, MODM_T2I, LAB_MINILM, LAB_MINILM_LARGE, LAB_MINILM_REFINE, LAB_T2I)}
+)
+# `auto` on the lab's models, by the space its lookups embed in (embedder_tag): the table profiled there
+LAB_PRESET_FOR_SPACE: Mapping[str, ThresholdTable] = MappingProxyType(
+    {MINILM: LAB_MINILM, LAB_ATTRIBUTES: LAB_T2I}
 )
 
 AUTO = "auto"  # Settings.k_table's default: the preset profiled for the configured lookup mode
@@ -194,27 +213,32 @@ PRESET_FOR_MODE: Mapping[LookupMode, ThresholdTable] = MappingProxyType(
 PLAUSIBLE_FLOOR: Mapping[LookupMode, tuple[float, float]] = MappingProxyType(
     {LookupMode.TEXT_TO_TEXT: (0.4, 0.99), LookupMode.TEXT_TO_IMAGE: (0.1, 0.45)}
 )
+# In the lab's attribute space a cosine is about the share of the prompt's attributes an image shows:
+# a hit below half of them is an unrelated image, and a full match reaches 1.
+ATTRIBUTE_SHARE_FLOOR: tuple[float, float] = (0.5, 1.0)
 
 
-def table_for(spec: str, mode: LookupMode, *, lab: bool = False) -> ThresholdTable:
+def table_for(spec: str, mode: LookupMode, *, space: str | None = None, lab: bool = False) -> ThresholdTable:
     """The table a deployment uses: `spec` (Settings.k_table) read for the lookup mode.
 
-    'auto' is the mode's own preset (nirvana-t2t for text, modm-t2i for image), or, with `lab` (the
-    quality lab's models with MiniLM), in text mode the table profiled on them (lab-minilm). A preset
-    profiled for
-    the other mode, or a custom table whose lowest row no related pair of the mode would pass (or
-    every unrelated one would), is refused with the fix: similarities of the two modes live on
+    'auto' is the mode's own preset (nirvana-t2t for text, modm-t2i for image), or, on the quality
+    lab's models (`lab`), the table profiled on them in the space their lookups embed in (`space`, an
+    embedder_tag: lab-minilm for MiniLM text lookups, lab-t2i for the lab's attribute space). A preset
+    profiled for the other mode, or a custom table whose lowest row no related pair of the mode would
+    pass (or every unrelated one would), is refused with the fix: similarities of the two modes live on
     different scales, so such a table either never hits or serves unrelated images.
     """
     if spec.strip() == AUTO:
-        return LAB_MINILM if lab and mode is LookupMode.TEXT_TO_TEXT else PRESET_FOR_MODE[mode]
+        lab_table = LAB_PRESET_FOR_SPACE.get(space or "") if lab else None
+        return lab_table if lab_table is not None and lab_table.mode is mode else PRESET_FOR_MODE[mode]
     table = parse_table(spec)
     if table.mode is not None and table.mode is not mode:
         raise ThresholdTableError(
             f"threshold table {table.name!r} was profiled for {table.mode.value} lookups, but "
             f"REPRISE_LOOKUP_MODE={mode.value}: set REPRISE_K_TABLE=auto (or {PRESET_FOR_MODE[mode].name})"
         )
-    low, high = PLAUSIBLE_FLOOR[mode]
+    attributes = LAB_ATTRIBUTES in (space, table.profiled_with) and mode is LookupMode.TEXT_TO_IMAGE
+    low, high = ATTRIBUTE_SHARE_FLOOR if attributes else PLAUSIBLE_FLOOR[mode]
     if not low <= table.lowest_similarity <= high:
         raise ThresholdTableError(
             f"threshold table {table.name!r}: its lowest row ({table.lowest_similarity:g}) is implausible "
@@ -229,6 +253,8 @@ def embedder_tag(kind: TextEmbedderKind, open_clip_model: str | None, mode: Look
     Image lookups always embed the prompt with open_clip; text lookups with the text embedder."""
     if mode is LookupMode.TEXT_TO_TEXT and kind in MINILM_KINDS:
         return MINILM
+    if open_clip_model == LAB_ATTRIBUTES:
+        return LAB_ATTRIBUTES
     return f"open_clip:{open_clip_model or 'tiny-random'}"
 
 
@@ -340,5 +366,5 @@ def largest_stored_at_most(k: int, stored_ks: Collection[int]) -> int | None:
 def configured_table(settings: SettingsLike) -> ThresholdTable:
     """The table the configuration names (Settings.k_table read for Settings.lookup_mode; see table_for)."""
     on_lab = settings.model_source("large").startswith("lab:")
-    lab = on_lab and settings.text_embedder in MINILM_KINDS
-    return table_for(settings.k_table, settings.lookup_mode, lab=lab)
+    space = embedder_tag(settings.text_embedder, settings.open_clip_model, settings.lookup_mode)
+    return table_for(settings.k_table, settings.lookup_mode, space=space, lab=on_lab)

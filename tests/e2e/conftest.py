@@ -197,6 +197,7 @@ def stack(
         "REPRISE_TASK_TIME_LIMIT_S": "120",
         "REPRISE_VISIBILITY_TIMEOUT_S": "900",
         "REPRISE_PREDICTOR_ENABLED": "false",
+        "REPRISE_LOOKUP_MODE": db_settings.lookup_mode.value,  # the tests' text lookups (tests/conftest.py)
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "OMP_NUM_THREADS": "1",  # five processes share two cores

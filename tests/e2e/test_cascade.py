@@ -83,6 +83,7 @@ def cascade_stack(
         "REPRISE_CASCADE_THRESHOLD": "0",
         "REPRISE_WEBHOOK_ALLOW_HOSTS": "127.0.0.1",
         "REPRISE_PREDICTOR_ENABLED": "false",
+        "REPRISE_LOOKUP_MODE": "text",  # NIRVANA's text lookups, as the session stack (tests/conftest.py)
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "OMP_NUM_THREADS": "1",

@@ -67,6 +67,7 @@ def guard_stack(
             "REPRISE_DEFAULT_SIZE": "64",
             "REPRISE_LARGE_SERVES_HITS": "false",
             "REPRISE_PREDICTOR_ENABLED": "false",
+            "REPRISE_LOOKUP_MODE": "text",  # NIRVANA's text lookups, as the session stack (tests/conftest.py)
             "REPRISE_QUALITY_GUARD": "true",
             "REPRISE_QUALITY_AUDIT_FRACTION": "1",
             "HF_HUB_OFFLINE": "1",

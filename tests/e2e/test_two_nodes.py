@@ -67,6 +67,7 @@ ENV = {
     "REPRISE_TASK_TIME_LIMIT_S": "120",
     "REPRISE_VISIBILITY_TIMEOUT_S": "900",
     "REPRISE_PREDICTOR_ENABLED": "false",
+    "REPRISE_LOOKUP_MODE": "text",  # NIRVANA's text lookups, as the session stack (tests/conftest.py)
     "REPRISE_MONITOR_ENABLED": "false",
     "REPRISE_MAX_BATCH": "2",  # a large worker holds two jobs at a time: each node runs several rounds
     "HF_HUB_OFFLINE": "1",

@@ -17,7 +17,9 @@ from jobs.configuration import check_configuration
 
 
 def test_resume_across_families_with_large_workers_off_hits_is_refused_naming_the_variables() -> None:
-    settings = load_settings(small_family="other-family", large_serves_hits=False)
+    settings = load_settings(
+        small_family="other-family", large_serves_hits=False, hit_policy=HitPolicy.RESUME
+    )
     with pytest.raises(SettingsError) as refused:
         check_configuration(settings)
     message = str(refused.value)
@@ -43,7 +45,7 @@ def test_configurations_that_can_serve_their_hits_start(overrides: dict[str, obj
 
 
 def test_small_workers_kept_for_hits_they_cannot_serve_are_a_warning() -> None:
-    settings = load_settings(small_family="other-family", monitor_min_small=1)
+    settings = load_settings(small_family="other-family", monitor_min_small=1, hit_policy=HitPolicy.RESUME)
     assert any("REPRISE_MONITOR_MIN_SMALL=1" in warning for warning in check_configuration(settings))
 
 

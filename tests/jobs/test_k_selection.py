@@ -54,7 +54,14 @@ def test_modm_preset_rows_are_inclusive(similarity: float, k: int | None) -> Non
 def test_presets_are_found_by_name_and_parse_to_themselves() -> None:
     assert parse_table("nirvana-t2t") is NIRVANA_T2T
     assert parse_table(" modm-t2i ") is MODM_T2I
-    assert set(PRESETS) == {"nirvana-t2t", "modm-t2i", "lab-minilm", "lab-minilm-large", "lab-minilm-refine"}
+    assert set(PRESETS) == {
+        "nirvana-t2t",
+        "modm-t2i",
+        "lab-minilm",
+        "lab-minilm-large",
+        "lab-minilm-refine",
+        "lab-t2i",
+    }
     for table in PRESETS.values():
         again = parse_table(table.describe())
         assert again.rows == table.rows

@@ -6,16 +6,21 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 
+import numpy as np
 import pytest
+from PIL import Image
 
 from core import logs
 from core.scopes import tenant_scope
 from core.settings import Settings
-from core.vocabulary import AdmissionOutcome, JobStatus, Role, Route
+from core.vocabulary import LAB_ATTRIBUTES, AdmissionOutcome, JobStatus, LookupMode, Role, Route
 from db import cache
 from db.engine import session_scope
 from db.models import Job
+from jobs.policies.k_selection import choose_k, table_for
 from jobs.queues import TaskName
+from lab.captions import caption
+from lab.world import near_miss, render, sample_scene
 from tests.support.dispatch import RecordingDispatcher
 from tests.workers.conftest import make_job, make_tenant
 from workers.admission import admit
@@ -26,15 +31,23 @@ pytestmark = pytest.mark.integration
 PROMPT = "a lighthouse on a cliff at dusk, oil painting"
 
 
-def _cache_entry(settings: Settings, context: WorkerContext, scope: str, prompt: str) -> uuid.UUID:
-    """An entry for `prompt` holding states at every captured k, as a miss would leave it."""
+def _cache_entry(
+    settings: Settings,
+    context: WorkerContext,
+    scope: str,
+    prompt: str,
+    *,
+    image: cache.Embedding | None = None,
+) -> uuid.UUID:
+    """An entry for `prompt` (and its image's embedding, for image lookups) holding states at every
+    captured k, as a miss would leave it."""
     embedding = context.text_embedder().embed_text([prompt])[0]
     entry_id = uuid.uuid4()
     ks = settings.capture_steps
     with session_scope(settings) as session:
         cache.insert_entry(
             session, entry_id=entry_id, scope=scope, model_family=settings.large_family, prompt=prompt,
-            text_embedding=embedding, image_embedding=None, final_latent_key=f"e/{entry_id}/final",
+            text_embedding=embedding, image_embedding=image, final_latent_key=f"e/{entry_id}/final",
             final_bytes=100, steps=settings.steps, source_job_id=None, size=(64, 64),
             states=[cache.NewState(k=k, blob_key=f"e/{entry_id}/{k}", bytes=100) for k in ks],
         )  # fmt: skip
@@ -132,3 +145,37 @@ def test_a_job_that_ended_meanwhile_is_left_alone(
     assert admit(context_for(Role.ADMIT), job_id) is None
     assert dispatcher.sent == []
     assert _job(task_settings, job_id).route is None
+
+
+def test_image_lookups_on_the_lab_find_the_cached_image_that_shows_the_prompt(
+    task_settings: Settings, dispatcher: RecordingDispatcher
+) -> None:
+    """MoDM's text-to-image lookup in the lab's attribute space (the default on the lab's models): of two
+    cached images, one of the scene asked for and one of a near miss, the prompt finds its own scene's,
+    with the k lab-t2i gives its similarity; the near miss's own caption finds the other."""
+    settings = task_settings.model_copy(
+        update={
+            "lookup_mode": LookupMode.TEXT_TO_IMAGE,
+            "open_clip_model": LAB_ATTRIBUTES,
+            "k_table": "lab-t2i",
+        }
+    )
+    context = WorkerContext(settings, Role.ADMIT, dispatcher=dispatcher)
+    space = context.image_embedder()
+    rng = np.random.default_rng(21)
+    scene = sample_scene(rng)
+    miss = near_miss(scene, rng)
+    tenant = make_tenant(settings)
+    entries = {}
+    for shown in (scene, miss):
+        image = Image.fromarray(render(shown, rng))
+        entries[shown] = _cache_entry(
+            settings, context, tenant_scope(tenant), caption(shown, rng), image=space.embed_image([image])[0]
+        )
+    for shown in (scene, miss):
+        job_id = make_job(settings, tenant, caption(shown, rng))
+        decision = admit(context, job_id)
+        assert decision is not None and decision.route is Route.HIT and decision.similarity is not None
+        assert decision.source_entry_id == entries[shown]
+        table = table_for("lab-t2i", LookupMode.TEXT_TO_IMAGE)
+        assert decision.k == choose_k(decision.similarity, table, settings.capture_steps)

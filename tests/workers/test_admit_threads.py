@@ -57,7 +57,7 @@ def test_only_an_admit_worker_with_threads_runs_the_threads_pool(tmp_path: Path)
 
 def query_embedder(settings: Settings, role: Role) -> object:
     context = WorkerContext(settings, role, dispatcher=RecordingDispatcher())
-    context._text_embedder = Ones()
+    context._text_embedder = context._image_embedder = Ones()  # the query side of either lookup mode
     return context.query_embedder()
 
 

@@ -93,7 +93,7 @@ def test_open_clip_can_be_the_text_embedder(tiny_settings: Settings) -> None:
             {"text_embedder": TextEmbedderKind.OPEN_CLIP, "text_embedding_dim": 384},
             "REPRISE_TEXT_EMBEDDING_DIM=64",
         ),
-        ({"image_embedding_dim": 768}, "REPRISE_IMAGE_EMBEDDING_DIM=64"),
+        ({"image_embedding_dim": 768, "model_set": "tiny"}, "REPRISE_IMAGE_EMBEDDING_DIM=64"),
     ],
 )
 def test_a_dimension_mismatch_names_the_variable(

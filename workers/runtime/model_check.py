@@ -25,7 +25,7 @@ import numpy as np
 from core.params import GenerationParams
 from core.schedulers import DIFFUSERS_CLASS, resume_refusal
 from core.settings import Settings
-from core.vocabulary import BUILTIN_FAMILIES, HitPolicy, LookupMode, Role, TextEmbedderKind
+from core.vocabulary import BUILTIN_FAMILIES, LAB_ATTRIBUTES, HitPolicy, LookupMode, Role, TextEmbedderKind
 
 CHECK_ROLES = ("large", "small", "decode", "clip")
 SUPPORTED_PIPELINES = frozenset({"StableDiffusionPipeline", "StableDiffusionImg2ImgPipeline"})
@@ -375,6 +375,9 @@ def clip_checks(settings: Settings) -> list[Check]:
         return [Check("clip", "weights", Status.SKIP, why)]
     if settings.open_clip_model is None:
         detail = "the tiny random open_clip (its similarities mean nothing): set REPRISE_OPEN_CLIP_MODEL"
+        return [Check("clip", "weights", Status.OK, detail)]
+    if settings.open_clip_model == LAB_ATTRIBUTES:
+        detail = "the quality lab's attribute space (prompts parsed, images read by the second judge)"
         return [Check("clip", "weights", Status.OK, detail)]
     import open_clip
 

@@ -18,7 +18,7 @@ from bench.run.options import SimulateOptions, WorkloadOptions
 from bench.run.profiles import build_profile
 from bench.sim.runner import simulate_main
 from core.settings import Settings
-from core.vocabulary import MonitorMode
+from core.vocabulary import HitPolicy, MonitorMode
 
 START = datetime(2030, 1, 1, tzinfo=UTC)
 MONITOR = {"enabled": True, "mode": "throughput", "period_s": 60}
@@ -136,15 +136,16 @@ def test_the_watch_polls_stats_while_the_replay_runs() -> None:
 
 def test_differences_name_every_option_to_change(bench_settings: Settings) -> None:
     profile = build_profile("configured", bench_settings)
+    other = next(policy for policy in HitPolicy if policy is not profile.hit_policy).value
     ran = StackRecord(
         MONITOR,
-        {**profile.describe(), "hit_policy": "refine"},
+        {**profile.describe(), "hit_policy": other},
         profile.steps + 1,
         (StackRecord.from_json({"timeline": [{"t": 0, "submitted": 0, "large": 1, "small": 1}]}).timeline),
     )
     lines = differences(ran, profile=profile, large_workers=3, small_workers=1, monitor=None)
     assert len(lines) == 4
-    assert "profile hit_policy: the replay ran 'refine'" in lines[0]
+    assert f"profile hit_policy: the replay ran {other!r}" in lines[0]
     assert lines[1].startswith("steps:") and f"REPRISE_STEPS={profile.steps + 1}" in lines[1]
     assert lines[2].startswith("--large-workers: the stack started the replay with 1, this simulation with 3")
     assert lines[3].startswith("--monitor: the stack's pool monitor was throughput") and "off" in lines[3]

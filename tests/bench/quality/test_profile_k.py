@@ -16,7 +16,7 @@ from bench.quality.profiling import ProfileOptions, run_profile
 from bench.quality.sampler import Sampler
 from core.params import GenerationParams
 from core.settings import Settings, load_settings
-from core.vocabulary import LookupMode, Role
+from core.vocabulary import LAB_ATTRIBUTES, LookupMode, Role
 from reprise.cli import app as cli
 from workers.runtime import DiffusionRuntime
 from workers.runtime.loading import builtin_path
@@ -116,7 +116,7 @@ def test_image_mode_profiles_refine_hits_by_prompt_to_image_similarity_on_the_la
     )  # fmt: skip
     report = run_profile(settings, options, log=lambda _: None)
     assert report["mode"] == "image" and report["hit_operation"] == "refine"
-    assert report["embedder"] == "lab-description:minilm:all-MiniLM-L6-v2"
+    assert report["embedder"] == LAB_ATTRIBUTES
     text = run_profile(settings, replace(options, mode=LookupMode.TEXT_TO_TEXT), log=lambda _: None)
     image_sims = [m["similarity"] for m in report["measurements"]]
     text_sims = [m["similarity"] for m in text["measurements"]]

@@ -16,13 +16,13 @@ import numpy as np
 from core.params import GenerationParams, VideoParams
 from core.scopes import lookup_scopes, video_scope
 from core.settings import Settings
-from core.vocabulary import AdmissionOutcome, Route
+from core.vocabulary import AdmissionOutcome, LookupMode, Route
 from db import video_lookup
 from db.engine import session_scope
 from db.video_lookup import VideoIndex, VideoMatch, VideoShape
 from jobs.admission import PROFILED_STEPS, AdmissionDecision
 from jobs.policies.decoupling import split_prompt
-from jobs.policies.k_selection import AUTO, NIRVANA_T2T, ThresholdTable, configured_table
+from jobs.policies.k_selection import AUTO, NIRVANA_T2T, ThresholdTable, table_for
 from jobs.policies.video_hits import HitKind, Match, VideoHit, choose_video_hit
 from workers.context import WorkerContext
 from workers.job import JobView
@@ -67,8 +67,9 @@ def decide_video(
 
 def video_table(settings: Settings) -> ThresholdTable:
     """NIRVANA's text-to-text table, which FlexCache follows (4.2.1, 0.65 its lowest row), unless the
-    operator configured one (REPRISE_K_TABLE): the 'auto' presets were profiled on image models."""
-    return NIRVANA_T2T if settings.k_table == AUTO else configured_table(settings)
+    operator configured one (REPRISE_K_TABLE), read as a text table: a video's lookups are text lookups
+    whatever REPRISE_LOOKUP_MODE says of images, and the 'auto' presets were profiled on image models."""
+    return NIRVANA_T2T if settings.k_table == AUTO else table_for(settings.k_table, LookupMode.TEXT_TO_TEXT)
 
 
 def routed(

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from core.errors import SettingsError
 from core.settings import Settings
-from core.vocabulary import TextEmbedderKind
+from core.vocabulary import LAB_ATTRIBUTES, TextEmbedderKind
 from workers.runtime.embedders.base import ImageEmbedder, TextEmbedder
 from workers.runtime.embedders.clip import OpenClipEmbedder
+from workers.runtime.embedders.lab_attributes import LabAttributeEmbedder
 from workers.runtime.embedders.minilm import MiniLMTextEmbedder
 from workers.runtime.embedders.minilm_onnx import MiniLMOnnxEmbedder
 from workers.runtime.loading import resolve_device
@@ -27,7 +28,13 @@ def open_clip_source(settings: Settings) -> tuple[str, str | None]:
 
 
 def build_image_embedder(settings: Settings) -> ImageEmbedder:
-    """The open_clip embedder (image tower, and text tower for prompt-vs-image lookup)."""
+    """The open_clip embedder (image tower, and text tower for prompt-vs-image lookup), or the quality
+    lab's attribute space where REPRISE_OPEN_CLIP_MODEL names it (lab:attributes)."""
+    if settings.open_clip_model == LAB_ATTRIBUTES:
+        from lab.models import ensure_lab_models
+
+        judge_b = ensure_lab_models(settings).weights / "judge-b"
+        return LabAttributeEmbedder(judge_b, settings.image_embedding_dim)
     model_name, pretrained = open_clip_source(settings)
     embedder = OpenClipEmbedder(model_name, pretrained, device=resolve_device(settings.device))
     _check_dim(embedder, settings.image_embedding_dim, "REPRISE_IMAGE_EMBEDDING_DIM")
@@ -42,6 +49,12 @@ def build_text_embedder(settings: Settings) -> TextEmbedder:
         embedder = MiniLMTextEmbedder(device=str(resolve_device(settings.device)))
     elif settings.text_embedder is TextEmbedderKind.MINILM_ONNX:
         embedder = MiniLMOnnxEmbedder(models_dir=settings.tiny_models_dir)  # CPU: built on first use
+    elif settings.open_clip_model == LAB_ATTRIBUTES:
+        raise SettingsError(
+            "REPRISE_TEXT_EMBEDDER=open_clip with REPRISE_OPEN_CLIP_MODEL=lab:attributes: the lab's "
+            "attribute space serves image lookups only; set REPRISE_TEXT_EMBEDDER=minilm-onnx or an "
+            "open_clip model"
+        )
     else:
         model_name, pretrained = open_clip_source(settings)
         embedder = OpenClipEmbedder(model_name, pretrained, device=resolve_device(settings.device))

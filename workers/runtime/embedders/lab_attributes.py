@@ -1,0 +1,99 @@
+"""The quality lab's joint text-image space: MoDM's text-to-image lookup (MoDM 3.2, 5.2) on the lab's
+world, where no CLIP was trained.
+
+A coordinate per value of every attribute of the lab's world (lab.world.ATTRIBUTES: 32 values), and
+one more for prompts the world cannot express:
+- a prompt lands on the values its caption asks for (lab.captions.parse): a one-hot block per asked
+  attribute; a prompt the parser cannot read lands on the last coordinate, orthogonal to every image;
+- an image lands on the second judge's reading of it (lab.judge_b, another architecture and seed than
+  the judge that grades the lab's images): its probabilities per attribute, the second object's
+  blocks weighted by the probability that the image shows two objects.
+
+So the cosine of a prompt and an image is, for a confident reading, the share of the prompt's
+attributes the image shows: the lab's analogue of a CLIP score, which ranks a cached image by how well
+it depicts the new request rather than by how alike two captions read. That is the property MoDM
+retrieves by: a near miss whose cached image lacks the changed attribute scores lower than a
+paraphrase's image, which sentence embedders (MiniLM) cannot tell apart on this world.
+
+The vectors fill the first 33 coordinates of the configured column (REPRISE_IMAGE_EMBEDDING_DIM, at
+least 33; the rest are zero and change no cosine).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
+
+import numpy as np
+import torch
+from PIL import Image
+
+from core.vocabulary import LAB_ATTRIBUTES
+from workers.runtime.embedders.base import Embeddings, ImageEmbedder, l2_normalise
+
+PAIR_ARRANGEMENTS: Final = ("horizontal", "vertical")  # lab.world.PAIR_LAYOUTS: a second object shown
+
+
+def _layout() -> tuple[dict[str, dict[str, int]], int]:
+    from lab.world import ATTRIBUTES
+
+    index: dict[str, dict[str, int]] = {}
+    position = 0
+    for name, values in ATTRIBUTES.items():
+        index[name] = {value: position + offset for offset, value in enumerate(values)}
+        position += len(values)
+    return index, position
+
+
+class LabAttributeEmbedder(ImageEmbedder):
+    """Prompts by their parsed attributes, images by the second judge's reading, in one space."""
+
+    name = LAB_ATTRIBUTES
+
+    def __init__(self, judge_directory: Path, dim: int) -> None:
+        from lab.judge import Judge
+
+        self._index, values = _layout()
+        self._unknown = values  # the coordinate of prompts outside the lab's world
+        if dim < values + 1:
+            raise ValueError(f"the lab's attribute space needs {values + 1} dimensions, not {dim}")
+        self._dim = dim
+        # It retrieves, it does not grade: the floors that admit a grader (lab.judge_floors) are for
+        # the first judge; the second's validation (held-out 0.94) is in its judge.json.
+        self._judge = Judge.load(judge_directory, validated=False)
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def embed_text(self, texts: Sequence[str]) -> Embeddings:
+        from lab.captions import parse
+
+        vectors = np.zeros((len(texts), self._dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            asked = parse(text)
+            if asked is None:
+                vectors[row, self._unknown] = 1.0
+                continue
+            for name, value in asked.items():
+                vectors[row, self._index[name][value]] = 1.0
+        return l2_normalise(vectors)
+
+    def embed_image(self, images: Sequence[Image.Image]) -> Embeddings:
+        from lab.judge import to_tensor
+
+        vectors = np.zeros((len(images), self._dim), dtype=np.float32)
+        if not images:
+            return vectors
+        with torch.inference_mode():
+            _, logits = self._judge.network(to_tensor(list(images)))
+        probabilities = {name: torch.softmax(logit.double(), dim=1).numpy() for name, logit in logits.items()}
+        arrangements = list(self._index["arrangement"])
+        shown = [arrangements.index(value) for value in PAIR_ARRANGEMENTS]
+        pair = probabilities["arrangement"][:, shown].sum(axis=1)  # the probability of a second object
+        for name, values in self._index.items():
+            start = min(values.values())
+            block = probabilities[name] * (pair[:, None] if name.startswith("b_") else 1.0)
+            vectors[:, start : start + len(values)] = block
+        return l2_normalise(vectors)
