@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from bench.quality.drops import BinDrop
-from core.vocabulary import HitPolicy
+from core.vocabulary import HitPolicy, LookupMode
 
 PROFILES_DIR: Final = Path(__file__).resolve().parents[2] / "lab" / "profiles"
 # The shipped profiles (`reprise profile k`, commands in the README), by hit operation and hit model.
@@ -32,6 +32,8 @@ SHIPPED: Final = {
     (HitPolicy.REFINE, True): "refine-small.json",  # MoDM: hits refine on the small model
     (HitPolicy.REFINE, False): "refine-large.json",
 }
+# The same for text-to-image lookups in the lab's attribute space (workers.runtime.embedders.lab_attributes).
+SHIPPED_IMAGE: Final = {(HitPolicy.REFINE, True): "image-refine-small.json"}  # the lab's default: MoDM
 MIN_LIVE_PAIRS: Final = 16
 """Audited hits a live bin needs to replace the profile's: the support a row of the offline table needs
 (bench.quality.profile.MIN_SUPPORT), for the same reason: a hit's judged quality moves in steps of
@@ -79,8 +81,12 @@ class QualityModel:
         return min(rows, key=lambda row: min(abs(similarity - row[0]), abs(similarity - row[1])))[2]
 
 
-def shipped_profile(hit_policy: HitPolicy, hits_on_small: bool) -> Path:
-    return PROFILES_DIR / SHIPPED[(hit_policy, hits_on_small)]
+def shipped_profile(
+    hit_policy: HitPolicy, hits_on_small: bool, lookup: LookupMode = LookupMode.TEXT_TO_TEXT
+) -> Path:
+    """The shipped profile of a route: image lookups' own where one was profiled, else the text one's."""
+    image = SHIPPED_IMAGE.get((hit_policy, hits_on_small)) if lookup is LookupMode.TEXT_TO_IMAGE else None
+    return PROFILES_DIR / (image or SHIPPED[(hit_policy, hits_on_small)])
 
 
 def is_lab_trace(prompts: list[str]) -> bool:
@@ -98,6 +104,7 @@ def simulated_quality(
     small_name: str,
     override: Path | None,
     live: Path | None = None,
+    lookup: LookupMode = LookupMode.TEXT_TO_TEXT,
 ) -> tuple[list[Any], str | None]:
     """Outcomes with quality and fresh_quality set from a profile (`override`, or the shipped one for
     the hit operation and the model each hit ran on), refitted from a replay's JSON `live` where it
@@ -107,7 +114,7 @@ def simulated_quality(
         return outcomes, None
     models: dict[bool, QualityModel] = {}
     for on_small in (True, False):
-        path = override if override is not None else shipped_profile(hit_policy, on_small)
+        path = override if override is not None else shipped_profile(hit_policy, on_small, lookup)
         if path.is_file():
             models[on_small] = QualityModel.from_profile(path)
     if live is not None:

@@ -166,8 +166,11 @@ class SimCache:
         retrain_inserts: int = RETRAIN_INSERTS,
         sampling: tuple[int, int] | None = None,
         seed: int = 0,
+        keys: npt.NDArray[np.float32] | None = None,
     ) -> None:
         self._queries = queries
+        # What an entry is found by: its prompt's vector (text-to-text), or its image's (`keys`).
+        self._keys = queries if keys is None else keys
         # The live entries' embeddings, packed: row i of `_index` is entry `_index_rows[i]`.
         # A removal moves the last row into the hole, so a search scans live entries only.
         self._index = np.zeros((capacity, queries.shape[1]), dtype=np.float32)
@@ -327,7 +330,7 @@ class SimCache:
         row = self._next_row
         self._next_row += 1
         self._position[row] = len(self._index_rows)
-        self._index[len(self._index_rows)] = self._queries[query_row]
+        self._index[len(self._index_rows)] = self._keys[query_row]
         self._index_rows.append(row)
         entry = SimEntry(
             row=row,

@@ -1,9 +1,11 @@
 """How a simulated run looks prompts up: its cache (bench.sim.cache), the threshold table, and what the
 report says about both.
 
-Text-to-image lookup (MoDM) needs images, which are not generated in simulation: every profile looks
-up text to text, with the profile's table when it is a text-to-text one and `STANDIN_TABLE` otherwise
-(override with k_table); the report's `embedder` says which.
+Text-to-image lookup (MoDM) needs images, which are not generated in simulation. In the quality lab's
+attribute space their readings are drawn (bench.workload.lab_space: the embeddings carry `keys`) and the
+lookup is text-to-image with the profile's own table; elsewhere every profile looks up text to text,
+with the profile's table when it is a text-to-text one and `STANDIN_TABLE` otherwise (override with
+k_table). The report's `embedder` says which.
 """
 
 from __future__ import annotations
@@ -15,17 +17,23 @@ from bench.run.profiles import Profile
 from bench.sim.cache import SimCache
 from bench.workload.embeddings import TraceEmbeddings
 from core.settings import Settings
-from core.vocabulary import LookupMode
+from core.vocabulary import LAB_ATTRIBUTES, LookupMode
 from jobs.policies.k_selection import PRESETS, ThresholdTable, parse_table, table_for
 
 STANDIN_TABLE = "nirvana-t2t"
 """The table used when the profile's lookup is text-to-image (see the module docstring)."""
 
 
-def simulated_table(profile: Profile, override: str | None) -> tuple[ThresholdTable, str]:
-    """The threshold table the simulated (text-to-text) lookup uses, and how it was chosen."""
+def simulated_table(
+    profile: Profile, override: str | None, *, lab_space: bool = False
+) -> tuple[ThresholdTable, str]:
+    """The threshold table the simulated lookup uses, and how it was chosen; `lab_space`: the lookup is
+    text-to-image in the lab's attribute space (bench.workload.lab_space)."""
     if override is not None:
         return parse_table(override), "configured for the simulation"
+    if lab_space:
+        table = table_for(profile.k_table, LookupMode.TEXT_TO_IMAGE, space=LAB_ATTRIBUTES, lab=True)
+        return table, "the profile's, in the lab's attribute space"
     if profile.lookup is LookupMode.TEXT_TO_TEXT:
         return table_for(profile.k_table, LookupMode.TEXT_TO_TEXT), "the profile's"
     return PRESETS[STANDIN_TABLE], f"stand-in for the profile's text-to-image {profile.k_table}"
@@ -67,7 +75,8 @@ def simulated_lookup(
         )
     if embeddings is None:
         raise ValueError(f"profile {profile.name} looks prompts up: pass the trace's embeddings")
-    table, how = simulated_table(profile, k_table)
+    lab_space = embeddings.keys is not None
+    table, how = simulated_table(profile, k_table, lab_space=lab_space)
     table_text = table.describe()
     cache = SimCache(
         queries=embeddings.vectors,
@@ -84,11 +93,13 @@ def simulated_lookup(
         final_latent_k=final_latent_k(profile, table, settings),
         retrain_change=settings.predictor_retrain_change,
         retrain_inserts=settings.predictor_retrain_inserts,
+        keys=embeddings.keys,
     )
-    lookup = (
-        "text-to-text"
-        if profile.lookup is LookupMode.TEXT_TO_TEXT
-        else ("text-to-text, standing in for text-to-image (no images are generated in simulation)")
-    )
+    if lab_space:
+        lookup = str(embeddings.describe["lookup"])
+    elif profile.lookup is LookupMode.TEXT_TO_TEXT:
+        lookup = "text-to-text"
+    else:
+        lookup = "text-to-text, standing in for text-to-image (no images are generated in simulation)"
     embedder = {**embeddings.describe, "lookup": lookup, "k_table": f"{table_text} ({how})"}
     return SimulatedLookup(cache=cache, table=table_text, embedder=embedder)

@@ -9,6 +9,7 @@ from bench.quality.model import simulated_quality
 from bench.run.outcomes import ReportContext, RequestOutcome, summarize
 from bench.run.report import BenchReport
 from bench.workload.trace import Workload
+from core.vocabulary import LAB_ATTRIBUTES, LookupMode
 
 if TYPE_CHECKING:
     from bench.sim.config import SimConfig
@@ -26,6 +27,7 @@ def judged_report(
         small_name=cfg.costs.small_model or "small",
         override=cfg.quality_profile,
         live=cfg.quality_from,
+        lookup=LookupMode.TEXT_TO_IMAGE if emb.get("name") == LAB_ATTRIBUTES else LookupMode.TEXT_TO_TEXT,
     )
     if source is None:
         judged = [replace(o, quality=None, fresh_quality=None) for o in judged]

@@ -23,6 +23,7 @@ from bench.live.stack import (
     read_comparison,
     timeline_text,
 )
+from bench.quality.model import QualityModel, is_lab_trace, shipped_profile
 from bench.run import plots
 from bench.run.compare import compare_reports
 from bench.run.costs import StepCosts, load_costs
@@ -39,7 +40,7 @@ from bench.sim.simulate import run_simulation
 from bench.workload.embeddings import TraceEmbeddings, configured_embedder, trace_embeddings
 from bench.workload.trace import Workload
 from core.settings import Settings
-from core.vocabulary import EvictionPolicyName
+from core.vocabulary import LAB_ATTRIBUTES, EvictionPolicyName, HitPolicy, LookupMode
 
 DEFAULT_SWEEP_SIZES = "16MiB,64MiB,256MiB,1GiB,4GiB"
 """Budgets around the bytes the 5k trace would cache whole (~4 GiB of NIRVANA entries at the
@@ -56,7 +57,19 @@ def _note(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def _embeddings(settings: Settings, workload: Workload) -> TraceEmbeddings:
+def _embeddings(settings: Settings, workload: Workload, profiles: Sequence[Profile]) -> TraceEmbeddings:
+    """The trace's vectors: in the lab's attribute space when every caching profile looks images up
+    there (the lab's default) on a lab trace, else the configured text embedder's."""
+    caching = [profile for profile in profiles if profile.caches]
+    images = all(profile.lookup is LookupMode.TEXT_TO_IMAGE for profile in caching)
+    if images and settings.open_clip_model == LAB_ATTRIBUTES and is_lab_trace(list(workload.prompts.lines)):
+        from bench.workload.lab_space import lab_space_embeddings
+
+        profiled = shipped_profile(HitPolicy.REFINE, True, LookupMode.TEXT_TO_IMAGE)
+        shown = QualityModel.from_profile(profiled).fresh
+        _note(f"lab trace, image lookups: the lab's attribute space, each image read as asked at {shown:.3f}")
+        indices = [r.prompt_idx for r in workload.requests]
+        return lab_space_embeddings(workload.prompts, indices, shown=shown, dim=settings.image_embedding_dim)
     embedder = configured_embedder(settings)
     cache_dir = settings.data_dir / "bench" / "embeddings"
     _note(f"embedding {len(workload.requests)} prompts with {embedder.name} (cached in {cache_dir})")
@@ -168,7 +181,7 @@ def simulate_main(settings: Settings, options: SimulateOptions) -> int:
         EvictionPolicyName(policy)  # a ValueError names an unknown policy before any work
     replayed = _replayed_schedules(options, profiles)
     workload = options.workload.workload()
-    embeddings = _embeddings(settings, workload) if any(p.caches for p in profiles) else None
+    embeddings = _embeddings(settings, workload, profiles) if any(p.caches for p in profiles) else None
 
     # 2. Plan the runs, 3. run them, then report.
     planned = _plan(

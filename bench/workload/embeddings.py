@@ -29,11 +29,14 @@ EmbedFn = Callable[[list[str]], Vectors]
 
 @dataclass(frozen=True, slots=True)
 class TraceEmbeddings:
-    """One L2-normalised row per line of the prompts file (zero rows for lines never embedded)."""
+    """One L2-normalised row per line of the prompts file (zero rows for lines never embedded): the
+    queries, and the keys a cached entry is found by (None: the queries themselves, a text-to-text
+    lookup; bench.workload.lab_space: the image's side of a text-to-image one)."""
 
     vectors: Vectors
     embed_ms_per_prompt: float
     describe: dict[str, Any]
+    keys: Vectors | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Final
 
 import numpy as np
+import numpy.typing as npt
 import torch
 from PIL import Image
 
@@ -33,6 +34,20 @@ from core.vocabulary import LAB_ATTRIBUTES
 from workers.runtime.embedders.base import Embeddings, ImageEmbedder, l2_normalise
 
 PAIR_ARRANGEMENTS: Final = ("horizontal", "vertical")  # lab.world.PAIR_LAYOUTS: a second object shown
+
+
+def attribute_vector(shown: dict[str, str] | None, dim: int) -> npt.NDArray[np.float32]:
+    """A unit vector of the space: the values `shown` (a caption's parsed attributes, or a reading of
+    an image) one-hot per attribute; None (a prompt outside the lab's world) on the last coordinate."""
+    index, values = _layout()
+    vector = np.zeros(dim, dtype=np.float32)
+    if shown is None:
+        vector[values] = 1.0
+    else:
+        for name, value in shown.items():
+            vector[index[name][value]] = 1.0
+    normalised: npt.NDArray[np.float32] = vector / np.float32(np.linalg.norm(vector))
+    return normalised
 
 
 def _layout() -> tuple[dict[str, dict[str, int]], int]:
@@ -55,7 +70,6 @@ class LabAttributeEmbedder(ImageEmbedder):
         from lab.judge import Judge
 
         self._index, values = _layout()
-        self._unknown = values  # the coordinate of prompts outside the lab's world
         if dim < values + 1:
             raise ValueError(f"the lab's attribute space needs {values + 1} dimensions, not {dim}")
         self._dim = dim
@@ -72,13 +86,8 @@ class LabAttributeEmbedder(ImageEmbedder):
 
         vectors = np.zeros((len(texts), self._dim), dtype=np.float32)
         for row, text in enumerate(texts):
-            asked = parse(text)
-            if asked is None:
-                vectors[row, self._unknown] = 1.0
-                continue
-            for name, value in asked.items():
-                vectors[row, self._index[name][value]] = 1.0
-        return l2_normalise(vectors)
+            vectors[row] = attribute_vector(parse(text), self._dim)
+        return vectors
 
     def embed_image(self, images: Sequence[Image.Image]) -> Embeddings:
         from lab.judge import to_tensor

@@ -1,0 +1,99 @@
+"""The lab's attribute space in simulation: queries are the service's own vectors, an entry is found by
+a drawn reading of its image, and a simulated run of the lab's default looks images up there with the
+profile of that route."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench.run.costs import StepCosts
+from bench.run.profiles import build_profile
+from bench.sim.config import SimConfig
+from bench.sim.simulate import run_simulation
+from bench.workload.lab_space import lab_space_embeddings, simulated_reading
+from bench.workload.trace import ArrivalSpec, build_workload, load_prompts
+from core.settings import Settings, load_settings
+from core.vocabulary import LAB_ATTRIBUTES, HitPolicy, LookupMode
+from lab.captions import caption, parse
+from lab.world import sample_scene
+from workers.runtime.embedders.factory import build_image_embedder
+
+DIM = 64
+
+
+def _trace(tmp_path: Path, count: int, *, repeat: bool) -> Path:
+    rng = np.random.default_rng(4)
+    prompts = [caption(sample_scene(rng), rng) for _ in range(count)]
+    path = tmp_path / "lab.txt"
+    path.write_text("\n".join(prompts + prompts if repeat else prompts) + "\n", encoding="utf-8")
+    return path
+
+
+def test_queries_are_the_services_vectors_and_readings_keep_what_is_shown(tmp_path: Path) -> None:
+    prompts = load_prompts(_trace(tmp_path, 12, repeat=False))
+    lines = range(len(prompts))
+    service = build_image_embedder(load_settings(open_clip_model=LAB_ATTRIBUTES))
+    exact = lab_space_embeddings(prompts, lines, shown=1.0, dim=DIM)
+    assert np.allclose(exact.vectors, service.embed_text(list(prompts.lines)))
+    assert exact.keys is not None and np.allclose(exact.keys, exact.vectors)  # every attribute read as asked
+    misread = lab_space_embeddings(prompts, lines, shown=0.0, dim=DIM)
+    assert misread.keys is not None and np.allclose(np.einsum("ij,ij->i", misread.keys, misread.vectors), 0.0)
+    again = lab_space_embeddings(prompts, lines, shown=0.7, dim=DIM)
+    assert np.array_equal(again.keys, lab_space_embeddings(prompts, lines, shown=0.7, dim=DIM).keys)
+    with pytest.raises(ValueError, match="not a lab prompt"):
+        lab_space_embeddings(
+            load_prompts(_write(tmp_path, "an astronaut riding a horse")), [0], shown=0.7, dim=DIM
+        )
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "other.txt"
+    path.write_text(text + "\n", encoding="utf-8")
+    return path
+
+
+def test_a_reading_keeps_each_attribute_at_the_rate_shown() -> None:
+    rng = np.random.default_rng(1)
+    asked = parse(caption(sample_scene(rng), rng))
+    assert asked is not None
+    kept = [
+        sum(value == asked[name] for name, value in simulated_reading(asked, 0.7, rng).items()) / len(asked)
+        for _ in range(2000)
+    ]
+    assert abs(float(np.mean(kept)) - 0.7) < 0.02
+
+
+def test_the_labs_default_is_simulated_as_image_lookups_with_its_own_profile(
+    tmp_path: Path, bench_settings: Settings
+) -> None:
+    settings = bench_settings.model_copy(
+        update={
+            "lookup_mode": LookupMode.TEXT_TO_IMAGE,
+            "hit_policy": HitPolicy.REFINE,
+            "open_clip_model": LAB_ATTRIBUTES,
+        }
+    )
+    prompts = load_prompts(_trace(tmp_path, 20, repeat=True))
+    workload = build_workload(prompts, ArrivalSpec())
+    embeddings = lab_space_embeddings(prompts, range(len(prompts)), shown=1.0, dim=DIM)
+    profile = build_profile("configured", settings)
+    result = run_simulation(
+        workload,
+        SimConfig(profile=profile, costs=StepCosts(), cache_bytes=10**12),
+        settings=settings,
+        embeddings=embeddings,
+    )
+    report = result.report
+    by_seq = {o.seq: o for o in result.outcomes}
+    repeats_of_misses = [
+        by_seq[seq] for seq in range(20, 40) if not by_seq[seq - 20].hit
+    ]  # misses are cached
+    assert repeats_of_misses and all(o.hit and o.similarity == pytest.approx(1.0) for o in repeats_of_misses)
+    assert all(
+        o.k == 25 and o.similarity is not None and o.similarity > 0.7 for o in result.outcomes if o.hit
+    )
+    assert report.embedder["name"] == LAB_ATTRIBUTES and ">0.7:25" in str(report.embedder["k_table"])
+    assert report.quality is not None and "image-refine-small.json" in str(report.quality.source)
