@@ -302,6 +302,16 @@ class MonitorView(BaseModel):
     period_s: int
 
 
+class LookupView(BaseModel):
+    """How the stack looks prompts up and serves hits (REPRISE_LOOKUP_MODE, REPRISE_HIT_POLICY,
+    REPRISE_K_TABLE as resolved): a replay records what the stack ran, not what its own process reads."""
+
+    lookup: str = Field(description="text (NIRVANA 4.2) or image (MoDM 5.2).")
+    hit_policy: str = Field(description="resume (NIRVANA) or refine (MoDM).")
+    k_table: str = Field(description="The table in use: a preset's name (lab-t2i), or a custom table's text.")
+    embedder: str = Field(description="The space lookups embed in (e.g. lab:attributes).")
+
+
 class ReadsView(BaseModel):
     """LatentBox's read path: the live decode nodes and how reads are routed and delivered."""
 
@@ -336,6 +346,9 @@ class Stats(BaseModel):
         None, description="The pool monitor's latest decision; null before the first."
     )
     monitor: MonitorView | None = Field(None, description="The pool monitor's configuration.")
+    lookup: LookupView | None = Field(
+        None, description="The cache lookup's configuration; global scope only."
+    )
     decodes: DecodeStats | None = Field(None, description="VAE decodes at generation and on read.")
     cascade: CascadeView | None = Field(
         None, description="DiffServe's cascade and its allocator; global scope only."

@@ -23,6 +23,7 @@ from api.schemas import (
     ComputeStats,
     DecodeStats,
     IntervalRow,
+    LookupView,
     MonitorView,
     PoolDecisionView,
     QualityStats,
@@ -30,12 +31,14 @@ from api.schemas import (
     Stats,
     problem_responses,
 )
+from core.settings import Settings
 from db import cascade as cascade_db
 from db import jobs as jobs_db
 from db.models import PoolDecision
 from db.pools import latest_decision, workers_per_role
 from db.stats import decode_summary, recent_intervals
 from jobs.policies.cascade import feature_kind_for
+from jobs.policies.k_selection import configured_table, embedder_tag
 from jobs.queues import Queue, queue_depth
 
 router = APIRouter(prefix="/v1/stats", tags=["stats"], route_class=ReleasingRoute)
@@ -99,6 +102,7 @@ def get_stats(
         pools={},
         pool_monitor=None,
         monitor=None,
+        lookup=None,
         decodes=None,
         cascade=None,
         reads=None,
@@ -121,6 +125,7 @@ def _with_service_figures(stats: Stats, session: SessionDep, state: StateDep, si
                 mode=state.settings.monitor_mode.value,
                 period_s=state.settings.monitor_period_s,
             ),
+            "lookup": _lookup_view(state.settings),
             "decodes": DecodeStats(
                 generations=decodes.generations,
                 generation_decodes=decodes.generation_decodes,
@@ -144,6 +149,15 @@ def _with_service_figures(stats: Stats, session: SessionDep, state: StateDep, si
                 for row in recent_intervals(session, RECENT_INTERVALS)
             ],
         }
+    )
+
+
+def _lookup_view(settings: Settings) -> LookupView:
+    return LookupView(
+        lookup=settings.lookup_mode.value,
+        hit_policy=settings.hit_policy.value,
+        k_table=configured_table(settings).name,
+        embedder=embedder_tag(settings.text_embedder, settings.open_clip_model, settings.lookup_mode),
     )
 
 

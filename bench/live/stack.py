@@ -188,6 +188,7 @@ class StackWatch:
 
     started_at: datetime  # the replay's start on the server's clock scale (UTC): older decisions are not its
     monitor: Mapping[str, Any] | None = None
+    lookup: Mapping[str, Any] | None = None  # the stack's own lookup configuration (/v1/stats "lookup")
     points: list[StackPoint] = field(default_factory=list)
     thresholds: list[dict[str, float]] = field(default_factory=list)  # DiffServe's: see the module docstring
     _decided: datetime | None = None  # the newest cascade decision seen
@@ -239,6 +240,8 @@ class StackWatch:
             mode = self.points[-1].mode
         if stats.get("monitor") is not None:
             self.monitor = stats["monitor"]
+        if stats.get("lookup") is not None:
+            self.lookup = stats["lookup"]
         point = StackPoint(t, submitted, int(pools.get("large", 0)), int(pools.get("small", 0)), mode)
         last = self.points[-1] if self.points else None
         if last is None or (last.large, last.small, last.mode) != (point.large, point.small, point.mode):
@@ -254,7 +257,14 @@ class StackWatch:
             return
 
     def record(self, profile: Profile, steps: int | None) -> StackRecord:
-        return StackRecord(self.monitor, profile.describe(), steps, tuple(self.points))
+        """What ran: the profile as this process reads it, with the lookup the stack reported in its
+        place (the stack's REPRISE_* settings need not be this process's)."""
+        described = profile.describe()
+        if self.lookup is not None:
+            described |= {
+                key: self.lookup[key] for key in ("lookup", "hit_policy", "k_table") if key in self.lookup
+            }
+        return StackRecord(self.monitor, described, steps, tuple(self.points))
 
     async def run(
         self,

@@ -14,6 +14,7 @@ from core.settings import Settings
 from db.engine import session_scope
 from db.models import PoolDecision, WorkerRoleRow
 from db.tenants import TenantCredentials
+from jobs.policies.k_selection import configured_table, embedder_tag
 
 pytestmark = pytest.mark.integration
 
@@ -67,6 +68,13 @@ def test_stats_show_the_latest_pool_decision(
     assert body["pools"]["small"] >= 1 and body["pools"]["large"] >= 1
     # the configuration a replay records next to the pools (bench.live.stack)
     assert body["monitor"] == {"enabled": True, "mode": "throughput", "period_s": 60}
+    settings = client.app.state.reprise.settings  # type: ignore[attr-defined]
+    assert body["lookup"] == {
+        "lookup": settings.lookup_mode.value,
+        "hit_policy": settings.hit_policy.value,
+        "k_table": configured_table(settings).name,
+        "embedder": embedder_tag(settings.text_embedder, settings.open_clip_model, settings.lookup_mode),
+    }
 
 
 def test_metrics_expose_pool_sizes_and_the_decision(client: TestClient, decision: PoolDecision) -> None:

@@ -51,6 +51,21 @@ def test_the_watch_keeps_a_point_per_change_and_ignores_decisions_older_than_the
     assert StackRecord.from_json(json.loads(json.dumps(record.as_json()))) == record
 
 
+def test_the_record_names_the_lookup_the_stack_reported_not_this_processs(bench_settings: Settings) -> None:
+    """A stack started with its own REPRISE_* settings reports its lookup in /v1/stats; the record keeps
+    that, so a simulation's --compare checks against what ran."""
+    profile = build_profile("configured", bench_settings)
+    other = next(policy for policy in HitPolicy if policy is not profile.hit_policy).value
+    watch = StackWatch(started_at=START)
+    ran = {"lookup": "image", "hit_policy": other, "k_table": "0.7:25", "embedder": "lab:attributes"}
+    watch.observe({**stats(1, 1), "lookup": ran}, t=0.0, submitted=0)
+    described = watch.record(profile, steps=None).profile
+    assert (described["lookup"], described["hit_policy"], described["k_table"]) == ("image", other, "0.7:25")
+    plain = StackWatch(started_at=START)
+    plain.observe(stats(1, 1), t=0.0, submitted=0)  # a stack that does not report it: this process's
+    assert plain.record(profile, steps=None).profile == profile.describe()
+
+
 def test_a_stack_that_does_not_report_its_monitor_is_read_from_its_decisions(
     bench_settings: Settings,
 ) -> None:
