@@ -30,6 +30,7 @@ from core.vocabulary import Role
 from db.engine import session_scope
 from db.tenants import TenantCredentials, issue_key
 from lab.models import ensure_lab_models
+from tests.conftest import fresh_database
 
 STACK_ROLES = (Role.ADMIT, Role.LARGE, Role.SMALL, Role.DECODE, Role.IO)
 START_TIMEOUT_S = 240.0
@@ -172,17 +173,25 @@ class Stack:
 
 
 @pytest.fixture(scope="session")
+def stack_db_settings(service_settings: Settings) -> Iterator[Settings]:
+    """The session stack's own database: the other integration tests leave jobs in theirs that no
+    worker ran, and a reconcile pass called by a test here would send them all to this stack."""
+    with fresh_database(service_settings) as settings:
+        yield settings
+
+
+@pytest.fixture(scope="session")
 def stack(
-    db_settings: Settings,
+    stack_db_settings: Settings,
     stack_redis_url: str,
     tmp_path_factory: pytest.TempPathFactory,
     webhook_receiver: WebhookReceiver,
 ) -> Iterator[Stack]:
-    ensure_lab_models(db_settings)  # the default models: the quality lab's
+    ensure_lab_models(stack_db_settings)  # the default models: the quality lab's
     overrides = {
-        "REPRISE_DATABASE_URL": db_settings.sqlalchemy_url,
+        "REPRISE_DATABASE_URL": stack_db_settings.sqlalchemy_url,
         "REPRISE_REDIS_URL": stack_redis_url,
-        "REPRISE_DATA_DIR": str(db_settings.data_dir.resolve()),  # the lab's pipelines are assembled there
+        "REPRISE_DATA_DIR": str(stack_db_settings.data_dir.resolve()),  # where the lab pipelines are
         "REPRISE_BLOB_DIR": str(tmp_path_factory.mktemp("blobs")),
         "REPRISE_STEPS": "10",
         "REPRISE_CAPTURE_STEPS": "2,4,6,8",
@@ -197,14 +206,14 @@ def stack(
         "REPRISE_TASK_TIME_LIMIT_S": "120",
         "REPRISE_VISIBILITY_TIMEOUT_S": "900",
         "REPRISE_PREDICTOR_ENABLED": "false",
-        "REPRISE_LOOKUP_MODE": db_settings.lookup_mode.value,  # the tests' text lookups (tests/conftest.py)
+        "REPRISE_LOOKUP_MODE": stack_db_settings.lookup_mode.value,  # text lookups, as tests/conftest.py
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "OMP_NUM_THREADS": "1",  # five processes share two cores
         "REPRISE_LOG_FORMAT": "json",  # what a deployment writes: tests read the job's lines
     }
     env = {**os.environ, **overrides}
-    settings = db_settings.model_copy(
+    settings = stack_db_settings.model_copy(
         update={
             "redis_url": stack_redis_url,
             "steps": 10,
