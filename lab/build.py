@@ -25,7 +25,17 @@ import torch
 from lab.judge import Judge, heldout_accuracy, train_judge
 from lab.models import LAB_MODELS, LabPaths, assemble
 from lab.stages import manifest_entries, train_stages
-from lab.training import DEFAULT, SMOKE, THREADS, Log, Recipe, load_vae, train_models, train_unets
+from lab.training import (
+    DEFAULT,
+    SMOKE,
+    THREADS,
+    Log,
+    Recipe,
+    deterministic,
+    load_vae,
+    train_models,
+    train_unets,
+)
 from lab.video.build import manifest_entries as video_entries
 from lab.video.build import train_video
 
@@ -69,50 +79,43 @@ def recipe_for(smoke: bool) -> Recipe:
 
 def train_lab(weights: Path, *, smoke: bool, seed: int = SEED, log: Log = print) -> dict[str, Any]:
     """Train everything into `weights` (replaced) and write its manifest; returns the manifest."""
-    with pinned_cpu_kernels() as kernels:
+    with pinned_cpu_kernels() as kernels, deterministic():
         return _train(weights, smoke=smoke, seed=seed, log=log, kernels=kernels)
 
 
 def _train(weights: Path, *, smoke: bool, seed: int, log: Log, kernels: dict[str, str]) -> dict[str, Any]:
     recipe = recipe_for(smoke)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(THREADS)
-    torch.use_deterministic_algorithms(True)
-    try:
-        started = time.perf_counter()
-        staging = weights.with_name(weights.name + ".training")
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        judge_started = time.perf_counter()
-        judge = Judge(train_judge(recipe.judge_steps, seed=seed, log=log))
-        accuracy = heldout_accuracy(judge, 200 if smoke else HELDOUT_IMAGES)
-        judge.save(staging / "judge", heldout_accuracy=accuracy)
-        seconds = {"judge": time.perf_counter() - judge_started}
-        seconds |= train_models(staging, recipe, seed=seed, log=log)
-        stages = train_stages(staging, seed=seed, smoke=smoke, log=log)
-        seconds |= stages["seconds"]
-        video = train_video(staging, seed=seed, smoke=smoke, log=log)  # last: the image parts' bytes stand
-        seconds |= video["seconds"]
-        manifest = {
-            "command": "reprise models train" + (" --smoke" if smoke else ""),
-            "seed": seed,
-            "torch": torch.__version__,
-            "threads": THREADS,
-            "cpu_kernels": kernels,
-            "recipe": asdict(recipe),
-            "judge_heldout_accuracy": accuracy,
-            **manifest_entries(stages),
-            **video_entries(video),
-            "seconds": {name: round(value, 1) for name, value in seconds.items()},
-            "total_seconds": round(time.perf_counter() - started, 1),
-        } | digests(staging)
-        (staging / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-        shutil.rmtree(weights, ignore_errors=True)
-        staging.rename(weights)
-        return manifest
-    finally:
-        torch.set_num_threads(threads)
-        torch.use_deterministic_algorithms(False)
+    started = time.perf_counter()
+    staging = weights.with_name(weights.name + ".training")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    judge_started = time.perf_counter()
+    judge = Judge(train_judge(recipe.judge_steps, seed=seed, log=log))
+    accuracy = heldout_accuracy(judge, 200 if smoke else HELDOUT_IMAGES)
+    judge.save(staging / "judge", heldout_accuracy=accuracy)
+    seconds = {"judge": time.perf_counter() - judge_started}
+    seconds |= train_models(staging, recipe, seed=seed, log=log)
+    stages = train_stages(staging, seed=seed, smoke=smoke, log=log)
+    seconds |= stages["seconds"]
+    video = train_video(staging, seed=seed, smoke=smoke, log=log)  # last: the image parts' bytes stand
+    seconds |= video["seconds"]
+    manifest = {
+        "command": "reprise models train" + (" --smoke" if smoke else ""),
+        "seed": seed,
+        "torch": torch.__version__,
+        "threads": THREADS,
+        "cpu_kernels": kernels,
+        "recipe": asdict(recipe),
+        "judge_heldout_accuracy": accuracy,
+        **manifest_entries(stages),
+        **video_entries(video),
+        "seconds": {name: round(value, 1) for name, value in seconds.items()},
+        "total_seconds": round(time.perf_counter() - started, 1),
+    } | digests(staging)
+    (staging / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    shutil.rmtree(weights, ignore_errors=True)
+    staging.rename(weights)
+    return manifest
 
 
 def retrain_unet(weights: Path, name: str, *, smoke: bool, log: Log = print) -> dict[str, Any]:
@@ -125,7 +128,7 @@ def retrain_unet(weights: Path, name: str, *, smoke: bool, log: Log = print) -> 
     chosen = tuple(unet for unet in recipe.unets if unet.name == name)
     if not chosen:
         raise ValueError(f"no UNet {name!r} in the recipe: {[unet.name for unet in recipe.unets]}")
-    with pinned_cpu_kernels() as kernels, _deterministic():
+    with pinned_cpu_kernels() as kernels, deterministic():
         vaes = {chosen[0].vae: load_vae(weights / chosen[0].vae)}
         seconds = train_unets(weights, recipe, vaes, seed=manifest["seed"], log=log, only=chosen)
     manifest |= {"recipe": asdict(recipe), "cpu_kernels": kernels, "torch": torch.__version__}
@@ -155,19 +158,6 @@ def retimed(manifest: dict[str, Any], seconds: dict[str, float]) -> None:
     before = sum(manifest["seconds"].get(name, 0.0) for name in seconds)
     manifest["seconds"] |= {name: round(value, 1) for name, value in seconds.items()}
     manifest["total_seconds"] = round(manifest["total_seconds"] - before + sum(seconds.values()), 1)
-
-
-@contextmanager
-def _deterministic() -> Iterator[None]:
-    """THREADS threads and deterministic algorithms, as the whole run trains."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(THREADS)
-    torch.use_deterministic_algorithms(True)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-        torch.use_deterministic_algorithms(False)
 
 
 def digests(weights: Path) -> dict[str, Any]:

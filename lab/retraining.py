@@ -11,7 +11,7 @@ import torch
 
 from lab.build import digests, pinned_cpu_kernels, retimed
 from lab.stages import manifest_entries, train_stages
-from lab.training import THREADS
+from lab.training import deterministic
 
 
 def retrain_stages(weights: Path, *, smoke: bool, log: Any = print) -> dict[str, Any]:
@@ -20,15 +20,8 @@ def retrain_stages(weights: Path, *, smoke: bool, log: Any = print) -> dict[str,
     update the manifest (these stages' recipe, validation, seconds, hashes, digest)."""
     manifest_path = weights / "manifest.json"
     manifest: dict[str, Any] = json.loads(manifest_path.read_text())
-    threads = torch.get_num_threads()
-    with pinned_cpu_kernels() as kernels:
-        torch.set_num_threads(THREADS)
-        torch.use_deterministic_algorithms(True)
-        try:
-            stages = train_stages(weights, seed=manifest["seed"], smoke=smoke, log=log)
-        finally:
-            torch.set_num_threads(threads)
-            torch.use_deterministic_algorithms(False)
+    with pinned_cpu_kernels() as kernels, deterministic():
+        stages = train_stages(weights, seed=manifest["seed"], smoke=smoke, log=log)
     manifest |= {"cpu_kernels": kernels, "torch": torch.__version__, **manifest_entries(stages)}
     retimed(manifest, stages["seconds"])
     manifest |= digests(weights)

@@ -27,7 +27,8 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -41,6 +42,22 @@ from lab.models import MAX_TOKENS, SCHEDULER_CONFIG
 from lab.world import Scene, render, render_with_mask, sample_scene
 
 THREADS: Final = 2
+
+
+@contextmanager
+def deterministic(threads: int = THREADS) -> Iterator[None]:
+    """`threads` torch threads and deterministic algorithms while training, both restored after: the
+    settings every component is trained under, so that a retrain gives the same bytes."""
+    before = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before[0])
+        torch.use_deterministic_algorithms(before[1])
+
+
 Log = Callable[[str], None]
 
 

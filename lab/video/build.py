@@ -13,16 +13,12 @@ machine: the manifest's `seconds` (video-judge, video-pool, unet-video).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
 
-import torch
-
 from lab.judge import Judge
-from lab.training import Log
+from lab.training import Log, deterministic
 from lab.video.judge import SEED_OFFSET, VideoJudge, train_frame_reader, train_motion_head, validate
 from lab.video.training import VIDEO, VIDEO_SMOKE, VIDEO_THREADS, VIDEO_UNET, train_video_model
 
@@ -43,20 +39,6 @@ JUDGE_RECIPE: Final = VideoJudgeRecipe(frame_steps=200, motion_steps=400, heldou
 JUDGE_SMOKE: Final = VideoJudgeRecipe(frame_steps=3, motion_steps=3, heldout=8)
 
 
-@contextmanager
-def single_thread() -> Iterator[None]:
-    """VIDEO_THREADS threads and deterministic algorithms, restored after."""
-    threads = torch.get_num_threads()
-    deterministic = torch.are_deterministic_algorithms_enabled()
-    torch.set_num_threads(VIDEO_THREADS)
-    torch.use_deterministic_algorithms(True)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-        torch.use_deterministic_algorithms(deterministic)
-
-
 def train_video(
     weights: Path, *, seed: int, smoke: bool, log: Log = print, only: tuple[str, ...] = VIDEO_PARTS
 ) -> dict[str, Any]:
@@ -68,7 +50,7 @@ def train_video(
     judge_recipe, model_recipe = (JUDGE_SMOKE, VIDEO_SMOKE) if smoke else (JUDGE_RECIPE, VIDEO)
     seconds: dict[str, float] = {}
     validation = None
-    with single_thread():
+    with deterministic(VIDEO_THREADS):
         if VIDEO_JUDGE in only:
             started = time.perf_counter()
             validation = train_video_judge(weights, judge_recipe, seed=seed, log=log)

@@ -22,8 +22,8 @@ least 33; the rest are zero and change no cosine).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cache
 from pathlib import Path
-from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -32,8 +32,6 @@ from PIL import Image
 
 from core.vocabulary import LAB_ATTRIBUTES
 from workers.runtime.embedders.base import Embeddings, ImageEmbedder, l2_normalise
-
-PAIR_ARRANGEMENTS: Final = ("horizontal", "vertical")  # lab.world.PAIR_LAYOUTS: a second object shown
 
 
 def attribute_vector(shown: dict[str, str] | None, dim: int) -> npt.NDArray[np.float32]:
@@ -50,7 +48,9 @@ def attribute_vector(shown: dict[str, str] | None, dim: int) -> npt.NDArray[np.f
     return normalised
 
 
+@cache
 def _layout() -> tuple[dict[str, dict[str, int]], int]:
+    """Each attribute value's coordinate, and how many there are (read, never changed)."""
     from lab.world import ATTRIBUTES
 
     index: dict[str, dict[str, int]] = {}
@@ -91,6 +91,7 @@ class LabAttributeEmbedder(ImageEmbedder):
 
     def embed_image(self, images: Sequence[Image.Image]) -> Embeddings:
         from lab.judge import to_tensor
+        from lab.world import PAIR_LAYOUTS  # the arrangements that show a second object
 
         vectors = np.zeros((len(images), self._dim), dtype=np.float32)
         if not images:
@@ -99,7 +100,7 @@ class LabAttributeEmbedder(ImageEmbedder):
             _, logits = self._judge.network(to_tensor(list(images)))
         probabilities = {name: torch.softmax(logit.double(), dim=1).numpy() for name, logit in logits.items()}
         arrangements = list(self._index["arrangement"])
-        shown = [arrangements.index(value) for value in PAIR_ARRANGEMENTS]
+        shown = [arrangements.index(value) for value in PAIR_LAYOUTS]
         pair = probabilities["arrangement"][:, shown].sum(axis=1)  # the probability of a second object
         for name, values in self._index.items():
             start = min(values.values())
