@@ -15,14 +15,20 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import httpx
+import redis
+from kombu.exceptions import KombuError
 
 from core.redaction import redacted_url
 from core.settings import Settings
 from core.vocabulary import Role
 from reprise.supervision import Child, Supervisor
 from reprise.welcome import ensure_demo_key, welcome
+
+if TYPE_CHECKING:
+    from celery import Celery
 
 STACK_ROLES = (Role.ADMIT, Role.LARGE, Role.SMALL, Role.DECODE, Role.IO)
 START_RESTARTS = 3  # a child restarted this often before the stack is ready has a problem a restart won't fix
@@ -98,13 +104,22 @@ def wait_ready(base_url: str, children: list[Child], timeout_s: float = 180.0) -
             ready = httpx.get(f"{base_url}/readyz", timeout=2).status_code == 200
         except httpx.HTTPError:
             ready = False
-        if ready:
-            replies = get_celery_app().control.ping(timeout=1.0) or []
-            names = {name for reply in replies for name in reply}
-            if all(any(name.startswith(f"{role.value}-") for name in names) for role in STACK_ROLES):
-                return
+        if ready and every_role_answers(get_celery_app()):
+            return
         time.sleep(1.0)
     raise RuntimeError(f"the stack was not ready after {timeout_s:.0f}s; see {children[0].log_path.parent}")
+
+
+def every_role_answers(app: Celery) -> bool:
+    """A worker of every role answers a ping; not yet while the broker cannot be reached (it may be
+    restarting, or the workers reach it through another address that is not up yet)."""
+    try:
+        replies = app.control.ping(timeout=1.0) or []
+    except (OSError, redis.RedisError, KombuError) as error:
+        logging.getLogger("reprise.supervisor").info("waiting for the broker to answer: %s", error)
+        return False
+    names = {name for reply in replies for name in reply}
+    return all(any(name.startswith(f"{role.value}-") for name in names) for role in STACK_ROLES)
 
 
 def _print_addresses(settings: Settings, base_url: str, flower_port: int) -> None:

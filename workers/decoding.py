@@ -169,18 +169,25 @@ def beat(context: WorkerContext) -> None:
     heartbeat(context.broker(), node.name, node.snapshot(), ttl_s=context.settings.read_heartbeat_s)
 
 
-def start_heartbeat(context: WorkerContext) -> threading.Thread:
-    """Keep this node in the ring: a heartbeat with its figures every REPRISE_READ_HEARTBEAT_S."""
-    stop = threading.Event()
+def start_heartbeat(context: WorkerContext, stop: threading.Event | None = None) -> threading.Thread:
+    """Keep this node in the ring: a heartbeat with its figures every REPRISE_READ_HEARTBEAT_S, until
+    `stop` is set (never, by default: the process's life). A broker out of reach (at start too: a node
+    may boot before Redis) only delays the node's entry to the ring; it joins at the first heartbeat
+    that reaches it."""
+    stop = stop or threading.Event()
+
+    def beat_once() -> None:
+        try:
+            beat(context)
+        except redis.RedisError as error:
+            wait_s = context.settings.read_heartbeat_s
+            log.warning("decode node %s: heartbeat failed, next in %.0f s: %s", node_name(), wait_s, error)
 
     def run() -> None:
         while not stop.wait(context.settings.read_heartbeat_s):
-            try:
-                beat(context)
-            except redis.RedisError:
-                log.warning("decode node %s: heartbeat failed", node_name(), exc_info=True)
+            beat_once()
 
-    beat(context)
+    beat_once()
     thread = threading.Thread(target=run, name="decode-heartbeat", daemon=True)
     thread.start()
     return thread

@@ -13,6 +13,7 @@ effect happens twice.
     receiver   the webhook receiver; accounting: what became of each job (Postgres and deliveries)
 
 JSON contract of `chaos --json`: scenarios {NAME: {accepted, succeeded, failed, lost, duplicated,
-recovery_s {p50, max}, unavailable_s, five_xx, jobs, outage_s, settings, ...}}, intake {submit_rps,
+recovery_s {p50, max}, running_recovery_s {p50, max, jobs}, lost_detail, unavailable_s, five_xx, jobs,
+outage_s, settings, ...}}, intake {submit_rps,
 submit_ms {p50, p99}}; NAME is NAME@<s>s for a scenario run at several outage lengths.
 """

@@ -4,12 +4,18 @@
 - duplicated: effects that happened twice: cache entries made by one job (more than one), webhook
   events answered 2xx more than once (the receiver's count, by webhook-id).
 - recovery_s: per job not yet terminal when the fault ended, seconds from the fault's end to its
-  terminal state; p50 and max over the scenario's jobs.
+  terminal state; p50 and max over the scenario's jobs. Behind a long queue this is mostly the queue's
+  drain time, whatever the fault.
+- running_recovery_s: the same over the jobs that were running (`processing`) when the fault struck: the
+  runs the fault interrupted or held up, which recovery must bring to an end; with `jobs`, their count.
+- lost_detail: per lost job, its status, route, attempts and last error, so a lost job says where it
+  stopped.
 """
 
 from __future__ import annotations
 
 import statistics
+import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -29,6 +35,8 @@ class JobEnd:
     status: str
     error: str | None
     finished_at: datetime | None
+    route: str | None = None
+    attempts: int = 0
 
 
 def job_ends(settings: Settings, job_ids: list[str]) -> dict[str, JobEnd] | None:
@@ -73,6 +81,9 @@ class ScenarioReport:
     duplicated: int = 0
     duplicated_detail: dict[str, int] = field(default_factory=dict)
     recovery: list[float] = field(default_factory=list)
+    running_recovery: list[float] = field(default_factory=list)
+    running_at_fault_end: int = 0
+    lost_detail: Counter[str] = field(default_factory=Counter)
     unavailable_s: float = 0.0
     five_xx: int = 0
 
@@ -86,22 +97,38 @@ class ScenarioReport:
             "lost": self.lost,
             "duplicated": self.duplicated,
             "duplicated_detail": self.duplicated_detail,
-            "recovery_s": {
-                "p50": round(statistics.median(self.recovery), 2) if self.recovery else None,
-                "max": round(max(self.recovery), 2) if self.recovery else None,
-            },
+            "recovery_s": _p50_max(self.recovery),
+            "running_recovery_s": _p50_max(self.running_recovery) | {"jobs": self.running_at_fault_end},
+            "lost_detail": dict(self.lost_detail),
             "unavailable_s": round(self.unavailable_s, 2),
             "five_xx": self.five_xx,
         }
 
 
-def tally(report: ScenarioReport, ends: dict[str, JobEnd], job_ids: list[str], *, fault_end: float) -> None:
-    """Count outcomes and recovery times into the report."""
+def _p50_max(values: list[float]) -> dict[str, float | None]:
+    return {
+        "p50": round(statistics.median(values), 2) if values else None,
+        "max": round(max(values), 2) if values else None,
+    }
+
+
+def tally(
+    report: ScenarioReport,
+    ends: dict[str, JobEnd],
+    job_ids: list[str],
+    *,
+    fault_end: float,
+    running: frozenset[str] = frozenset(),
+) -> None:
+    """Count outcomes and recovery times into the report; `running`: the jobs processing when the fault
+    struck (their recovery is also counted apart)."""
     report.accepted = len(job_ids)
+    report.running_at_fault_end = len(running & set(job_ids))
     for job_id in job_ids:
         end = ends.get(job_id)
         if end is None or end.status not in TERMINAL_STATUSES:
             report.lost += 1
+            report.lost_detail[_where(end)] += 1
             continue
         if end.status == "succeeded":
             report.succeeded += 1
@@ -112,3 +139,24 @@ def tally(report: ScenarioReport, ends: dict[str, JobEnd], job_ids: list[str], *
             report.canceled += 1
         if end.finished_at is not None and end.finished_at.timestamp() > fault_end:
             report.recovery.append(end.finished_at.timestamp() - fault_end)
+            if job_id in running:
+                report.running_recovery.append(end.finished_at.timestamp() - fault_end)
+
+
+def _where(end: JobEnd | None) -> str:
+    """Where a lost job stopped, as a key to count: status, route, attempts, last error."""
+    if end is None:
+        return "no row"
+    return f"{end.status} route={end.route} attempts={end.attempts} error={(end.error or '-')[:80]}"
+
+
+def running_jobs(settings: Settings, job_ids: list[str], *, wait_s: float = 30.0) -> frozenset[str]:
+    """The jobs processing now (read again while Postgres cannot be read, at most wait_s)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        ends = job_ends(settings, job_ids)
+        if ends is not None:
+            return frozenset(job for job, end in ends.items() if end.status == "processing")
+        if time.monotonic() > deadline:
+            return frozenset()
+        time.sleep(0.5)

@@ -1,6 +1,7 @@
 """`reprise bench chaos`: the scenarios in order against one stack, and the JSON report:
-{scenarios: {NAME: {accepted, succeeded, failed, lost, duplicated, recovery_s {p50, max}, unavailable_s,
-five_xx, jobs, outage_s, settings, ...}}, intake: {submit_rps, submit_ms {p50, p99}, path},
+{scenarios: {NAME: {accepted, succeeded, failed, lost, duplicated, recovery_s {p50, max},
+running_recovery_s {p50, max, jobs}, lost_detail, unavailable_s, five_xx, jobs, outage_s, settings, ...}},
+intake: {submit_rps, submit_ms {p50, p99}, path},
 intake_by_path: {orm: {...}, fast: {...}}}: `intake` is the stack's own API (its REPRISE_INTAKE),
 intake_by_path each intake path of the load scenario.
 
@@ -158,6 +159,7 @@ def run_against(
     if len(proxy_ports) != 2:
         raise RuntimeError("--proxy-ports takes two ports: REDIS,POSTGRES")
     with proxy_for(settings, proxy_ports[0], proxy_ports[1]) as target.proxy:
+        target.wait_workers()  # they reach Redis through the proxy, which listens from now on
         return run_chaos(target, scenarios, options)
 
 

@@ -24,7 +24,14 @@ from typing import Any
 
 import httpx
 
-from bench.chaos.accounting import ScenarioReport, all_terminal, duplicated_entries, job_ends, tally
+from bench.chaos.accounting import (
+    ScenarioReport,
+    all_terminal,
+    duplicated_entries,
+    job_ends,
+    running_jobs,
+    tally,
+)
 from bench.chaos.faults import disk, node
 from bench.chaos.faults.broker import redis_empty
 from bench.chaos.faults.network import network
@@ -76,6 +83,7 @@ class Run:
     tag: str
     outage_s: float = 0.0  # this run's outage length (a scenario of OUTAGES; 0 for the others)
     extra: dict[str, Any] = field(default_factory=dict)  # figures of the scenario's own
+    running: frozenset[str] = frozenset()  # the jobs processing when the fault struck (note_running)
 
     def bodies(self, count: int, *, prompts: list[str] | None = None, seed: int = 1) -> list[dict[str, Any]]:
         texts = prompts or [f"{self.tag} scene {i}: a lighthouse on a cliff, storm {i}" for i in range(count)]
@@ -113,6 +121,10 @@ class Run:
         with self.receiver.lock:
             got = {job for message, job in self.receiver.job_of.items() if message.endswith("completed")}
         return wanted <= got
+
+    def note_running(self, job_ids: list[str]) -> None:
+        """The jobs processing now, as the fault strikes: their recovery is also counted apart."""
+        self.running = running_jobs(self.target.settings, job_ids)
 
     def wait_running(self, job_ids: list[str], timeout_s: float = 60.0) -> None:
         """Until some job is being generated, so that the fault lands mid-flight."""
@@ -181,6 +193,7 @@ def _disk_full(run: Run) -> None:
     with Probe(run.target.base_url, run.headers) as probe:
         batch = run.submit(run.bodies(run.options.jobs)).job_ids
         run.wait_running(batch)
+        run.note_running(batch)
         fault_end = disk.disk_full(run, warm)
         run.wait_terminal(batch, fault_end)
     _account(run, warm + batch, fault_end, probe)
@@ -191,6 +204,7 @@ def _node_loss(run: Run) -> None:
     with node.second_node(run) as lost, Probe(run.target.base_url, run.headers) as probe:
         batch = run.submit(run.bodies(run.options.jobs)).job_ids
         fault_end = node.lose_node(run, lost, batch)
+        run.note_running(batch)  # the lost node's runs stay `processing` until their leases lapse
         run.wait_terminal(batch, fault_end)
     _account(run, batch, fault_end, probe)
     ends = job_ends(run.target.settings, batch) or {}
@@ -212,6 +226,7 @@ def _fault_scenario(run: Run, name: str) -> None:
         batch = run.submit(bodies).job_ids
         job_ids += batch
         run.wait_running(batch)
+        run.note_running(job_ids)
         fault_end = fault(run)
         if name == "kill-decode":
             _read_images(run, batch, fault_end)
@@ -286,7 +301,7 @@ def run_cancel_storm(run: Run) -> None:
 
 def _account(run: Run, job_ids: list[str], fault_end: float, probe: Probe | None) -> None:
     ends = job_ends(run.target.settings, job_ids) or {}
-    tally(run.report, ends, job_ids, fault_end=fault_end)
+    tally(run.report, ends, job_ids, fault_end=fault_end, running=run.running)
     wanted = set(job_ids)
     with run.receiver.lock:
         twice = {

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import redis
+from kombu.exceptions import KombuError
 
 from bench.chaos.proxy import FaultProxy
 from core.settings import Settings
@@ -92,6 +94,26 @@ class ChaosTarget:
         return {
             path.stem: self.pid(path.stem) for path in sorted((self.data_dir / "run").glob("worker-*.pid"))
         }
+
+    def wait_workers(self, timeout_s: float = 240.0) -> None:
+        """Until a worker of every supervised role answers a ping: a stack whose workers reach Redis
+        through the bench's proxy comes up only once the proxy listens."""
+        from jobs.celery_app import get_celery_app
+
+        roles = {name.removeprefix("worker-") for name in self.worker_pids()}
+        deadline = time.monotonic() + timeout_s
+        answered: set[str] = set()
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError, redis.RedisError, KombuError):  # the broker may be coming up
+                replies = get_celery_app().control.ping(timeout=1.0) or []
+                answered = {name.split("-", 1)[0] for reply in replies for name in reply}
+            if roles <= answered:
+                return
+            time.sleep(1.0)
+        raise RuntimeError(
+            f"workers {', '.join(sorted(roles - answered))} did not answer within {timeout_s:.0f}s; "
+            "with --proxy-ports, start the bench within a few minutes of the stack"
+        )
 
     def restart_services(self) -> None:
         done = self.reprise("services", "up")

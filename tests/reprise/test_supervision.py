@@ -10,8 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from celery import Celery
 
 from reprise.supervision import Backoff, Child, Supervisor, tend
+from reprise.supervisor import every_role_answers
+from tests.support.redis_servers import free_port
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
 CRASHER = [sys.executable, "-c", "raise SystemExit(3)"]
@@ -126,3 +129,11 @@ def test_reprise_run_points_only_its_workers_at_other_service_addresses(tmp_path
     )
     assert all(children[name].env is None for name in ("api", "beat", "flower"))  # this process's own
     assert all(child.env is None for child in stack_children(settings, port=8000, flower_port=5555))
+
+
+def test_waiting_for_the_workers_rides_out_a_broker_that_does_not_answer_yet() -> None:
+    """`reprise run` asks every role for a ping before it says the stack is up; a broker out of reach
+    (restarting, or reached through an address not up yet) means "not yet", not a crash."""
+    port = free_port()  # nothing listens there
+    app = Celery(broker=f"redis://127.0.0.1:{port}/0")
+    assert every_role_answers(app) is False

@@ -5,6 +5,8 @@ to its owner; an image store keeps its first decode; a purge empties the tiers."
 from __future__ import annotations
 
 import io
+import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -17,11 +19,20 @@ from core.vocabulary import ReadStore, Role
 from db.engine import session_scope
 from db.models import Job, ReadTierDecision
 from jobs.queues import TaskName
-from jobs.read_routing import ReadRequest, reply_from_hash, result_key
+from jobs.read_routing import ReadRequest, leave, live_nodes, reply_from_hash, result_key
 from tests.support.dispatch import RecordingDispatcher
+from tests.support.redis_servers import free_port
 from tests.workers.conftest import make_job, make_tenant
 from workers.context import WorkerContext
-from workers.decoding import decode_node, forget_images, read_image, write_back
+from workers.decoding import (
+    decode_node,
+    forget_images,
+    node_name,
+    read_image,
+    start_heartbeat,
+    stop_heartbeat,
+    write_back,
+)
 from workers.generation import generate_job
 
 pytestmark = pytest.mark.integration
@@ -142,3 +153,26 @@ def test_a_job_without_a_stored_latent_is_gone(
     assert reply.status == "gone"
     published = reply_from_hash(client.hgetall(result_key(request.token)))
     assert published is not None and published.status == "gone"
+
+
+def test_a_node_that_starts_before_redis_answers_joins_the_ring_once_it_does(
+    node_settings: Settings, dispatcher: RecordingDispatcher, redis_url: str, client: redis.Redis
+) -> None:
+    settings = node_settings.model_copy(update={"read_heartbeat_s": 0.2})
+    context = _node_context(settings, dispatcher)
+    leave(client, node_name())  # as if no test before had put this process's node in the ring
+    context.redis = redis.Redis(host="127.0.0.1", port=free_port())  # nothing listens there yet
+    stop = threading.Event()
+    thread = start_heartbeat(context, stop)  # the first beat fails: logged, not raised
+    try:
+        assert thread.is_alive() and node_name() not in live_nodes(client, heartbeat_s=60)
+        context.redis = redis.Redis.from_url(redis_url)  # the broker answers now
+        deadline = time.monotonic() + 10
+        while node_name() not in live_nodes(client, heartbeat_s=60) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert node_name() in live_nodes(client, heartbeat_s=60)
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        stop_heartbeat(context)
+    assert node_name() not in live_nodes(client, heartbeat_s=60)

@@ -55,9 +55,7 @@ def disk_full(run: Run, warm: list[str]) -> float:
                     reads[_read(client, job_id)] += 1
                 time.sleep(0.5)
         finally:
-            for pid, limits in saved.items():
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    resource.prlimit(pid, resource.RLIMIT_FSIZE, limits)
+            _restore(run, saved)
     run.extra["limited_processes"] = len(saved)
     run.extra["reads_during_fault"] = dict(reads)
     return time.time()
@@ -72,6 +70,21 @@ def _limit_workers(run: Run, saved: dict[int, tuple[int, int]]) -> None:
                 soft, hard = resource.prlimit(pid, resource.RLIMIT_FSIZE)
                 resource.prlimit(pid, resource.RLIMIT_FSIZE, (0, hard))
                 saved[pid] = (soft, hard)
+
+
+def _restore(run: Run, saved: dict[int, tuple[int, int]]) -> None:
+    """Every limited process gets its limits back; so does a process forked from a limited one after
+    the last pass (it inherited the 0 and was never seen), with its group leader's limits."""
+    for pid, limits in saved.items():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            resource.prlimit(pid, resource.RLIMIT_FSIZE, limits)
+    for pgid in (pid for pid in run.target.worker_pids().values() if pid is not None):
+        limits = saved.get(pgid, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        for pid in group_members(pgid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if pid not in saved and resource.prlimit(pid, resource.RLIMIT_FSIZE)[0] == 0:
+                    resource.prlimit(pid, resource.RLIMIT_FSIZE, limits)
+                    saved[pid] = limits
 
 
 def _read(client: httpx.Client, job_id: str) -> str:

@@ -28,15 +28,18 @@ def test_tally_counts_lost_failed_and_recovery_after_the_fault() -> None:
     ends = {
         "a": JobEnd("succeeded", None, fault_end + timedelta(seconds=3)),
         "b": JobEnd("failed", "gave up after 3 attempts", fault_end + timedelta(seconds=5)),
-        "c": JobEnd("processing", None, None),  # never ended: lost
+        "c": JobEnd("processing", None, None, "miss", 2),  # never ended: lost
         "d": JobEnd("succeeded", None, fault_end - timedelta(seconds=1)),  # ended before: no recovery
     }
     report = ScenarioReport()
-    tally(report, ends, ["a", "b", "c", "d", "e"], fault_end=fault_end.timestamp())
+    running = frozenset({"b", "c"})  # processing when the fault ended; "a" was still queued
+    tally(report, ends, ["a", "b", "c", "d", "e"], fault_end=fault_end.timestamp(), running=running)
     row = report.as_json()
     assert (row["accepted"], row["succeeded"], row["failed"], row["lost"]) == (5, 2, 1, 2)
     assert row["failed_reasons"] == {"gave up after 3 attempts": 1}
     assert row["recovery_s"] == {"p50": 4.0, "max": 5.0}
+    assert row["running_recovery_s"] == {"p50": 5.0, "max": 5.0, "jobs": 2}
+    assert row["lost_detail"] == {"processing route=miss attempts=2 error=-": 1, "no row": 1}
 
 
 def test_the_receiver_counts_deliveries_per_event_and_refuses_during_an_outage() -> None:

@@ -5,6 +5,7 @@ effect twice, no worker exiting of a network fault, no corrupt entry, the lost n
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,10 +40,20 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChaosTarget]:
 def _row(target: ChaosTarget, name: str) -> dict[str, Any]:
     report = run_chaos(target, [name], OPTIONS)
     row: dict[str, Any] = report["scenarios"][name]
-    assert "error" not in row, row
-    assert row["lost"] == 0 and row["duplicated"] == 0, row
-    assert (row["jobs"], row["settings"]) == (JOBS, "bench"), row
+    assert "error" not in row, json.dumps(row)
+    assert row["lost"] == 0 and row["duplicated"] == 0, f"{json.dumps(row)}\n{_log_tails(target)}"
+    assert (row["jobs"], row["settings"]) == (JOBS, "bench"), json.dumps(row)
     return row
+
+
+def _log_tails(target: ChaosTarget, lines: int = 12) -> str:
+    """The end of each worker's log: where a lost job stopped."""
+    logs = sorted((target.settings.data_dir / "logs").glob("worker-*.log"))
+    return "\n".join(
+        f"== {log.name}\n"
+        + "\n".join(line[:300] for line in log.read_text(errors="replace").splitlines()[-lines:])
+        for log in logs
+    )
 
 
 def test_redis_back_empty_loses_no_job(stack: ChaosTarget) -> None:
