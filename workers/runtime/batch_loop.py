@@ -13,7 +13,10 @@ worker holds: continuous batching, one denoising step per iteration, as Orca and
 Members share a UNet call only at one latent shape, dtype and device (DenoisingBatch.admit); arrivals
 are admitted in order, and one of another shape waits until the batch has drained (the first in line
 is never passed over, so no shape starves). A failure of the UNet call itself (out of memory, a broken
-model) fails every member of that step, each in its own thread; the loop then starts afresh.
+model) fails every member of that step, each in its own thread; the loop then starts afresh. Whatever
+else stops the loop (a new batch that cannot be made) hands every member it holds back with the error,
+so no task thread waits on a loop that is gone (its job's lease would be renewed while it waited, and
+the job never sent again); a telemetry write that fails (a full disk) is logged and the loop goes on.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ class BatchLoop:
         self._arrivals: deque[BatchMember] = deque()
         self._retired: dict[int, threading.Event] = {}
         self._thread: threading.Thread | None = None
+        self._batch: DenoisingBatch | None = None  # the members being stepped (the loop's thread only)
         self.steps_run = 0  # UNet calls made, every batch together
         self.largest_batch = 0  # the most members one call ran
 
@@ -69,15 +73,26 @@ class BatchLoop:
         return member.result()
 
     def _loop(self) -> None:
-        batch: DenoisingBatch | None = None
+        """Step the batch while there is work. Whatever stops the loop hands every member it holds back
+        with the error: a caller is never left waiting on a loop that is gone."""
+        try:
+            self._step_while_busy()
+        except BaseException as error:
+            log.exception("the batch loop of the %s model stopped", self._role)
+            self._fail_all(error)
+            raise
+
+    def _step_while_busy(self) -> None:
         while True:
             with self._lock:
-                if batch is None or not len(batch):
+                if self._batch is None or not len(self._batch):
                     if not self._arrivals:
                         self._thread = None  # the loop ends with its work; the next run starts another
+                        self._batch = None
                         return
-                    if batch is None:
-                        batch = self._new_batch()
+                    if self._batch is None:
+                        self._batch = self._new_batch()
+                batch = self._batch
                 self._admit(batch)
             try:
                 step = batch.step()
@@ -86,16 +101,36 @@ class BatchLoop:
                 for member in batch.members:
                     member.error = error
                     self._hand_back(member)
-                batch = None
+                self._batch = None
                 continue
             if step.size:
-                self.steps_run += 1
-                self.largest_batch = max(self.largest_batch, step.size)
-                metrics.BATCH_SIZE.labels(role=self._role).observe(step.size)
+                self._count(step.size)
             for member in step.retired:
                 self._hand_back(member)
             if not len(batch):
-                batch = None  # an empty batch holds no model: a role switch may come now
+                self._batch = None  # an empty batch holds no model: a role switch may come now
+
+    def _count(self, size: int) -> None:
+        """Book a step's size. Telemetry must not stop the serving: its samples live in files
+        (prometheus_client's multiprocess mode), and a full disk fails the write that grows one."""
+        self.steps_run += 1
+        self.largest_batch = max(self.largest_batch, size)
+        try:
+            metrics.BATCH_SIZE.labels(role=self._role).observe(size)
+        except OSError as error:
+            log.warning("a batch size was not recorded: %s", error)
+
+    def _fail_all(self, error: BaseException) -> None:
+        """Hand every member held (in the batch and waiting) back with `error`; the next run starts a
+        new loop."""
+        with self._lock:
+            held = [*(self._batch.members if self._batch is not None else ()), *self._arrivals]
+            self._arrivals.clear()
+            self._batch = None
+            self._thread = None
+        for member in held:
+            member.error = error if isinstance(error, Exception) else RuntimeError(str(error))
+            self._hand_back(member)
 
     def _admit(self, batch: DenoisingBatch) -> None:
         """Move arrivals into the batch, in order, while they fit (the lock is held)."""
@@ -104,5 +139,6 @@ class BatchLoop:
 
     def _hand_back(self, member: BatchMember) -> None:
         with self._lock:
-            retired = self._retired.pop(id(member))
-        retired.set()
+            retired = self._retired.pop(id(member), None)
+        if retired is not None:
+            retired.set()

@@ -23,12 +23,13 @@ from core.params import GenerationParams
 from core.settings import Settings, load_settings
 from core.vocabulary import Role
 from tests.workers.runtime.together import together
+from workers import metrics
 from workers.bootstrap import pool_arguments
 from workers.context import WorkerContext
 from workers.runtime import DiffusionRuntime, GenerationResult
 from workers.runtime.batch_loop import BatchLoop
 from workers.runtime.batching import BATCH_ATOL, BatchMember, DenoisingBatch
-from workers.runtime.denoising import new_scheduler
+from workers.runtime.denoising import DenoiseRun, new_scheduler
 
 STEPS = 20
 PROMPTS = (
@@ -183,6 +184,60 @@ def test_a_failed_unet_call_fails_every_member_of_it_and_the_loop_goes_on() -> N
     unets.append(Zeros())  # the next batch is made afresh, on the model hosted then
     run = loop.run(_member(7))
     assert run.latents.shape == (1, 4, 8, 8) and len(run.step_ms) == 4
+
+
+def _within(call: Callable[[], Any], timeout_s: float = 60.0) -> Any:
+    """call()'s result, failing (not hanging) when it does not come back: a loop that left its callers
+    waiting would block the test forever."""
+    box: list[Any] = []
+    thread = threading.Thread(target=lambda: box.append(call()), daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    assert box, f"no result within {timeout_s:.0f}s: the loop left its callers waiting"
+    return box[0]
+
+
+class _Zeros:
+    def __call__(self, sample: torch.Tensor, *_: Any, **__: Any) -> tuple[torch.Tensor]:
+        return (torch.zeros_like(sample),)
+
+
+def test_a_batch_that_cannot_be_made_fails_its_members_and_the_next_run_starts_a_new_loop() -> None:
+    """Whatever stops the loop hands its members back: no task thread waits on a loop that is gone."""
+    made: list[int] = []
+
+    def new_batch() -> DenoisingBatch:
+        made.append(1)
+        if len(made) == 1:  # the hosted model cannot be reached, once
+            raise OSError(27, "File too large")
+        return DenoisingBatch(_Zeros(), max_batch=4, device=torch.device("cpu"))
+
+    loop = BatchLoop(new_batch, role="large")
+    calls = [lambda member=member: loop.run(member) for member in [_member(1), _member(2)]]
+    results = _within(lambda: together(calls))  # type: ignore[arg-type]
+    assert all(isinstance(result, OSError) for result in results), results
+    assert not loop.busy
+    assert _within(lambda: loop.run(_member(3))).latents.shape == (1, 4, 8, 8)
+
+
+def test_a_telemetry_write_that_fails_does_not_stop_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """prometheus_client's multiprocess files grow as samples come: on a full disk an observation raises
+    (EFBIG/ENOSPC). The step's members still finish, and so do later ones."""
+
+    class FullDisk:
+        def labels(self, **_: str) -> FullDisk:
+            return self
+
+        def observe(self, _: float) -> None:
+            raise OSError(27, "File too large")
+
+    monkeypatch.setattr(metrics, "BATCH_SIZE", FullDisk())
+    loop = BatchLoop(lambda: DenoisingBatch(_Zeros(), max_batch=4, device=torch.device("cpu")), role="large")
+    calls = [lambda member=member: loop.run(member) for member in [_member(1), _member(2)]]
+    runs = _within(lambda: together(calls))  # type: ignore[arg-type]
+    assert all(isinstance(run, DenoiseRun) and len(run.step_ms) == 4 for run in runs), runs
+    assert loop.steps_run >= 4 and not loop.busy
+    assert len(_within(lambda: loop.run(_member(3))).step_ms) == 4
 
 
 def test_a_role_switch_waits_for_the_runs_in_flight_and_later_tasks_wait_for_it(tmp_path: Path) -> None:
