@@ -56,6 +56,10 @@ class Dispatcher(Protocol):
     ) -> None:
         """Queue an admitted job on a pool that can run its route (hit or miss) under `settings`."""
 
+    def resume_route(self, job_id: uuid.UUID, route: Route, settings: Settings) -> None:
+        """Queue a job whose run was interrupted (its lease lapsed) at the front of its route's queue:
+        it is the oldest work there, and a fault must not send it behind every job that came since."""
+
     def read_image(self, node: str, request: Mapping[str, Any]) -> None:
         """Queue one image read on a decode node (jobs.read_routing.ReadRequest.as_json)."""
 
@@ -95,6 +99,9 @@ class DispatcherBase(ABC):
     ) -> None:
         self._send(route_task(route, settings), [str(job_id)], countdown=countdown)
 
+    def resume_route(self, job_id: uuid.UUID, route: Route, settings: Settings) -> None:
+        self._send_first(route_task(route, settings), [str(job_id)])
+
     def read_image(self, node: str, request: Mapping[str, Any]) -> None:
         self._send(TaskName.READ_IMAGE, [dict(request)], queue=decode_queue(node))
 
@@ -131,6 +138,11 @@ class DispatcherBase(ABC):
     ) -> None:
         """Publish `task` with `args` on `queue` (default: the route table's queue for the task)."""
 
+    def _send_first(self, task: TaskName, args: Sequence[Any]) -> None:
+        """Publish `task` so that it is taken before what already waits on its queue; a broker that
+        keeps no order to jump sends it as any other."""
+        self._send(task, args)
+
 
 class CeleryDispatcher(DispatcherBase):
     """A Dispatcher over a Celery app. Uses send_task by name, so no task module is imported here."""
@@ -157,6 +169,29 @@ class CeleryDispatcher(DispatcherBase):
             retry=True,
             retry_policy=PUBLISH_RETRY_POLICY,
         )
+
+    def _send_first(self, task: TaskName, args: Sequence[Any]) -> None:
+        """kombu's Redis transport LPUSHes a message and its consumers BRPOP the list's other end, so
+        the message send_task would write, RPUSHed instead, is the next one taken (with its task-sent
+        event, as send_task publishes it). Other brokers: an ordinary send."""
+        import redis
+
+        from jobs.celery_messages import TaskMessages
+
+        url = str(self.celery.conf.broker_url or "")
+        if not url.startswith(("redis://", "rediss://", "unix://")):
+            self._send(task, args)
+            return
+        client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        try:
+            messages = TaskMessages(task, db=int(client.connection_pool.connection_kwargs.get("db") or 0))
+            task_id, arguments = str(uuid.uuid4()), list(args)
+            pipe = client.pipeline(transaction=False)
+            pipe.rpush(messages.queue, messages.message(task_id, arguments))
+            pipe.publish(messages.event_channel, messages.sent_event(task_id, arguments))
+            pipe.execute()
+        finally:
+            client.close()
 
 
 class AdmitPublisher:

@@ -33,7 +33,10 @@ def reconcile(settings: Settings, dispatcher: Dispatcher, broker: redis.Redis | 
     endpoints (jobs.passes.webhook_probes); return how many.
 
     Lost: a running job whose lease expired, and a job waiting past stuck_after_s that no task message
-    in the broker names (jobs.broker_contents; a job queued behind others is left in its place).
+    in the broker names (jobs.broker_contents; a job queued behind others is left in its place). A
+    running job goes to the front of its queue (Dispatcher.resume_route): with a long queue behind it,
+    sent at the back it would wait for every job that came after it, and a fault's cost would grow
+    with the backlog.
     Duplicates are harmless: admission and the GPU tasks are idempotent on the job id.
     """
     client = broker if broker is not None else broker_client(settings, socket_timeout=5)
@@ -51,7 +54,9 @@ def _reconcile(settings: Settings, dispatcher: Dispatcher, broker: redis.Redis) 
         held = _held(settings, broker, JOB_QUEUES)
         stuck = [job for job in stuck if job.running or job.job_id not in held]
     for job in stuck:
-        if job.admitted and job.route is not None:
+        if job.admitted and job.route is not None and job.running:  # its run was cut: first in line
+            dispatcher.resume_route(job.job_id, Route(job.route), settings)
+        elif job.admitted and job.route is not None:
             dispatcher.run_route(job.job_id, Route(job.route), settings)
         else:
             dispatcher.admit(job.job_id)

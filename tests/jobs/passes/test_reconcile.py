@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from core.settings import Settings, load_settings
-from core.vocabulary import JobStatus
+from core.vocabulary import JobStatus, Route
 from db.engine import session_scope
 from db.job_runs import utcnow
 from db.models import Job, Tenant
@@ -79,6 +79,38 @@ def test_only_jobs_whose_message_is_gone_are_sent_again(api_settings: Settings, 
     assert counts == {queued: 1, lost: 1, taken_now: 0, taken_by_the_dead: 1}
     # A run whose lease expired is sent again although a message of it waits.
     assert waiting.count(str(expired)) == 2
+
+
+def _queued_jobs(broker: redis.Redis, queue: Queue) -> list[str]:
+    """The job id of each message on a queue, in the order workers take them (BRPOP: the right end
+    first)."""
+    raws = reversed(broker.lrange(queue.value, 0, -1))
+    return [json.loads(base64.b64decode(json.loads(raw)["body"]))[0][0] for raw in raws]
+
+
+def test_a_run_whose_lease_lapsed_goes_to_the_front_of_its_queue(
+    api_settings: Settings, broker: redis.Redis
+) -> None:
+    """Behind a backlog, a run a fault cut is the oldest work of its queue: it is taken next, not after
+    every job that came since."""
+    settings = api_settings.model_copy(update={"stuck_after_s": 20})
+    dispatcher = CeleryDispatcher(make_celery_app(settings))
+    broker.delete(Queue.CACHE_MISS.value)
+    cut = _old_job(settings, status=JobStatus.PROCESSING)
+    with session_scope(settings) as session:
+        job = session.get_one(Job, cut)
+        job.admitted_at, job.route = utcnow() - timedelta(minutes=9), Route.MISS.value
+    backlog = [uuid.uuid4() for _ in range(3)]
+    for job_id in backlog:
+        dispatcher.run_route(job_id, Route.MISS, settings)
+    try:
+        reconcile(settings, dispatcher, broker)
+        taken = _queued_jobs(broker, Queue.CACHE_MISS)  # other tests' stuck jobs may be there too
+        assert taken.count(str(cut)) == 1
+        assert taken.index(str(cut)) < min(taken.index(str(job_id)) for job_id in backlog), taken
+        assert [job for job in taken if job in map(str, backlog)] == [str(job_id) for job_id in backlog]
+    finally:
+        broker.delete(Queue.CACHE_MISS.value)
 
 
 def test_a_broker_that_cannot_be_read_sends_every_stuck_job(
