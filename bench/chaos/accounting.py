@@ -8,6 +8,7 @@
   drain time, whatever the fault.
 - running_recovery_s: the same over the jobs that were running (`processing`) when the fault struck: the
   runs the fault interrupted or held up, which recovery must bring to an end; with `jobs`, their count.
+  For webhook-outage, the events the receiver refused while it was down, delivered after it.
 - lost_detail: per lost job, its status, route, attempts and last error, so a lost job says where it
   stopped.
 """

@@ -233,7 +233,10 @@ def _fault_scenario(run: Run, name: str) -> None:
         run.wait_terminal(job_ids, fault_end)
     _account(run, job_ids, fault_end, probe)
     if name == "webhook-outage":  # what recovers is delivery: time from the outage's end to each event
-        run.report.recovery = _deliveries_after(run, job_ids, fault_end)
+        run.report.recovery = deliveries_after(run, job_ids, fault_end)
+        # what the outage held up: the events refused while it lasted, delivered after it
+        run.report.running_recovery = deliveries_after(run, job_ids, fault_end, refused=True)
+        run.report.running_at_fault_end = len(run.report.running_recovery)
 
 
 def _read_images(run: Run, job_ids: list[str], since: float) -> None:
@@ -250,13 +253,17 @@ def _read_images(run: Run, job_ids: list[str], since: float) -> None:
                 time.sleep(0.5)
 
 
-def _deliveries_after(run: Run, job_ids: list[str], since: float) -> list[float]:
+def deliveries_after(run: Run, job_ids: list[str], since: float, *, refused: bool = False) -> list[float]:
+    """Seconds from `since` to each delivery of the jobs' events after it (refused: only the events
+    the receiver refused before)."""
     wanted = set(job_ids)
     with run.receiver.lock:
         return [
             at - since
             for message, at in run.receiver.delivered_at.items()
-            if at > since and run.receiver.job_of.get(message) in wanted
+            if at > since
+            and run.receiver.job_of.get(message) in wanted
+            and (not refused or message in run.receiver.refused)
         ]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 from bench.chaos.accounting import JobEnd, ScenarioReport, tally
 from bench.chaos.receiver import start_receiver
 from bench.chaos.runner import run_chaos
-from bench.chaos.scenarios import ChaosOptions
+from bench.chaos.scenarios import ChaosOptions, deliveries_after, new_run
 from bench.chaos.target import ChaosTarget
 from core.settings import load_settings
 
@@ -84,3 +85,24 @@ def test_the_short_chaos_run_loses_nothing_and_does_nothing_twice(tmp_path: Path
     assert report["scenarios"]["cancel-storm"]["canceled"] > 0
     intake = report["intake"]
     assert intake["submit_rps"] > 0 and set(intake["submit_ms"]) == {"p50", "p99"}
+
+
+def test_a_webhook_outage_s_held_up_events_are_the_ones_refused_during_it() -> None:
+
+    receiver = start_receiver()
+    try:
+        run = new_run(
+            ChaosTarget("http://127.0.0.1:9", load_settings(), env={}), receiver, {}, ChaosOptions()
+        )
+        body = b'{"data": {"id": "job-1"}}'
+        receiver.outage = True
+        receiver.record({"webhook-id": "msg_held_completed"}, body)  # refused: the outage held it up
+        receiver.outage = False
+        since = time.time()
+        receiver.record({"webhook-id": "msg_held_completed"}, body)
+        receiver.record({"webhook-id": "msg_later_completed"}, body)  # sent after the outage: never held
+        assert len(deliveries_after(run, ["job-1"], since)) == 2
+        held = deliveries_after(run, ["job-1"], since, refused=True)
+        assert len(held) == 1 and 0 <= held[0] < 5
+    finally:
+        receiver.stop()
