@@ -21,11 +21,13 @@ from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from core.errors import InvalidInput, RepriseError
+from core.settings import Settings
 
 PROBLEM_JSON = "application/problem+json"
 TYPE_PREFIX = "urn:reprise:problem:"  # a stable name per kind of problem; "about:blank" for plain HTTP errors
 
 log = logging.getLogger(__name__)
+RETRY_AFTER_DEFAULT = int(Settings.model_fields["retry_after_s"].default)  # an app without its state
 
 
 def problem_type(slug: str | None) -> str:
@@ -160,7 +162,14 @@ def install_problem_handlers(app: FastAPI, routes: Iterable[APIRoute]) -> None:
 
     async def on_database_down(request: Request, exc: Exception) -> JSONResponse:
         log.warning("database unreachable on %s %s: %s", request.method, request.url.path, exc)
-        problem = Problem(503, "the database is unreachable; retry shortly", slug="database-unavailable")
+        state = getattr(request.app.state, "reprise", None)
+        retry_after = state.settings.retry_after_s if state is not None else RETRY_AFTER_DEFAULT
+        problem = Problem(
+            503,
+            "the database is unreachable; retry shortly",
+            slug="database-unavailable",
+            headers={"Retry-After": str(retry_after)},
+        )
         return problem_response(request, problem)
 
     async def on_crash(request: Request, exc: Exception) -> JSONResponse:

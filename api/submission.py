@@ -185,7 +185,10 @@ async def submit_fast(
     except DatabaseUnavailable as error:
         log.warning("could not write a job: %s", error)
         raise Problem(
-            503, "the database is unreachable; retry shortly", slug="database-unavailable"
+            503,
+            "the database is unreachable; retry shortly",
+            slug="database-unavailable",
+            headers={"Retry-After": str(state.settings.retry_after_s)},
         ) from None
     if submitted.outcome is not Outcome.CREATED:
         replayed = None

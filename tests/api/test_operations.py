@@ -55,6 +55,7 @@ def test_a_database_outage_is_a_503_problem(
     response = client.get("/v1/generations", headers=tenant.auth_headers)
     assert response.status_code == 503
     assert response.json()["type"] == "urn:reprise:problem:database-unavailable"
+    assert response.headers["Retry-After"] == "5"  # REPRISE_RETRY_AFTER_S's default
 
 
 def test_metrics_count_requests_by_route_template(client: TestClient, tenant: TenantCredentials) -> None:
