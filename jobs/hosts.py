@@ -18,7 +18,7 @@ from typing import Any
 
 import redis
 from celery import Celery
-from kombu.exceptions import OperationalError
+from kombu.exceptions import KombuError, OperationalError
 from sqlalchemy.exc import SQLAlchemyError
 
 from core.errors import SettingsError
@@ -79,6 +79,18 @@ def broker_ping(app: Celery, *, timeout_s: float = PING_TIMEOUT_S) -> Ping:
         return {name for reply in replies for name in reply}
 
     return ping
+
+
+def answering_roles(app: Celery, *, timeout_s: float = 1.0) -> set[str]:
+    """The roles of the workers that answer a ping now (a worker's name begins with its role and a
+    dash, workers.bootstrap.worker_node_name); none while the broker cannot be reached (it may be
+    restarting, or the workers reach it through an address that is not up yet)."""
+    try:
+        replies = app.control.ping(timeout=timeout_s) or []
+    except (OSError, redis.RedisError, KombuError) as error:
+        log.info("no worker answered: %s", error)
+        return set()
+    return {name.split("-", 1)[0] for reply in replies for name in reply}
 
 
 def refuse_local_blobs_across_hosts(settings: Settings, *, host: str, ping: Ping) -> None:

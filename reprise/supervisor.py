@@ -18,8 +18,6 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 import httpx
-import redis
-from kombu.exceptions import KombuError
 
 from core.redaction import redacted_url
 from core.settings import Settings
@@ -111,15 +109,10 @@ def wait_ready(base_url: str, children: list[Child], timeout_s: float = 180.0) -
 
 
 def every_role_answers(app: Celery) -> bool:
-    """A worker of every role answers a ping; not yet while the broker cannot be reached (it may be
-    restarting, or the workers reach it through another address that is not up yet)."""
-    try:
-        replies = app.control.ping(timeout=1.0) or []
-    except (OSError, redis.RedisError, KombuError) as error:
-        logging.getLogger("reprise.supervisor").info("waiting for the broker to answer: %s", error)
-        return False
-    names = {name for reply in replies for name in reply}
-    return all(any(name.startswith(f"{role.value}-") for name in names) for role in STACK_ROLES)
+    """A worker of every role answers a ping (none while the broker cannot be reached)."""
+    from jobs.hosts import answering_roles
+
+    return {role.value for role in STACK_ROLES} <= answering_roles(app)
 
 
 def _print_addresses(settings: Settings, base_url: str, flower_port: int) -> None:

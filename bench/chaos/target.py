@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import redis
-from kombu.exceptions import KombuError
 
 from bench.chaos.proxy import FaultProxy
 from core.settings import Settings
@@ -99,14 +97,13 @@ class ChaosTarget:
         """Until a worker of every supervised role answers a ping: a stack whose workers reach Redis
         through the bench's proxy comes up only once the proxy listens."""
         from jobs.celery_app import get_celery_app
+        from jobs.hosts import answering_roles
 
         roles = {name.removeprefix("worker-") for name in self.worker_pids()}
         deadline = time.monotonic() + timeout_s
         answered: set[str] = set()
         while time.monotonic() < deadline:
-            with contextlib.suppress(OSError, redis.RedisError, KombuError):  # the broker may be coming up
-                replies = get_celery_app().control.ping(timeout=1.0) or []
-                answered = {name.split("-", 1)[0] for reply in replies for name in reply}
+            answered = answering_roles(get_celery_app())
             if roles <= answered:
                 return
             time.sleep(1.0)
