@@ -34,6 +34,8 @@ class AdmissionOutcome(StrEnum):
     PREDICTED_MISS = "predicted_miss"  # the match predictor skipped the vector search
     SEARCHED_MISS = "searched_miss"  # searched, nothing similar enough (or only holes)
     HIT = "hit"
+    # a hit found, but its resume costs more worker time than the miss route (jobs.admission.cheaper_route)
+    COSTLIER_HIT = "costlier_hit"
 
 
 class EntryState(StrEnum):

@@ -2,7 +2,8 @@
 
 The one decision: the admit worker (workers.admission) and the simulator (bench.sim.cache) both call
 `decide`, so a simulation routes and scales k as the service does. (`cache_applies` holds for every
-simulated request: each runs the configured T with the cache on.)"""
+simulated request: each runs the configured T with the cache on.) Under DiffServe's cascade both
+then weigh a hit's cost against the miss route's (`cheaper_route`, from measured costs)."""
 
 from __future__ import annotations
 
@@ -86,3 +87,45 @@ def decide(
         similarity=candidate.similarity,
         source_entry_id=candidate.entry_id,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class RouteCosts:
+    """What the two routes of a request that found a usable entry cost, in seconds of one worker, as
+    DiffServe's allocator last measured them (per-model latencies at batch size 1, DiffServe 3.3):
+
+    hit_step_s: one denoising step on the pool that serves hits (a hit runs steps - k of them);
+    light_stage_s: a miss's light stage, the light model's generation and the discriminator (3.1);
+    heavy_s: a full run of the heavy model, which an escalated miss adds;
+    escalated: the share of light stages the discriminator escalates at the threshold in force, f(t).
+    """
+
+    hit_step_s: float
+    light_stage_s: float
+    heavy_s: float
+    escalated: float
+
+    def hit_s(self, steps: int, k: int) -> float:
+        return (steps - k) * self.hit_step_s
+
+    def miss_s(self) -> float:
+        """A miss through the cascade: its light stage, and the heavy run of the f(t) escalated."""
+        return self.light_stage_s + self.escalated * self.heavy_s
+
+
+def cheaper_route(decision: AdmissionDecision, costs: RouteCosts | None, *, steps: int) -> AdmissionDecision:
+    """Cost-aware routing of a hit under DiffServe's cascade: the hit stands unless resuming it from
+    k costs more worker time than the miss route's expected cost (a light stage, and a heavy run at
+    the escalation rate in force); then the request goes light-first as a miss (`COSTLIER_HIT`).
+
+    Both routes are within the quality target by their own control: the hit by the k table (NIRVANA,
+    or the quality guard's table), the cascade by the threshold DiffServe's MILP sets for the load.
+    What differs is the GPU time: under load the MILP lowers the threshold, a light stage rarely
+    escalates, and a hit resumed for 25 steps costs several light stages (DiffServe 4.1: SD-Turbo
+    100 ms against SD 1.5's 1780 ms for 50 steps). `costs` None (no cascade, or nothing measured
+    yet): the hit stands."""
+    if costs is None or decision.route is not Route.HIT or decision.k is None:
+        return decision
+    if costs.hit_s(steps, decision.k) <= costs.miss_s():
+        return decision
+    return AdmissionDecision(AdmissionOutcome.COSTLIER_HIT, Route.MISS, similarity=decision.similarity)

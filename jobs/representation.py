@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.params import params_from_row, video_params_from_row
-from core.vocabulary import DecodeMode, JobKind, JobStatus
+from core.vocabulary import AdmissionOutcome, DecodeMode, JobKind, JobStatus
 from db.models import Job
 from jobs.estimates import Estimate, remaining_s
 
@@ -80,6 +80,12 @@ class CascadeStage(BaseModel):
 class GenerationMetrics(BaseModel):
     route: Literal["hit", "miss"] | None = Field(
         description="Whether the cache served it; null until admitted."
+    )
+    admission: AdmissionOutcome | None = Field(
+        None,
+        description="What admission decided: cache_off, predicted_miss (the match predictor skipped the "
+        "search), searched_miss, hit, or costlier_hit (an entry was found, but under DiffServe's cascade "
+        "the light stage cost less than resuming it, so it went light-first). Null until admitted.",
     )
     similarity: float | None = Field(description="Similarity of the cached entry that was reused.")
     k: int | None = Field(description="Denoising steps skipped thanks to the cache.")
@@ -275,6 +281,7 @@ def _metrics(job: Job) -> VideoGenerationMetrics | GenerationMetrics:
     )
     metrics: dict[str, Any] = {
         "route": route,
+        "admission": _admission(job.admission_outcome),
         "similarity": job.similarity,
         "k": job.k,
         "source_entry": job.source_entry_id,
@@ -292,6 +299,12 @@ def _metrics(job: Job) -> VideoGenerationMetrics | GenerationMetrics:
             **metrics, video_hit=_video_hit(job.video_hit), background_entry=job.background_entry_id
         )
     return GenerationMetrics(**metrics)
+
+
+def _admission(stored: str | None) -> AdmissionOutcome | None:
+    """The row's admission_outcome; None before admission, or for a value this version does not know."""
+    known = {outcome.value: outcome for outcome in AdmissionOutcome}
+    return known.get(stored) if stored is not None else None
 
 
 def _video_hit(stored: str | None) -> VideoHitName | None:

@@ -14,8 +14,9 @@ submissions ("off" for vanilla) and is checked against the settings this process
 mismatch is reported on stderr, and the report names the profile asked for. While it runs, the
 replay polls /v1/stats for the stack's pools and pool monitor (bench.live.stack.StackWatch), so that a
 simulation compared with it runs the same allocation. Under DiffServe's cascade the report's
-`escalation_rate` is the share of the replay's light stages escalated (each job's `metrics.cascade`) and
-its `threshold_timeline` the allocator's decisions during the replay (from /v1/stats `cascade`).
+`escalation_rate` is the share of the replay's light stages escalated (each job's `metrics.cascade`),
+its `threshold_timeline` the allocator's decisions during the replay (from /v1/stats `cascade`) and
+`costlier_hits` the requests admission sent light-first although they found an entry (`metrics.admission`).
 """
 
 from __future__ import annotations
@@ -170,6 +171,15 @@ def escalation_rate(records: Sequence[JobRecord]) -> float | None:
     return sum(bool(stage.get("escalated")) for stage in stages) / len(stages) if stages else None
 
 
+def costlier_hits(records: Sequence[JobRecord]) -> int | None:
+    """Cost-aware routing under the cascade: the jobs admission sent light-first although an entry was
+    found (`metrics.admission` costlier_hit); None when no job went through the cascade."""
+    jobs = [r.job for r in records if r.job is not None]
+    if not any((job.get("metrics") or {}).get("cascade") is not None for job in jobs):
+        return None
+    return sum(1 for job in jobs if (job.get("metrics") or {}).get("admission") == "costlier_hit")
+
+
 def replay_report(
     records: Sequence[JobRecord],
     *,
@@ -216,7 +226,7 @@ def replay_report(
     )
     if not profile.caches:  # the run itself is the vanilla baseline
         report = replace(report, vanilla_throughput_rps=report.throughput_rps)
-    return replace(report, escalation_rate=escalation_rate(records))
+    return replace(report, escalation_rate=escalation_rate(records), costlier_hits=costlier_hits(records))
 
 
 class _Replayer:

@@ -45,6 +45,7 @@ REPORT_FIELDS = (
     "quality",
     "escalation_rate",
     "threshold_timeline",
+    "costlier_hits",
 )
 SWEEP_FIELDS = (*REPORT_FIELDS, "cache_bytes", "policy")
 
@@ -173,6 +174,7 @@ class BenchReport:
     quality: Quality | None = None
     escalation_rate: float | None = None  # DiffServe's cascade: light stages escalated to the heavy model
     threshold_timeline: tuple[Mapping[str, float], ...] | None = None  # [{t, threshold, light, heavy}]
+    costlier_hits: int | None = None  # hits served light-first: the miss route cost less (cascade)
 
     def as_json(self) -> dict[str, Any]:
         """The contract fields as JSON types (k_histogram keys become strings, in ascending k)."""
@@ -209,6 +211,7 @@ class BenchReport:
             "threshold_timeline": None
             if self.threshold_timeline is None
             else [dict(p) for p in self.threshold_timeline],
+            "costlier_hits": self.costlier_hits,
         }
 
 

@@ -28,11 +28,13 @@ from typing import Any
 
 from bench.run.costs import StepCosts
 from bench.run.options import SimulateOptions
+from bench.run.profiles import Profile
 from bench.run.report import BenchReport
 from bench.sim.pools import Pools, PoolTargets
 from bench.workload.trace import Workload
 from core.settings import Settings
-from core.vocabulary import Allocator, Role
+from core.vocabulary import AdmissionOutcome, Allocator, Role, Route
+from jobs.admission import AdmissionDecision, RouteCosts, cheaper_route
 from jobs.policies.allocation import (
     AllocationPlan,
     AllocationProblem,
@@ -148,6 +150,7 @@ class CascadeSpec:
     discriminator_ms: float = DISCRIMINATOR_MS
     batch_slowdown: tuple[tuple[int, float], ...] = ()  # StepCosts.batch_slowdown: (n, step(n) / step(1))
     max_batch: int = 1  # the largest batch the MILP may choose (Settings.max_batch)
+    cost_aware_hits: bool = True  # Settings.cascade_cost_aware_hits (jobs.admission.cheaper_route)
 
     @property
     def light_stage_ms(self) -> float:
@@ -175,6 +178,31 @@ class CascadeController:
     estimate: dict[str, float | None] = field(default_factory=lambda: {"misses": None, "light": None})
     timeline: list[dict[str, float | bool]] = field(default_factory=list)
     plans: list[AllocationPlan] = field(default_factory=list)
+    costlier_hits: int = 0  # hits served as misses: their resume cost more than the miss route
+
+    def kept_hit(self, k: int | None, profile: Profile, costs: StepCosts) -> int | None:
+        """A hit's k when cost-aware routing keeps it (priced on the pool that serves hits), None when
+        it goes light-first as a miss; a miss stays one."""
+        if k is None:
+            return None
+        step_ms = costs.small_step_ms if profile.hits_on_small else costs.large_step_ms
+        return k if self.keeps_hit(k, profile.steps, step_ms) else None
+
+    def keeps_hit(self, k: int, steps: int, hit_step_ms: float) -> bool:
+        """Admission's cost-aware routing as the service runs it (jobs.admission.cheaper_route), on the
+        costs the controller plans with: a light stage, the heavy run, f(t) of its newest plan."""
+        if not self.spec.cost_aware_hits or not self.plans:
+            return True
+        costs = RouteCosts(
+            hit_step_s=hit_step_ms / 1e3,
+            light_stage_s=self.spec.light_stage_ms / 1e3,
+            heavy_s=self.spec.pair.heavy_ms / 1e3,
+            escalated=self.plans[-1].escalated,
+        )
+        hit = AdmissionDecision(AdmissionOutcome.HIT, Route.HIT, k=k)
+        kept = cheaper_route(hit, costs, steps=steps).route is Route.HIT
+        self.costlier_hits += not kept
+        return kept
 
     def problem(
         self,
@@ -282,6 +310,7 @@ def cascade_summary(
         report,
         escalation_rate=stages["escalated"] / light if light else None,
         threshold_timeline=tuple(controller.timeline),
+        costlier_hits=controller.costlier_hits,
     )
 
 
@@ -312,6 +341,7 @@ def cascade_spec(
     threshold: float,
     period_s: float,
     overprovision: float,
+    cost_aware_hits: bool = True,
 ) -> CascadeSpec:
     """The simulated cascade the options name; ValueError names an unknown pair or a missing profile."""
     if pair not in PAIRS:
@@ -328,6 +358,7 @@ def cascade_spec(
         threshold=threshold,
         period_s=period_s,
         overprovision=overprovision,
+        cost_aware_hits=cost_aware_hits,
     )
 
 
@@ -347,4 +378,5 @@ def cascade_for(settings: Settings, options: SimulateOptions) -> CascadeSpec | N
         threshold=settings.cascade_threshold,
         period_s=float(options.monitor_period_s or settings.monitor_period_s),
         overprovision=settings.cascade_overprovision,
+        cost_aware_hits=settings.cascade_cost_aware_hits,
     )

@@ -166,6 +166,7 @@ class _Simulation:
             upcoming = self.query_rows[seq + 1 : seq + 256]
             lookup = self.cache.lookup(request.prompt_idx, now, upcoming=upcoming)
             k, entry_row, similarity = lookup.k, lookup.entry_row, lookup.similarity
+            k = self.controller.kept_hit(k, self.profile, self.costs) if self.controller else k
             admission_ms = self.embed_ms + lookup.wall_ms
         job = SimJob(request, now, k, admission_ms, entry_row, similarity if k is not None else None)
         job.role = Role.SMALL if k is not None and self.profile.hits_on_small else Role.LARGE

@@ -44,6 +44,15 @@ class CascadeSettings(BaseSettings):
         description="The latency SLO L of the allocation MILP, seconds. Unset: 2.8x the heavy model's "
         "measured latency (DiffServe 4.1: a 5 s SLO for SD 1.5 at 1.78 s per image).",
     )
+    cascade_cost_aware_hits: bool = Field(
+        True,
+        description="Under the diffserve allocator, serve a hit as a miss (light-first) when resuming it "
+        "from k costs more worker time than a light stage plus the heavy run of the share f(t) the "
+        "discriminator escalates at the threshold in force, both from the allocator's newest measured "
+        "latencies (jobs.admission.cheaper_route). On by measurement: in the simulated load sweep a hit "
+        "resumed 25 steps costs several light stages once the MILP lowers the threshold "
+        "(docs/results/simulator.md). Off: every hit the table grants is served as a hit.",
+    )
     cascade_overprovision: float = Field(
         1.05,
         ge=1.0,

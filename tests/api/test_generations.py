@@ -84,6 +84,7 @@ def test_get_returns_what_the_workers_wrote(
         job_id,
         status="succeeded",
         route="hit",
+        admission_outcome="hit",
         similarity=0.91,
         k=20,
         models_used=["tiny-small"],
@@ -100,6 +101,7 @@ def test_get_returns_what_the_workers_wrote(
     }
     assert job["metrics"] == {
         "route": "hit",
+        "admission": "hit",
         "similarity": 0.91,
         "k": 20,
         "source_entry": None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 
 from core.vocabulary import AdmissionOutcome, HitPolicy, Route
-from jobs.admission import Candidate, cache_applies, decide
+from jobs.admission import AdmissionDecision, Candidate, RouteCosts, cache_applies, cheaper_route, decide
 from jobs.policies.k_selection import parse_table
 
 NIRVANA = parse_table("nirvana-t2t")
@@ -71,3 +71,49 @@ def test_resume_scales_the_profiled_k_to_a_shorter_schedule_before_filling_holes
     assert decide(candidate=candidate, table=NIRVANA, knob=0, hit_policy=HitPolicy.RESUME, steps=10).k == 4
     holed = _candidate(0.93, ks=(2, 6, 8))
     assert decide(candidate=holed, table=NIRVANA, knob=0, hit_policy=HitPolicy.RESUME, steps=10).k == 2
+
+
+# DiffServe 4.1's cascade 1: SD 1.5 at 35.6 ms a step (1780 ms for 50), SD-Turbo's light stage 110 ms.
+SD15 = dict(hit_step_s=0.0356, light_stage_s=0.110, heavy_s=1.780)
+
+
+def _hit(similarity: float = 0.97) -> AdmissionDecision:
+    """nirvana-t2t's hit at k = 25 (similarity above 0.95)."""
+    return decide(
+        candidate=_candidate(similarity), table=NIRVANA, knob=0, hit_policy=HitPolicy.RESUME, steps=50
+    )
+
+
+def test_a_hit_stands_while_it_costs_less_than_a_light_stage_and_its_expected_escalation() -> None:
+    hit = _hit()
+    assert hit.route is Route.HIT and hit.k == 25
+    # 25 steps = 0.89 s against 0.11 + 0.5 x 1.78 = 1.0 s: the hit is cheaper
+    kept = cheaper_route(hit, RouteCosts(**SD15, escalated=0.5), steps=50)
+    assert kept is hit
+
+
+def test_a_hit_goes_light_first_once_the_miss_route_is_cheaper() -> None:
+    hit = _hit()
+    # f(t) = 0.3 under load: 0.11 + 0.3 x 1.78 = 0.644 s against the hit's 0.89 s
+    routed = cheaper_route(hit, RouteCosts(**SD15, escalated=0.3), steps=50)
+    assert (routed.outcome, routed.route, routed.k, routed.source_entry_id) == (
+        AdmissionOutcome.COSTLIER_HIT,
+        Route.MISS,
+        None,
+        None,
+    )
+    assert routed.similarity == hit.similarity
+    # the break-even f is (0.89 - 0.11) / 1.78 = 0.438: just above it the hit stands again
+    assert cheaper_route(hit, RouteCosts(**SD15, escalated=0.44), steps=50).route is Route.HIT
+
+
+def test_without_measured_costs_or_for_a_miss_nothing_changes() -> None:
+    hit = _hit()
+    assert cheaper_route(hit, None, steps=50) is hit
+    miss = decide(candidate=None, table=NIRVANA, knob=0, hit_policy=HitPolicy.RESUME, steps=50)
+    assert cheaper_route(miss, RouteCosts(**SD15, escalated=0.0), steps=50) is miss
+
+
+def test_a_deeper_k_is_cheaper_to_serve() -> None:
+    costs = RouteCosts(**SD15, escalated=0.3)
+    assert costs.hit_s(50, 25) > costs.miss_s() > costs.hit_s(50, 40)

@@ -9,14 +9,17 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 from PIL import Image
+from sqlalchemy import delete
 
 from core import logs
 from core.scopes import tenant_scope
 from core.settings import Settings
-from core.vocabulary import LAB_ATTRIBUTES, AdmissionOutcome, JobStatus, LookupMode, Role, Route
+from core.vocabulary import LAB_ATTRIBUTES, AdmissionOutcome, Allocator, JobStatus, LookupMode, Role, Route
 from db import cache
+from db import cascade as cascade_db
 from db.engine import session_scope
-from db.models import Job
+from db.job_runs import utcnow
+from db.models import CascadeDecision, Job
 from jobs.policies.k_selection import choose_k, table_for
 from jobs.queues import TaskName
 from lab.captions import caption
@@ -179,3 +182,66 @@ def test_image_lookups_on_the_lab_find_the_cached_image_that_shows_the_prompt(
         assert decision.source_entry_id == entries[shown]
         table = table_for("lab-t2i", LookupMode.TEXT_TO_IMAGE)
         assert decision.k == choose_k(decision.similarity, table, settings.capture_steps)
+
+
+def _cascade_decision(settings: Settings, escalated: float) -> int:
+    """A decision of DiffServe's allocator as jobs.pools.diffserve records one: DiffServe 4.1's SD 1.5
+    (35.6 ms a step) with SD-Turbo's light stage (110 ms), f(t) = `escalated`."""
+    inputs = {"small_step_ms": 35.6, "large_step_ms": 35.6, "light_latency_s": 0.11, "heavy_latency_s": 1.78}
+    with session_scope(settings) as session:
+        row = cascade_db.add_decision(
+            session,
+            CascadeDecision(
+                period_start=utcnow(), period_seconds=60, inputs=inputs, solution={"escalated": escalated},
+                threshold=0.4, feasible=True, objective=1.0, solve_ms=1.0, target_light=1, target_heavy=1,
+                applied_light=1, applied_heavy=1, switches=[],
+            ),
+        )  # fmt: skip
+        session.flush()
+        return row.id
+
+
+@pytest.mark.parametrize(("escalated", "route"), [(0.3, Route.MISS), (0.9, Route.HIT)])
+def test_under_the_cascade_a_hit_costlier_than_a_light_stage_goes_light_first(
+    task_settings: Settings, dispatcher: RecordingDispatcher, escalated: float, route: Route
+) -> None:
+    """Cost-aware routing on the live path: a paraphrase found at k = 25 costs 25 steps (0.89 s); the
+    miss route a light stage and f(t) of a heavy run, 0.644 s at f = 0.3 (light-first, recorded as a
+    costlier hit) and 1.71 s at f = 0.9 (the hit stands)."""
+    settings = task_settings.model_copy(update={"allocator": Allocator.DIFFSERVE})
+    context = WorkerContext(settings, Role.ADMIT, dispatcher=dispatcher)
+    tenant = make_tenant(settings)
+    _cache_entry(settings, context, tenant_scope(tenant), PROMPT)
+    decision_id = _cascade_decision(settings, escalated)
+    try:
+        job_id = make_job(settings, tenant, PROMPT + ".")
+        decision = admit(context, job_id)
+    finally:
+        with session_scope(settings) as session:
+            session.execute(delete(CascadeDecision).where(CascadeDecision.id == decision_id))
+    assert decision is not None and decision.route is route
+    job = _job(settings, job_id)
+    if route is Route.MISS:
+        assert (job.route, job.k, job.admission_outcome) == ("miss", None, "costlier_hit")
+        assert [sent.args for sent in dispatcher.of(TaskName.GENERATE_LIGHT)] == [(str(job_id),)]
+        assert dispatcher.of(TaskName.REUSE) == []
+    else:
+        assert (job.route, job.k, job.admission_outcome) == ("hit", 25, "hit")
+        assert [sent.args for sent in dispatcher.of(TaskName.REUSE)] == [(str(job_id),)]
+
+
+def test_the_modm_allocator_never_prices_a_hit(
+    task_settings: Settings, dispatcher: RecordingDispatcher
+) -> None:
+    """Under MoDM's monitor (no cascade) a hit and a miss run on different pools: the hit stands even
+    when a decision of the cascade's allocator is on record."""
+    context = WorkerContext(task_settings, Role.ADMIT, dispatcher=dispatcher)
+    tenant = make_tenant(task_settings)
+    _cache_entry(task_settings, context, tenant_scope(tenant), PROMPT)
+    decision_id = _cascade_decision(task_settings, 0.0)
+    try:
+        decision = admit(context, make_job(task_settings, tenant, PROMPT + "."))
+    finally:
+        with session_scope(task_settings) as session:
+            session.execute(delete(CascadeDecision).where(CascadeDecision.id == decision_id))
+    assert decision is not None and decision.route is Route.HIT

@@ -45,6 +45,7 @@ CONTRACT = set(
         "decodes",
         "escalation_rate",  # DiffServe's cascade (null outside it)
         "threshold_timeline",
+        "costlier_hits",  # cost-aware routing of hits under the cascade (null outside it)
     ]
 )
 

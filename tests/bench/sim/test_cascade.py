@@ -13,6 +13,7 @@ from bench.run.profiles import build_profile
 from bench.sim.cascade import PAIRS, CascadeProfile, CascadeSpec
 from bench.sim.config import SimConfig, SimResult
 from bench.sim.simulate import run_simulation
+from bench.workload.embeddings import TraceEmbeddings
 from bench.workload.trace import ArrivalKind, ArrivalSpec, Prompts, build_workload
 from core.settings import Settings
 from core.vocabulary import Allocator
@@ -148,3 +149,28 @@ def test_with_a_measured_batch_table_the_milp_chooses_batch_sizes_and_the_worker
     assert batched.report.escalation_rate > alone.report.escalation_rate
     late, late_alone = batched.report.slo_violations.x2, alone.report.slo_violations.x2
     assert late is not None and late_alone is not None and late <= late_alone
+
+
+def test_under_load_hits_costlier_than_the_light_route_go_light_first(
+    repeat_prompts: Prompts, repeat_embeddings: TraceEmbeddings, bench_settings: Settings, cascade_file: Path
+) -> None:
+    """Reprise mode (cache + cascade) at 8 qps on 4 GPUs: the MILP lowers the threshold, f(t) falls, and
+    a repeat resumed on the light pool costs more than a light stage and its expected escalation
+    (jobs.admission.cheaper_route); with cost-aware routing off every repeat is served as a hit."""
+    workload = build_workload(repeat_prompts, ArrivalSpec(kind=ArrivalKind.POISSON, rate_rps=8.0, seed=3))
+    reports = {}
+    for aware in (True, False):
+        spec = CascadeSpec(
+            profile=CascadeProfile.load(cascade_file), pair=PAIR, allocator=Allocator.DIFFSERVE,
+            threshold=0.5, period_s=5.0, cost_aware_hits=aware,
+        )  # fmt: skip
+        config = SimConfig(
+            profile=build_profile("reprise", bench_settings), costs=PAIR.costs(), cache_bytes=2**40,
+            large_workers=3, small_workers=1, cascade=spec,
+        )  # fmt: skip
+        result = run_simulation(workload, config, settings=bench_settings, embeddings=repeat_embeddings)
+        reports[aware] = (result.report, sum(o.hit for o in result.outcomes))
+    (aware_report, aware_hits), (plain_report, plain_hits) = reports[True], reports[False]
+    assert plain_report.costlier_hits == 0 and plain_hits > 0
+    assert aware_report.costlier_hits is not None and aware_report.costlier_hits > 0
+    assert aware_hits < plain_hits  # a request may find an entry more than once (each lookup prices it)

@@ -14,7 +14,14 @@ from core.settings import Settings
 from core.vocabulary import AdmissionOutcome, HitPolicy, Route
 from db import cache, predictor_store
 from db.engine import session_scope
-from jobs.admission import MISS_UNSEARCHED, AdmissionDecision, Candidate, cache_applies, decide
+from jobs.admission import (
+    MISS_UNSEARCHED,
+    AdmissionDecision,
+    Candidate,
+    cache_applies,
+    cheaper_route,
+    decide,
+)
 from jobs.passes.quality_guard import GuardedTables
 from jobs.passes.retrain import load_predictor
 from jobs.policies.k_selection import ThresholdTable
@@ -50,7 +57,7 @@ def _decide(
         )
     timer.lap("prompt")
     if same is not None:
-        return _routed(settings, request, same), None
+        return _routed(context, request, same), None
     embedding = embed_query(context, request.params.prompt)
     timer.lap("embed")
     predicted: bool | None = None
@@ -78,7 +85,7 @@ def _decide(
             max_scan_tuples=settings.hnsw_max_scan_tuples,
         )
     timer.lap("lookup")
-    decision = _routed(settings, request, found)
+    decision = _routed(context, request, found)
     if predicted is not None and versions:
         actual = decision.route is Route.HIT
         with session_scope(settings) as session:
@@ -91,20 +98,24 @@ def _decide(
     return decision, predicted
 
 
-def _routed(settings: Settings, request: JobView, found: cache.LookupResult | None) -> AdmissionDecision:
-    """The decision for the nearest entry found (NIRVANA Algorithm 1's k for its similarity)."""
+def _routed(context: WorkerContext, request: JobView, found: cache.LookupResult | None) -> AdmissionDecision:
+    """The decision for the nearest entry found (NIRVANA Algorithm 1's k for its similarity); under
+    DiffServe's cascade, a hit that costs more than the miss route goes light-first instead."""
+    settings = context.settings
     candidate = (
         Candidate(found.entry_id, found.similarity, found.stored_ks, found.final_latent_key is not None)
         if found is not None
         else None
     )
-    return decide(
+    decision = decide(
         candidate=candidate,
         table=threshold_table(settings),
         knob=settings.quality_knob,
         hit_policy=settings.hit_policy,
         steps=request.params.steps,
     )
+    costs = context.route_costs.get(settings) if decision.route is Route.HIT else None
+    return cheaper_route(decision, costs, steps=request.params.steps)
 
 
 def embed_query(context: WorkerContext, prompt: str) -> npt.NDArray[np.float32]:
