@@ -44,6 +44,12 @@ class SimConfig:
     slo_s: float | None = None  # an SLO to report violations of beside x2 and x4 (a DiffServe pair's)
     max_batch: int = 1  # jobs a worker denoises together (Settings.max_batch), with costs.batch_slowdown
     autoscaler: AutoscalerSpec | None = None  # KEDA's fleet size (bench.sim.autoscale); None: a fixed fleet
+    cohost: bool = False  # Settings.cohost: small workers run misses on the large model when no hit waits
+
+    @property
+    def cohosting(self) -> bool:
+        """Whether small workers take misses (workers.role_switch.cohosts: batching, MoDM's allocator)."""
+        return self.cohost and self.batch_capacity > 1 and self.cascade is None
 
     @property
     def batch_capacity(self) -> int:

@@ -288,6 +288,7 @@ def _config_factory(
             slo_s=cascade.pair.slo_s if cascade is not None else None,  # every profile beside a cascade
             max_batch=settings.max_batch,
             autoscaler=AutoscalerSpec.parse(options.autoscale) if options.autoscale else None,
+            cohost=settings.cohost,
         )
 
     return config

@@ -11,9 +11,8 @@ The model of one request:
   1. arrival; admission at once against the cache as it is then (embed, predictor, exact nearest
      neighbour, jobs.admission.decide: k from the table, scaled to T, over holes); queued `admit_s`
      later (the measured embedding time per prompt; the CPU admit pool is no bottleneck here).
-  2. a miss waits for a large worker; a hit for a small worker when the profile sends hits to the
-     small pool (Profile.hits_on_small), or a large one with no miss waiting (DESIGN.md: "small pool
-     (or large, when idle)"; Settings.large_serves_hits); otherwise hits queue with the misses.
+  2. a miss waits for a large worker (or a co-hosting small one, no hit waiting); a hit for a small one
+     when hits go to the small pool (Profile.hits_on_small), or a large one with no miss waiting.
   3. a hit whose entry (or, under resume, state) was evicted since admission runs as a miss, on the
      large pool (workers.generation.reuse_job). Service time: denoiser evaluations x the model's
      step cost + one VAE decode. A worker runs up to `SimConfig.batch_capacity` jobs at once (step-level
@@ -194,8 +193,9 @@ class _Simulation:
             if worker.role is Role.LARGE:
                 takes_hits = self.config.large_serves_hits or self.pools.hosting(Role.SMALL) == 0
                 queue = self.small_queue if takes_hits and not self.large_queue else self.large_queue
-            else:
+            else:  # a co-hosting small worker takes misses on its large model when no hit waits
                 queue = self.small_queue if self.small_queue or not self.light_queue else self.light_queue
+                queue = self.large_queue if not queue and self.config.cohosting else queue
             job = self._next_job(queue)
             if job is None:
                 ready.remove(worker)
@@ -217,13 +217,13 @@ class _Simulation:
             self.push(worker.done_s, Event.DONE, worker.worker_id)
 
     def _service_s(self, job: SimJob, *, on_small: bool) -> float:
-        """The job's time on the worker, its evaluations recorded (a cascade's light stage: the pair's
-        light latency and the discriminator; an escalated job adds the heavy run to them)."""
+        """The job's time on the worker and its evaluations (a light stage: light model + discriminator)."""
         cascade = self.config.cascade
         if job.stage == "light" and cascade is not None:
             job.evals = {self.small_name: cascade.pair.light_steps}
             return cascade.light_stage_ms / 1000.0
         steps = self.profile.steps - (job.k or 0)
+        on_small = on_small and job.k is not None  # a small worker runs a miss on the large model it hosts
         model = self.small_name if on_small else self.large_name
         step_ms = self.costs.small_step_ms if on_small else self.costs.large_step_ms
         job.evals = {**job.evals, model: steps} if job.stage == "heavy" else {model: steps}

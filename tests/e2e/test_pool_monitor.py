@@ -241,7 +241,7 @@ def test_mostly_hit_traffic_moves_a_worker_to_the_small_pool_without_losing_a_ta
     assert (switch["from"], switch["to"], switch["ok"]) == ("large", "small", True)
     assert moved.startswith(GPU_WORKERS[0] + "@")  # name order decides which one moves
 
-    # 3. More traffic after the move: hits reach the small model; misses only the large worker.
+    # 3. More traffic after the move: hits reach the small model; misses only the large model.
     later = [_submit(stack, tenant, PROMPTS[i % 4], seed=200 + i) for i in range(6)]
     later.append(_submit(stack, tenant, NEW_PROMPTS[2], seed=3))
     jobs = _wait_jobs(stack, first + shifted + later)
@@ -262,8 +262,10 @@ def test_mostly_hit_traffic_moves_a_worker_to_the_small_pool_without_losing_a_ta
     late_hits = [job for job in jobs if job.id in later and job.route == "hit"]
     assert any(job.models_used == ["tiny-small"] for job in late_hits)
 
-    # The worker consumes the small pool's queue, and worker_roles says so.
-    assert _hosting(stack, moved) == [{moved: {"role": "small", "queues": ["cache_hit", "cascade_light"]}}]
+    # The worker consumes the small pool's queues, then the misses of the large model it co-hosts
+    # (REPRISE_COHOST), and worker_roles says so.
+    small = ["cache_hit", "cascade_light", "cache_miss", "cache_hit_large"]
+    assert _hosting(stack, moved) == [{moved: {"role": "small", "queues": small}}]
     rows = _recorded_roles(settings)
     assert rows[moved] == "small" and rows[GPU_WORKERS[1] + "@" + moved.split("@")[1]] == "large"
     with session_scope(settings) as session:

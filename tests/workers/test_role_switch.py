@@ -61,10 +61,11 @@ def test_queues_per_role_keep_misses_before_hits(tiny_settings: Settings) -> Non
     no_hits = tiny_settings.model_copy(update={"large_serves_hits": False})
     assert consumed_queues(Role.LARGE, no_hits) == (Queue.CACHE_MISS, Queue.CASCADE_HEAVY)
     # The small model is also the cascade's light one (DiffServe): hits first, then light stages.
-    assert consumed_queues(Role.SMALL, tiny_settings) == (Queue.CACHE_HIT, Queue.CASCADE_LIGHT)
-    # Co-hosting (with batching threads, under MoDM's allocator): then misses on the large model.
-    cohost = tiny_settings.model_copy(update={"cohost": True})
-    assert cohost.max_batch > 1
+    alone = tiny_settings.model_copy(update={"cohost": False})
+    assert consumed_queues(Role.SMALL, alone) == (Queue.CACHE_HIT, Queue.CASCADE_LIGHT)
+    # Co-hosting (the default, with batching threads, under MoDM's allocator): then misses on the large model.
+    cohost = tiny_settings
+    assert cohost.cohost and cohost.max_batch > 1
     cohosting = (Queue.CACHE_HIT, Queue.CASCADE_LIGHT, Queue.CACHE_MISS, Queue.CACHE_HIT_LARGE)
     assert consumed_queues(Role.SMALL, cohost) == cohosting
     for off in ({"max_batch": 1}, {"allocator": Allocator.DIFFSERVE}):
@@ -86,9 +87,13 @@ def test_queues_per_role_keep_misses_before_hits(tiny_settings: Settings) -> Non
 def test_a_hit_is_consumed_only_by_workers_holding_a_model_that_can_serve_it(
     tiny_settings: Settings, policy: HitPolicy, small_family: str, takers: set[Role]
 ) -> None:
-    settings = tiny_settings.model_copy(update={"hit_policy": policy, "small_family": small_family})
+    update = {"hit_policy": policy, "small_family": small_family, "cohost": False}
+    settings = tiny_settings.model_copy(update=update)
     queue = ROUTES[route_task(Route.HIT, settings)]
     assert {role for role in POOL_ROLES if queue in consumed_queues(role, settings)} == takers
+    # A co-hosting small worker also holds the large model: it can serve every hit.
+    cohosting = settings.model_copy(update={"cohost": True})
+    assert {role for role in POOL_ROLES if queue in consumed_queues(role, cohosting)} == set(POOL_ROLES)
 
 
 @pytest.mark.parametrize(
@@ -119,7 +124,7 @@ def test_queue_changes_keep_the_drain_order(
 def test_a_moved_worker_refuses_a_queue_it_left_and_switches_models_for_one_it_takes(
     cell: RoleCell, tiny_settings: Settings
 ) -> None:
-    context = WorkerContext(tiny_settings, Role.LARGE)
+    context = WorkerContext(tiny_settings.model_copy(update={"cohost": False}), Role.LARGE)
     large_model = context.runtime().model_name
     role_switch.set_shared_role(Role.SMALL)
     with (
@@ -136,7 +141,7 @@ def test_a_moved_worker_refuses_a_queue_it_left_and_switches_models_for_one_it_t
 
 def test_outside_a_worker_the_context_keeps_its_role(tiny_settings: Settings) -> None:
     assert role_switch.shared_role() is None
-    context = WorkerContext(tiny_settings, Role.SMALL)
+    context = WorkerContext(tiny_settings.model_copy(update={"cohost": False}), Role.SMALL)
     with in_pool(context, Queue.CACHE_HIT):
         assert context.role is Role.SMALL
     with pytest.raises(NotThisPool), in_pool(context, Queue.CACHE_MISS):
@@ -172,7 +177,9 @@ def test_a_switch_is_answered_at_once_and_applied_on_the_event_loop(cell: RoleCe
     assert role_switch.shared_role() is Role.LARGE and consumer.names == ["cache_miss", "cache_hit"]
     [(callback, args)] = consumer.soon
     callback(*args)
-    assert report_role(state) == {"role": "small", "queues": ["cache_hit", "cascade_light"]}
+    # A small worker co-hosts the large model by default: its misses come after hits and light stages.
+    small = ["cache_hit", "cascade_light", "cache_miss", "cache_hit_large"]
+    assert report_role(state) == {"role": "small", "queues": small}
     # Back to large: cache_miss must come before cache_hit again.
     move_queues(consumer, Role.LARGE, args[2])
     large = ["cache_miss", "cascade_heavy", "cache_hit_large", "cache_hit"]
@@ -200,7 +207,7 @@ def test_a_cohosting_small_worker_runs_misses_on_the_large_model_and_hits_on_its
     small_model = context.runtime()
     with in_pool(context, Queue.CACHE_HIT):
         assert context.runtime() is small_model  # both stay loaded: no switch between them
-    # Without co-hosting (the default) the small worker refuses a miss.
-    alone = WorkerContext(tiny_settings, Role.SMALL)
+    # Without co-hosting the small worker refuses a miss.
+    alone = WorkerContext(tiny_settings.model_copy(update={"cohost": False}), Role.SMALL)
     with pytest.raises(NotThisPool), in_pool(alone, Queue.CACHE_MISS):
         pass

@@ -10,10 +10,11 @@ from bench.run.profiles import build_profile
 from bench.sim.config import SimConfig
 from bench.sim.pools import Worker
 from bench.sim.simulate import run_simulation
+from bench.workload.embeddings import TraceEmbeddings
 from bench.workload.trace import ArrivalSpec, Prompts, Workload, build_workload
 from core.errors import CostsError
 from core.settings import Settings
-from core.vocabulary import Role
+from core.vocabulary import HitPolicy, Role
 
 # `reprise bench runtime --batch 1,2,4,8 --json` on the lab's large model (CPU): step ms by batch size
 RUNTIME = {
@@ -82,3 +83,26 @@ def test_a_batching_worker_serves_the_tables_images_per_second(
     assert _vanilla(all_misses, bench_settings, StepCosts(large_step_ms=20.0, decode_ms=5.0), 8) == (
         pytest.approx(_vanilla(all_misses, bench_settings, StepCosts(large_step_ms=20.0, decode_ms=5.0), 1))
     )
+
+
+def test_a_cohosting_small_worker_serves_misses_when_no_hit_waits(
+    all_misses: Workload, repeat_embeddings: TraceEmbeddings, bench_settings: Settings
+) -> None:
+    """No room in the cache, so no hit: one model per worker leaves the small worker idle and serves
+    what one large worker serves; co-hosting (Settings.cohost) serves what two large workers serve."""
+    costs = costs_from_runtime_json(RUNTIME, source="test")
+    settings = bench_settings.model_copy(update={"hit_policy": HitPolicy.RESUME})
+    served = {}
+    for cohost in (False, True):
+        config = SimConfig(
+            profile=build_profile("configured", settings), costs=costs, cache_bytes=0, large_workers=1,
+            small_workers=1, max_batch=8, cohost=cohost,
+        )  # fmt: skip
+        result = run_simulation(all_misses, config, settings=settings, embeddings=repeat_embeddings)
+        assert not any(outcome.hit for outcome in result.outcomes)
+        served[cohost] = result.report.throughput_rps
+        evaluations = {model for o in result.outcomes for model in o.denoiser_evaluations}
+        assert evaluations == {costs.large_model or "large"}  # every miss on the large model
+    one_large = _vanilla(all_misses, bench_settings, costs, 8)
+    assert served[False] == pytest.approx(one_large, rel=0.05)
+    assert served[True] > 1.5 * served[False]
