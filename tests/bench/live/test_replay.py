@@ -66,6 +66,7 @@ def job_json(
         error=None,
         metrics=GenerationMetrics(
             route=route,  # type: ignore[arg-type]
+            admission=None,
             similarity=0.97 if route == "hit" else None,
             k=k,
             source_entry=uuid.uuid4() if route == "hit" else None,

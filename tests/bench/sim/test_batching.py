@@ -92,7 +92,7 @@ def test_a_cohosting_small_worker_serves_misses_when_no_hit_waits(
     what one large worker serves; co-hosting (Settings.cohost) serves what two large workers serve."""
     costs = costs_from_runtime_json(RUNTIME, source="test")
     settings = bench_settings.model_copy(update={"hit_policy": HitPolicy.RESUME})
-    served = {}
+    served: dict[bool, float] = {}
     for cohost in (False, True):
         config = SimConfig(
             profile=build_profile("configured", settings), costs=costs, cache_bytes=0, large_workers=1,
@@ -100,6 +100,7 @@ def test_a_cohosting_small_worker_serves_misses_when_no_hit_waits(
         )  # fmt: skip
         result = run_simulation(all_misses, config, settings=settings, embeddings=repeat_embeddings)
         assert not any(outcome.hit for outcome in result.outcomes)
+        assert result.report.throughput_rps is not None
         served[cohost] = result.report.throughput_rps
         evaluations = {model for o in result.outcomes for model in o.denoiser_evaluations}
         assert evaluations == {costs.large_model or "large"}  # every miss on the large model
