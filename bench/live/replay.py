@@ -5,18 +5,15 @@ polled at GET /v1/generations/{id} until it ends. The per-job metrics of the job
 (jobs.representation: route, k, denoiser_evaluations, created_at, completed_at) feed the same
 `summarize` as the simulator (bench.run.outcomes), so the two reports compare field by field.
 
-Times: a request's latency is the client's wait to get it accepted (429/503 retries included)
-plus the server's created_at -> completed_at, so polling granularity does not blur it and no
-clock synchronisation between client and server is needed.
+Times: a request's latency is the client's wait to get it accepted (429/503 retries included) plus
+the server's created_at -> completed_at: polling does not blur it, and no clocks need synchronising.
 
 The stack's policies are its own configuration: `--profile` selects the cache mode of the
 submissions ("off" for vanilla) and is checked against the settings this process reads; a
-mismatch is reported on stderr, and the report names the profile asked for. While it runs, the
-replay polls /v1/stats for the stack's pools and pool monitor (bench.live.stack.StackWatch), so that a
-simulation compared with it runs the same allocation. Under DiffServe's cascade the report's
-`escalation_rate` is the share of the replay's light stages escalated (each job's `metrics.cascade`),
-its `threshold_timeline` the allocator's decisions during the replay (from /v1/stats `cascade`) and
-`costlier_hits` the requests admission sent light-first although they found an entry (`metrics.admission`).
+mismatch is reported on stderr, and the report names the profile asked for. It polls /v1/stats for the
+stack's pools and monitor (bench.live.stack.StackWatch), so a simulation compared with it runs the same
+allocation. Under DiffServe's cascade: `escalation_rate` (`metrics.cascade`), `costlier_hits`
+(`metrics.admission`) and the allocator's decisions, `threshold_timeline` (/v1/stats).
 """
 
 from __future__ import annotations
@@ -174,10 +171,9 @@ def escalation_rate(records: Sequence[JobRecord]) -> float | None:
 def costlier_hits(records: Sequence[JobRecord]) -> int | None:
     """Cost-aware routing under the cascade: the jobs admission sent light-first although an entry was
     found (`metrics.admission` costlier_hit); None when no job went through the cascade."""
-    jobs = [r.job for r in records if r.job is not None]
-    if not any((job.get("metrics") or {}).get("cascade") is not None for job in jobs):
-        return None
-    return sum(1 for job in jobs if (job.get("metrics") or {}).get("admission") == "costlier_hit")
+    metrics = [r.job.get("metrics") or {} for r in records if r.job is not None]
+    cascaded = any(m.get("cascade") is not None for m in metrics)
+    return sum(bool(m.get("admission") == "costlier_hit") for m in metrics) if cascaded else None
 
 
 def replay_report(

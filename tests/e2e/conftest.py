@@ -197,6 +197,9 @@ def stack(
         "REPRISE_CAPTURE_STEPS": "2,4,6,8",
         "REPRISE_DEFAULT_SIZE": "64",
         "REPRISE_LARGE_SERVES_HITS": "false",
+        # One model a worker: these tests place a job on its pool (a miss on the large worker, a hit on
+        # the small one). Co-hosting, the default, runs on the pool monitor's stack (test_pool_monitor).
+        "REPRISE_COHOST": "false",
         "REPRISE_WEBHOOK_ALLOW_HOSTS": "127.0.0.1",
         "REPRISE_WEBHOOK_RETRY_DELAYS_S": "0,1,1",
         # Short leases, and a visibility timeout far beyond any test: a dead run must come back
@@ -221,6 +224,7 @@ def stack(
             "default_size": 64,
             "lease_s": 6.0,
             "lease_renew_s": 2.0,
+            "cohost": False,
         }
     )
     port = free_port()

@@ -125,6 +125,9 @@ def pool_stack(
             session.execute(delete(WorkerRoleRow).where(WorkerRoleRow.worker_name.like("%-pool@%")))
 
 
+SMALL_QUEUES = ("cache_hit", "cascade_light", "cache_miss", "cache_hit_large")  # REPRISE_COHOST, the default
+
+
 def _actuator(stack: Stack) -> PoolActuator:
     return PoolActuator(make_celery_app(stack.settings))
 
@@ -262,10 +265,8 @@ def test_mostly_hit_traffic_moves_a_worker_to_the_small_pool_without_losing_a_ta
     late_hits = [job for job in jobs if job.id in later and job.route == "hit"]
     assert any(job.models_used == ["tiny-small"] for job in late_hits)
 
-    # The worker consumes the small pool's queues, then the misses of the large model it co-hosts
-    # (REPRISE_COHOST), and worker_roles says so.
-    small = ["cache_hit", "cascade_light", "cache_miss", "cache_hit_large"]
-    assert _hosting(stack, moved) == [{moved: {"role": "small", "queues": small}}]
+    # The worker consumes the small pool's queues, then the large model's it co-hosts; worker_roles says so.
+    assert _hosting(stack, moved) == [{moved: {"role": "small", "queues": [*SMALL_QUEUES]}}]
     rows = _recorded_roles(settings)
     assert rows[moved] == "small" and rows[GPU_WORKERS[1] + "@" + moved.split("@")[1]] == "large"
     with session_scope(settings) as session:
