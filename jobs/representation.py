@@ -303,8 +303,7 @@ def _metrics(job: Job) -> VideoGenerationMetrics | GenerationMetrics:
 
 def _admission(stored: str | None) -> AdmissionOutcome | None:
     """The row's admission_outcome; None before admission, or for a value this version does not know."""
-    known = {outcome.value: outcome for outcome in AdmissionOutcome}
-    return known.get(stored) if stored is not None else None
+    return AdmissionOutcome(stored) if stored in set(AdmissionOutcome) else None
 
 
 def _video_hit(stored: str | None) -> VideoHitName | None:

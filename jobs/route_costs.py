@@ -5,8 +5,8 @@ process for a few seconds, since a decision stands for a whole monitor period.""
 
 from __future__ import annotations
 
-import threading
 import time
+from collections.abc import MutableMapping
 from typing import Any, Final
 
 from core.settings import Settings
@@ -16,7 +16,7 @@ from db.engine import session_scope
 from jobs.admission import RouteCosts
 from jobs.queues import settings_hits_need_large
 
-KEEP_S: Final = 5.0  # a decision stands for a monitor period (60 s at least): a few seconds' reuse is fresh
+KEEP_S: Final = 5.0  # as long as a light worker keeps the threshold (workers.cascade.THRESHOLD_TTL_S)
 
 
 def costs_of(inputs: dict[str, Any], solution: dict[str, Any], *, hits_on_large: bool) -> RouteCosts | None:
@@ -34,31 +34,23 @@ def costs_of(inputs: dict[str, Any], solution: dict[str, Any], *, hits_on_large:
     )
 
 
-class RouteCostReader:
-    """The newest decision's RouteCosts, re-read at most every KEEP_S seconds (thread-safe)."""
-
-    def __init__(self, keep_s: float = KEEP_S) -> None:
-        self._keep_s = keep_s
-        self._lock = threading.Lock()
-        self._read_at: float | None = None
-        self._costs: RouteCosts | None = None
-
-    def get(self, settings: Settings) -> RouteCosts | None:
-        """None unless the cascade is on with cost-aware hits and its allocator has measured both routes."""
-        if settings.allocator is not Allocator.DIFFSERVE or not settings.cascade_cost_aware_hits:
-            return None
-        with self._lock:
-            now = time.monotonic()
-            if self._read_at is not None and now - self._read_at < self._keep_s:
-                return self._costs
-            with session_scope(settings) as session:
-                decision = cascade_db.latest_decision(session)
-                self._costs = (
-                    None
-                    if decision is None
-                    else costs_of(
-                        decision.inputs, decision.solution, hits_on_large=settings_hits_need_large(settings)
-                    )
-                )
-            self._read_at = now
-            return self._costs
+def route_costs_now(settings: Settings, cache: MutableMapping[str, tuple[float, Any]]) -> RouteCosts | None:
+    """The newest decision's costs, re-read every KEEP_S seconds into `cache` (the worker's
+    WorkerContext.cascade_cache, beside the light stage's threshold); None unless the cascade is on
+    with cost-aware hits and its allocator has measured both routes."""
+    if settings.allocator is not Allocator.DIFFSERVE or not settings.cascade_cost_aware_hits:
+        return None
+    cached = cache.get("route_costs")
+    now = time.monotonic()
+    if cached is not None and now - cached[0] < KEEP_S:
+        return cached[1]  # type: ignore[no-any-return]
+    with session_scope(settings) as session:
+        decision = cascade_db.latest_decision(session)
+        hits_on_large = settings_hits_need_large(settings)
+        costs = (
+            None
+            if decision is None
+            else costs_of(decision.inputs, decision.solution, hits_on_large=hits_on_large)
+        )
+    cache["route_costs"] = (now, costs)
+    return costs

@@ -26,7 +26,6 @@ from db.blobs.factory import blob_store_from_settings
 from jobs.broker import broker_client
 from jobs.celery_app import get_celery_app
 from jobs.dispatch import CeleryDispatcher, Dispatcher
-from jobs.route_costs import RouteCostReader
 
 if TYPE_CHECKING:
     from core.scoring import Scorer
@@ -58,8 +57,9 @@ class WorkerContext:
         self._running = 0
         self.video_lock = threading.Lock()  # the video model runs one job at a time, whatever the pool
         self.predictors: dict[tuple[str, str, str], Any] = {}  # (scope, family, mode) -> (version, model)
-        self.cascade_cache: dict[str, tuple[float, Any]] = {}  # workers.cascade: name -> (read at, value)
-        self.route_costs = RouteCostReader()  # admission's cost-aware routing of hits under the cascade
+        self.cascade_cache: dict[
+            str, tuple[float, Any]
+        ] = {}  # name -> (read at, value): workers.cascade, route costs
         self.decode_node: Any = None  # workers.decoding: the decode role's node (its cache), on first use
         self.redis: Any = None  # workers.decoding: a client of the broker's Redis, on first use
 

@@ -181,28 +181,23 @@ class CascadeController:
     costlier_hits: int = 0  # hits served as misses: their resume cost more than the miss route
 
     def kept_hit(self, k: int | None, profile: Profile, costs: StepCosts) -> int | None:
-        """A hit's k when cost-aware routing keeps it (priced on the pool that serves hits), None when
-        it goes light-first as a miss; a miss stays one."""
-        if k is None:
-            return None
+        """A hit's k when admission's cost-aware routing keeps it (jobs.admission.cheaper_route, as the
+        service runs it), priced on the pool that serves hits and on the costs the controller plans
+        with: a light stage, the heavy run, f(t) of its newest plan; None when it goes light-first."""
+        if k is None or not self.spec.cost_aware_hits or not self.plans:
+            return k
         step_ms = costs.small_step_ms if profile.hits_on_small else costs.large_step_ms
-        return k if self.keeps_hit(k, profile.steps, step_ms) else None
-
-    def keeps_hit(self, k: int, steps: int, hit_step_ms: float) -> bool:
-        """Admission's cost-aware routing as the service runs it (jobs.admission.cheaper_route), on the
-        costs the controller plans with: a light stage, the heavy run, f(t) of its newest plan."""
-        if not self.spec.cost_aware_hits or not self.plans:
-            return True
-        costs = RouteCosts(
-            hit_step_s=hit_step_ms / 1e3,
+        prices = RouteCosts(
+            hit_step_s=step_ms / 1e3,
             light_stage_s=self.spec.light_stage_ms / 1e3,
             heavy_s=self.spec.pair.heavy_ms / 1e3,
             escalated=self.plans[-1].escalated,
         )
         hit = AdmissionDecision(AdmissionOutcome.HIT, Route.HIT, k=k)
-        kept = cheaper_route(hit, costs, steps=steps).route is Route.HIT
-        self.costlier_hits += not kept
-        return kept
+        if cheaper_route(hit, prices, steps=profile.steps).route is Route.HIT:
+            return k
+        self.costlier_hits += 1
+        return None
 
     def problem(
         self,

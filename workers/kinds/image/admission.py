@@ -26,6 +26,7 @@ from jobs.passes.quality_guard import GuardedTables
 from jobs.passes.retrain import load_predictor
 from jobs.policies.k_selection import ThresholdTable
 from jobs.policies.predictor import MatchPredictor, likely_hit
+from jobs.route_costs import route_costs_now
 from workers.context import WorkerContext
 from workers.job import JobView
 from workers.kinds.base import Admitted, StageTimer
@@ -114,7 +115,7 @@ def _routed(context: WorkerContext, request: JobView, found: cache.LookupResult 
         hit_policy=settings.hit_policy,
         steps=request.params.steps,
     )
-    costs = context.route_costs.get(settings) if decision.route is Route.HIT else None
+    costs = route_costs_now(settings, context.cascade_cache) if decision.route is Route.HIT else None
     return cheaper_route(decision, costs, steps=request.params.steps)
 
 
