@@ -1,0 +1,55 @@
+"""`bench simulate --compare` checks the speedup over vanilla, calibrated on the replay's live vanilla run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.run.compare import THROUGHPUT_TOLERANCE, compare_reports
+from tests.bench.run.test_report import report
+
+
+def _replay(throughput: float, vanilla_measured: float | None) -> dict[str, Any]:
+    """A replay's JSON: the estimate from costs (vanilla_throughput_rps) is not what the check reads."""
+    data = report(throughput_rps=throughput, vanilla_throughput_rps=0.25).as_json()
+    if vanilla_measured is not None:
+        data["vanilla_measured_rps"] = vanilla_measured
+    return data
+
+
+def _speedup(sim: float, sim_vanilla: float, replay: dict[str, Any]) -> Any:
+    comparison = compare_reports(report(throughput_rps=sim, vanilla_throughput_rps=sim_vanilla), replay)
+    return comparison, next(c for c in comparison.checks if c.name == "speedup")
+
+
+def test_the_level_cancels_and_the_ratio_is_checked() -> None:
+    """Simulated at 3x the stack's level (one device a worker against shared cores), the same ratio."""
+    comparison, check = _speedup(7.5, 6.0, _replay(2.5, 2.0))
+    assert check.ok and comparison.ok, comparison.describe()
+    assert check.simulated == 1.25 and check.measured == 1.25
+    assert abs(check.tolerance - THROUGHPUT_TOLERANCE * 1.25) < 1e-12
+
+
+def test_the_issues_case_disagrees() -> None:
+    """The simulator predicting vanilla's throughput where the stack served 0.75 of it."""
+    comparison, check = _speedup(2.656, 2.656, _replay(1.934, 2.571))
+    assert not check.ok and not comparison.ok
+    assert [c.name for c in comparison.checks if not c.ok] == ["speedup"]
+    assert "DISAGREES" in comparison.describe()
+
+
+def test_the_tolerance_is_relative_to_the_measured_speedup() -> None:
+    inside = 1.0 + 0.9 * THROUGHPUT_TOLERANCE
+    outside = 1.0 + 1.1 * THROUGHPUT_TOLERANCE
+    assert _speedup(inside * 4.0, 4.0, _replay(3.0, 3.0))[1].ok
+    assert not _speedup(outside * 4.0, 4.0, _replay(3.0, 3.0))[1].ok
+
+
+def test_a_replay_without_a_live_vanilla_run_checks_nothing_and_says_so() -> None:
+    comparison, check = _speedup(9.0, 1.0, _replay(1.0, None))
+    assert check.ok and check.measured is None
+    assert "no live vanilla run" in comparison.describe()
+
+
+def test_a_simulation_without_vanilla_cannot_agree() -> None:
+    _, check = _speedup(3.0, 0.0, _replay(2.0, 2.0))
+    assert not check.ok and check.simulated is None
