@@ -12,6 +12,7 @@ from kombu.entity import Queue as KombuQueue
 from core.logs import configure_logging
 from core.settings import Settings, get_settings
 from jobs.broker import transport_options
+from jobs.broker_transport import transport_for
 from jobs.queues import ROUTES, Queue
 
 
@@ -34,6 +35,8 @@ def make_celery_app(settings: Settings) -> Celery:
             # A sentinel:// URL goes through kombu's Sentinel transport, which needs the master's name.
             **transport_options(settings),
         },
+        # kombu's Redis transport whose failed ack still frees the prefetch slot (jobs.broker_transport).
+        broker_transport=transport_for(settings.broker_url),
         broker_connection_retry_on_startup=True,
         # Ride out a broker outage of any length: reconnect forever, with Celery's growing
         # interval, rather than exit after 100 tries; messages held unacked come back after the
