@@ -14,6 +14,10 @@ stated tolerance allows for those and for sampling noise, never for a wrong poli
                    at least 0.01 (ABS_FLOOR) and at most 0.05 (the old fixed allowance). A fixed 0.05
                    passed 0.043 simulated against 0.0085 measured on 200 requests, a fivefold error
                    when little is saved; it now needs to be within 0.013.
+                   Compute saved weighs each model's steps by per-step costs (`step_costs` in both
+                   reports: the replay's --costs, the simulation's); when the two weighed the small
+                   model's step against the large one's by ratios more than WEIGHTS_TOLERANCE apart,
+                   the figures are not the same quantity, and the check fails, naming both sources.
     k_histogram    total variation distance between the two k distributions of hits
                    <= max(0.15, 0.5 * sqrt(2 * bins / hits)), hits being the smaller of the two
                    counts: the second term bounds the distance two samples of that size from one
@@ -41,7 +45,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from bench.run.report import BenchReport
@@ -61,6 +65,7 @@ interval: NIRVANA's quality tolerance (the drop its cache selector allows, 0.02,
 guard's target REPRISE_QUALITY_DROP_TARGET defaults to). A prediction off by more than the target
 cannot say whether a configuration holds it."""
 STANDARD_ERRORS = 3.0
+WEIGHTS_TOLERANCE = 0.01  # relative: two measurements of one costs file's ratio, not two cost models
 THROUGHPUT_TOLERANCE = 0.15
 """The most a predicted speedup over vanilla may differ from the measured one, relative to it. Two vanilla
 replays of the same 300 requests on two fresh stacks of this machine served 5.004 and 4.397 requests/s
@@ -163,17 +168,44 @@ def compare_reports(
     return Comparison(
         checks=(
             _check("hit_rate", sim_hit, hit, rate_noise(hit, requests) if hit is not None else None),
-            _check(
-                "compute_saved",
-                sim_saved,
-                saved,
-                saved_noise(saved, hit, requests) if saved is not None else None,
+            weighed_alike(
+                _check(
+                    "compute_saved",
+                    sim_saved,
+                    saved,
+                    saved_noise(saved, hit, requests) if saved is not None else None,
+                ),
+                simulated,
+                measured,
             ),
             Check("k_histogram", None, None, distance, k_tolerance, distance <= k_tolerance),
             quality_check(simulated, measured),
             throughput_check(simulated, measured),
         )
     )
+
+
+def _weights(report: BenchReport | Mapping[str, Any]) -> tuple[float, str] | None:
+    """The small model's step cost over the large one's that compute_saved weighed by, and its source."""
+    data = report.as_json() if isinstance(report, BenchReport) else report
+    costs = data.get("step_costs")
+    if not costs or not costs.get("large_step_ms"):
+        return None  # a report from before step_costs was recorded
+    return float(costs["small_step_ms"]) / float(costs["large_step_ms"]), str(costs.get("source", "?"))
+
+
+def weighed_alike(
+    check: Check, simulated: BenchReport | Mapping[str, Any], measured: BenchReport | Mapping[str, Any]
+) -> Check:
+    """The compute_saved check, failed with the reason when the two reports weighed steps differently."""
+    sim, live = _weights(simulated), _weights(measured)
+    if sim is None or live is None or abs(sim[0] - live[0]) <= WEIGHTS_TOLERANCE * live[0]:
+        return check
+    note = (
+        f"weighed by other costs: the replay's small/large {live[0]:.3f} ({live[1]}), the simulation's "
+        f"{sim[0]:.3f} ({sim[1]}); pass both the same --costs"
+    )
+    return replace(check, ok=False, note=note)
 
 
 def speedup(report: BenchReport | Mapping[str, Any], *, measured: bool) -> float | None:

@@ -182,6 +182,11 @@ def summarize(outcomes: Sequence[RequestOutcome], context: ReportContext) -> Ben
         trace=context.trace,
         arrivals=context.arrivals,
         quality=summarize_quality(done, context.quality_source, interval=context.quality_interval),
+        step_costs={
+            "large_step_ms": round(context.costs.large_step_ms, 4),
+            "small_step_ms": round(context.costs.small_step_ms, 4),
+            "source": context.costs.source,
+        },
     )
 
 

@@ -46,6 +46,7 @@ REPORT_FIELDS = (
     "escalation_rate",
     "threshold_timeline",
     "costlier_hits",
+    "step_costs",
 )
 SWEEP_FIELDS = (*REPORT_FIELDS, "cache_bytes", "policy")
 
@@ -175,6 +176,9 @@ class BenchReport:
     escalation_rate: float | None = None  # DiffServe's cascade: light stages escalated to the heavy model
     threshold_timeline: tuple[Mapping[str, float], ...] | None = None  # [{t, threshold, light, heavy}]
     costlier_hits: int | None = None  # hits served light-first: the miss route cost less (cascade)
+    step_costs: Mapping[str, Any] | None = (
+        None  # {large_step_ms, small_step_ms, source}: compute_saved's weights
+    )
 
     def as_json(self) -> dict[str, Any]:
         """The contract fields as JSON types (k_histogram keys become strings, in ascending k)."""
@@ -212,6 +216,7 @@ class BenchReport:
             if self.threshold_timeline is None
             else [dict(p) for p in self.threshold_timeline],
             "costlier_hits": self.costlier_hits,
+            "step_costs": None if self.step_costs is None else dict(self.step_costs),
         }
 
 

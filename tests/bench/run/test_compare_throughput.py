@@ -53,3 +53,16 @@ def test_a_replay_without_a_live_vanilla_run_checks_nothing_and_says_so() -> Non
 def test_a_simulation_without_vanilla_cannot_agree() -> None:
     _, check = _speedup(3.0, 0.0, _replay(2.0, 2.0))
     assert not check.ok and check.simulated is None
+
+
+def test_compute_saved_weighed_by_other_costs_is_not_compared() -> None:
+    """A replay weighed by the default costs (small/large 0.375), a simulation by a lab file's (0.58)."""
+    default = {"large_step_ms": 146.1, "small_step_ms": 54.8, "source": "defaults"}
+    lab = {"large_step_ms": 21.0, "small_step_ms": 12.2, "source": "runtime.json"}
+    replay = {**report().as_json(), "step_costs": default}
+    same = compare_reports(report(step_costs=default), replay)
+    other = compare_reports(report(step_costs=lab), replay)
+    assert next(c for c in same.checks if c.name == "compute_saved").ok
+    check = next(c for c in other.checks if c.name == "compute_saved")
+    assert not check.ok and "pass both the same --costs" in check.note and not other.ok
+    assert compare_reports(report(step_costs=lab), report().as_json()).ok  # a replay from before step_costs

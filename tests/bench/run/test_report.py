@@ -46,6 +46,7 @@ CONTRACT = set(
         "escalation_rate",  # DiffServe's cascade (null outside it)
         "threshold_timeline",
         "costlier_hits",  # cost-aware routing of hits under the cascade (null outside it)
+        "step_costs",  # the per-step costs compute_saved weighed each model's steps by
     ]
 )
 
