@@ -5,14 +5,24 @@ next one after twice as long, at most 30 s; a child that stayed up 60 s is healt
 crash restarts after 1 s: a crash loop must not spin the CPU, a rare crash must cost little.
 Each child's pid is in <data_dir>/run/<name>.pid while it runs (the chaos benchmark kills children
 through these files); children lead their own process group, so the pid is also the group id.
+
+A child ends with its supervisor. A group of its own keeps Ctrl-C from reaching the children, and also
+keeps them running when the supervisor dies without stopping them (SIGKILL, an OOM kill); such
+orphans go on consuming the broker's queues, beside the workers of the next `reprise run` on the same
+Redis. So each child asks Linux for SIGTERM when its parent dies (prctl PR_SET_PDEATHSIG, in
+`follow_supervisor`, which `python -m reprise` calls first), a warm shutdown as Ctrl-C gives it; Linux
+sends it when the thread that started the child ends, which for a restarted child is the supervising
+thread, and that ends only in Supervisor.stop(), which stops every child anyway.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +35,8 @@ log = logging.getLogger("reprise.supervisor")
 FIRST_DELAY_S = 1.0  # systemd's RestartSec, in effect: a one-off crash costs a second
 MAX_DELAY_S = 30.0  # a crash loop retries twice a minute, not faster
 HEALTHY_AFTER_S = 60.0  # up this long, a child's next crash counts as the first again
+SUPERVISOR_ENV = "REPRISE_SUPERVISOR_PID"  # set in each child's environment: the pid it follows
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 @dataclass
@@ -66,7 +78,7 @@ class Child:
         # Several torch processes share this machine's cores: one intra-op thread each avoids
         # oversubscription (six-fold slower steps measured on 2 cores with torch's default).
         base = self.env if self.env is not None else dict(os.environ)
-        env = {**base, "OMP_NUM_THREADS": base.get("OMP_NUM_THREADS", "1")}
+        env = {**base, "OMP_NUM_THREADS": base.get("OMP_NUM_THREADS", "1"), SUPERVISOR_ENV: str(os.getpid())}
         self.process = subprocess.Popen(
             self.argv, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, env=env
         )
@@ -146,3 +158,22 @@ class Supervisor:
             self._thread.join()
         for child in reversed(self.children):
             child.stop()
+
+
+def follow_supervisor() -> bool:
+    """In a child of `reprise run` (SUPERVISOR_ENV set): SIGTERM this process when its parent dies, and
+    at once if it already has. The variable is removed, so that the child's own children do not follow
+    it. False where there is nothing to follow, or on a system without prctl."""
+    expected = os.environ.pop(SUPERVISOR_ENV, None)
+    if expected is None or not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        log.warning(
+            "prctl(PR_SET_PDEATHSIG) failed (errno %d): this child outlives its supervisor",
+            ctypes.get_errno(),
+        )
+        return False
+    if os.getppid() != int(expected):  # the supervisor died before the prctl: nothing will signal
+        os.kill(os.getpid(), signal.SIGTERM)
+    return True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 from celery import Celery
 
-from reprise.supervision import Backoff, Child, Supervisor, tend
+from reprise.supervision import SUPERVISOR_ENV, Backoff, Child, Supervisor, tend
 from reprise.supervisor import every_role_answers
 from tests.support.redis_servers import free_port
 
@@ -137,3 +138,61 @@ def test_waiting_for_the_workers_rides_out_a_broker_that_does_not_answer_yet() -
     port = free_port()  # nothing listens there
     app = Celery(broker=f"redis://127.0.0.1:{port}/0")
     assert every_role_answers(app) is False
+
+
+FOLLOWER = (
+    "from reprise.supervision import follow_supervisor; follow_supervisor(); import time; time.sleep(120)"
+)
+SUPERVISOR = """
+import sys, time
+from pathlib import Path
+from reprise.supervision import Child
+root = Path(sys.argv[1])
+child = Child("follower", [sys.executable, "-c", sys.argv[2]], root / "follower.log", root / "follower.pid")
+child.start()
+time.sleep(120)
+"""
+
+
+def _gone(pid: int) -> bool:
+    """Ended: no such process, or a zombie nobody has reaped yet."""
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0] == "Z"
+    except (FileNotFoundError, IndexError):
+        return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_child_ends_when_its_supervisor_is_killed(tmp_path: Path) -> None:
+    """SIGKILL leaves the supervisor no chance to stop its children; they must not run on as orphans."""
+    supervisor = subprocess.Popen([sys.executable, "-c", SUPERVISOR, str(tmp_path), FOLLOWER])
+    pid_file = tmp_path / "follower.pid"
+    try:
+        _wait(lambda: pid_file.exists() and pid_file.read_text().strip() != "", timeout_s=30.0)
+        follower = int(pid_file.read_text())
+        time.sleep(1.0)  # the follower is past its prctl
+        assert not _gone(follower)
+        supervisor.kill()
+        supervisor.wait()
+        _wait(lambda: _gone(follower))
+        assert _gone(follower), "the child outlived its supervisor"
+    finally:
+        supervisor.kill()
+        if pid_file.exists() and pid_file.read_text().strip() and not _gone(int(pid_file.read_text())):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+def test_a_child_whose_supervisor_is_already_gone_stops_at_once_and_hides_the_variable() -> None:
+    env = {**os.environ, SUPERVISOR_ENV: "1"}  # not its parent: as if the supervisor had died first
+    ended = subprocess.run([sys.executable, "-c", FOLLOWER], env=env, timeout=60)
+    assert ended.returncode == -signal.SIGTERM
+    check = (
+        "import os; from reprise.supervision import follow_supervisor as f; f(); print(os.environ.get('"
+        + SUPERVISOR_ENV
+        + "'))"
+    )
+    shown = subprocess.run(
+        [sys.executable, "-c", check], env={**os.environ, SUPERVISOR_ENV: str(os.getpid())},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert shown.stdout.strip() == "None"  # its own children follow nobody
