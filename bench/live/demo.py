@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.live.audit import audit_hits
-from bench.live.replay import JobRecord, ReplayOptions, outcome_from_record, replay_workload
+from bench.live.records import JobRecord, outcome_from_record
+from bench.live.replay import ReplayOptions, replay_workload
 from bench.quality.replayed import replay_quality
 from bench.run.outcomes import RequestOutcome, percentile, summarize_quality
 from bench.run.profiles import ProfileName, build_profile

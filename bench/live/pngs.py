@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 import httpx
 
 if TYPE_CHECKING:
-    from bench.live.replay import JobRecord, ReplayOptions
+    from bench.live.records import JobRecord
+    from bench.live.replay import ReplayOptions
 
 
 async def fetch_png_sizes(options: ReplayOptions, records: Sequence[JobRecord], count: int) -> list[int]:

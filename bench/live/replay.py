@@ -1,12 +1,11 @@
 """Replay a workload through a running stack's HTTP API and report what it measured.
 
 Each request is POSTed to /v1/generations when the arrival process says (bench.workload.trace), then
-polled at GET /v1/generations/{id} until it ends. The per-job metrics of the job object
-(jobs.representation: route, k, denoiser_evaluations, created_at, completed_at) feed the same
+polled at GET /v1/generations/{id} until it ends: long-polled (`Prefer: wait`) in a closed loop, whose
+client sends its next request only once it has seen the end, so that it sees the end when it comes.
+What each job object says (bench.live.records: route, k, denoiser_evaluations, created_at,
+completed_at; latency from the server's timestamps, which polling does not blur) feeds the same
 `summarize` as the simulator (bench.run.outcomes), so the two reports compare field by field.
-
-Times: a request's latency is the client's wait to get it accepted (429/503 retries included) plus
-the server's created_at -> completed_at: polling does not blur it, and no clocks need synchronising.
 
 The stack's policies are its own configuration: `--profile` selects the cache mode of the
 submissions ("off" for vanilla) and is checked against the settings this process reads; a
@@ -32,19 +31,29 @@ import httpx
 from bench.live.audit import audit_hits
 from bench.live.decodes import decode_figures, stack_decode_counters
 from bench.live.pngs import fetch_png_sizes
+from bench.live.records import (
+    TERMINAL,
+    JobRecord,
+    costlier_hits,
+    escalation_rate,
+    estimated_vanilla_rps,
+    measured_full_generation_ms,
+    outcome_from_record,
+)
 from bench.live.stack import StackRecord, StackWatch
 from bench.quality.replayed import replay_quality
 from bench.run.costs import StepCosts
-from bench.run.outcomes import ReportContext, RequestOutcome, summarize
+from bench.run.outcomes import ReportContext, summarize
 from bench.run.profiles import Profile
 from bench.run.progress import ProgressBar
 from bench.run.report import BenchReport
 from bench.workload.trace import ArrivalKind, Request, Workload
 
-TERMINAL = frozenset({"succeeded", "failed", "canceled"})
 RETRY_STATUSES = frozenset({429, 503})  # in-flight limit, backpressure: both send Retry-After
 MAX_POLL_INTERVAL_S = 5.0  # open loop: polls back off to this; latency comes from server timestamps
-CLOSED_POLL_INTERVAL_S = 1.0  # closed loop: a client's next request waits for its poll, so poll often
+LONG_POLL = {
+    "Prefer": "wait=20"
+}  # closed loop: answered at the job's end (api/waiting.py), within http_timeout_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,116 +73,6 @@ class ReplayOptions:
     quality_sample: int = 0  # judged hits audited (generated afresh, cache off) for their drop; 0: none
     video_frames: int | None = None  # video jobs of this many frames (FlexCache); None: images
     video_fps: int = 8
-
-
-@dataclass(frozen=True, slots=True)
-class JobRecord:
-    """What the replay saw of one request: run-clock times in seconds and the last job object."""
-
-    request: Request
-    intended_s: float
-    post_started_s: float | None
-    job: Mapping[str, Any] | None
-    error: str | None = None
-
-
-def _parse_time(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-
-def outcome_from_record(record: JobRecord) -> RequestOutcome:
-    """A RequestOutcome from a job object (see the module docstring for the latency)."""
-    request = record.request
-    job = record.job
-    if job is None:
-        return RequestOutcome(
-            seq=request.seq,
-            prompt_idx=request.prompt_idx,
-            status="rejected",
-            hit=False,
-            k=None,
-            steps=0,
-            arrival_s=record.intended_s,
-        )
-    metrics = job.get("metrics") or {}
-    status = str(job.get("status"))
-    hit = metrics.get("route") == "hit"
-    created, completed = _parse_time(job.get("created_at")), _parse_time(job.get("completed_at"))
-    latency_ms: float | None = None
-    completed_s: float | None = None
-    if status in TERMINAL and created is not None and completed is not None:
-        waited = (record.post_started_s or record.intended_s) - record.intended_s
-        latency_ms = (waited + (completed - created).total_seconds()) * 1000.0
-        completed_s = record.intended_s + latency_ms / 1000.0
-    return RequestOutcome(
-        seq=request.seq,
-        prompt_idx=request.prompt_idx,
-        status=status if status in TERMINAL else "timeout",
-        hit=hit,
-        k=int(metrics["k"]) if hit and metrics.get("k") is not None else None,
-        similarity=float(metrics["similarity"]) if hit and metrics.get("similarity") is not None else None,
-        steps=int((job.get("input") or {}).get("steps") or 0),
-        denoiser_evaluations={str(m): int(n) for m, n in (metrics.get("denoiser_evaluations") or {}).items()},
-        arrival_s=record.intended_s,
-        completed_s=completed_s,
-        latency_ms=latency_ms,
-        admission_ms=_admission_total(metrics),
-        admission_parts_ms={
-            str(stage): float(ms)
-            for stage, ms in (metrics.get("admission_ms") or {}).items()
-            if stage != "total"
-        },
-    )
-
-
-def _admission_total(metrics: dict[str, Any]) -> float | None:
-    total = (metrics.get("admission_ms") or {}).get("total")
-    return float(total) if total is not None else None
-
-
-def measured_full_generation_ms(records: Sequence[JobRecord]) -> float | None:
-    """Median run time of succeeded misses: the large model's full-generation latency as measured."""
-    runs = [
-        float(job["metrics"]["run_time_s"]) * 1000.0
-        for job in (r.job for r in records)
-        if job is not None
-        and job.get("status") == "succeeded"
-        and (job.get("metrics") or {}).get("route") == "miss"
-        and (job.get("metrics") or {}).get("run_time_s") is not None
-    ]
-    return statistics.median(runs) if runs else None
-
-
-def estimated_vanilla_rps(
-    *, gpu_workers: int | None, full_generation_ms: float | None, offered_rps: float | None
-) -> float | None:
-    """What the same GPUs would serve with every request on the large model for all T steps:
-    workers / full-generation latency, capped by the offered rate (an estimate, not a run)."""
-    if not gpu_workers or not full_generation_ms:
-        return None
-    capacity = gpu_workers * 1000.0 / full_generation_ms
-    return min(capacity, offered_rps) if offered_rps else capacity
-
-
-def escalation_rate(records: Sequence[JobRecord]) -> float | None:
-    """DiffServe's cascade: the share of the light stages the discriminator escalated to the heavy model,
-    from each job's `metrics.cascade`; None when no job went through the cascade."""
-    stages = [
-        stage
-        for job in (r.job for r in records)
-        if job is not None and (stage := (job.get("metrics") or {}).get("cascade")) is not None
-    ]
-    return sum(bool(stage.get("escalated")) for stage in stages) / len(stages) if stages else None
-
-
-def costlier_hits(records: Sequence[JobRecord]) -> int | None:
-    """Cost-aware routing under the cascade: the jobs admission sent light-first although an entry was
-    found (`metrics.admission` costlier_hit); None when no job went through the cascade."""
-    metrics = [r.job.get("metrics") or {} for r in records if r.job is not None]
-    cascaded = any(m.get("cascade") is not None for m in metrics)
-    return sum(bool(m.get("admission") == "costlier_hit") for m in metrics) if cascaded else None
 
 
 def replay_report(
@@ -251,7 +150,10 @@ class _Replayer:
         return time.monotonic() - self.started
 
     async def run(self) -> list[JobRecord]:
-        limits = httpx.Limits(max_connections=self.options.max_connections)
+        closed = self.workload.spec.kind is ArrivalKind.CLOSED  # a connection a client, and /v1/stats'
+        limits = httpx.Limits(
+            max_connections=max(self.options.max_connections, closed * (self.workload.spec.concurrency + 1))
+        )
         headers = {"Authorization": f"Bearer {self.options.api_key}"}
         async with httpx.AsyncClient(
             base_url=self.options.base_url,
@@ -349,16 +251,18 @@ class _Replayer:
                 )
             job = response.json()
             self.submitted += 1
-        # 2. Poll until the job ends, backing off.
+        # 2. Poll until the job ends: long polls in a closed loop, else polls backing off.
         closed = self.workload.spec.kind is ArrivalKind.CLOSED
-        ceiling = CLOSED_POLL_INTERVAL_S if closed else MAX_POLL_INTERVAL_S
         interval = self.options.poll_interval_s
         deadline = self.clock() + self.options.job_timeout_s
         while job.get("status") not in TERMINAL and self.clock() < deadline and not self.should_stop():
-            await asyncio.sleep(interval)
-            interval = min(interval * 1.5, ceiling)
+            if not closed:
+                await asyncio.sleep(interval)
+                interval = min(interval * 1.5, MAX_POLL_INTERVAL_S)
             try:
-                response = await client.get(f"/v1/generations/{job['id']}")
+                response = await client.get(
+                    f"/v1/generations/{job['id']}", headers=LONG_POLL if closed else None
+                )
             except httpx.HTTPError:
                 continue  # a transient failure: the next poll retries
             if response.status_code == 200:

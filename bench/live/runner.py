@@ -93,7 +93,8 @@ def _api_key(settings: Settings, options: ReplayCliOptions) -> str:
 
 def replay_main(settings: Settings, options: ReplayCliOptions) -> int:
     """Replay against a running stack and report; 0 when every request succeeded, 1 otherwise."""
-    from bench.live.replay import ReplayOptions, outcome_from_record, run_replay
+    from bench.live.records import outcome_from_record
+    from bench.live.replay import ReplayOptions, run_replay
 
     profile = build_profile(options.profile, settings)
     for line in settings_mismatches(profile, settings):

@@ -11,13 +11,8 @@ from typing import Any
 import pytest
 
 from bench.live.demo import demo_summary
-from bench.live.replay import (
-    JobRecord,
-    escalation_rate,
-    estimated_vanilla_rps,
-    outcome_from_record,
-    replay_report,
-)
+from bench.live.records import JobRecord, escalation_rate, estimated_vanilla_rps, outcome_from_record
+from bench.live.replay import replay_report
 from bench.run.costs import StepCosts
 from bench.run.outcomes import RequestOutcome, step_ms_by_model
 from bench.run.profiles import build_profile
