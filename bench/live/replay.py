@@ -51,9 +51,8 @@ from bench.workload.trace import ArrivalKind, Request, Workload
 
 RETRY_STATUSES = frozenset({429, 503})  # in-flight limit, backpressure: both send Retry-After
 MAX_POLL_INTERVAL_S = 5.0  # open loop: polls back off to this; latency comes from server timestamps
-LONG_POLL = {
-    "Prefer": "wait=20"
-}  # closed loop: answered at the job's end (api/waiting.py), within http_timeout_s
+# Closed loop: answered at the job's end (api/waiting.py), else after 5 s, so a stop waits no longer.
+LONG_POLL = {"Prefer": "wait=5"}
 
 
 @dataclass(frozen=True, slots=True)
