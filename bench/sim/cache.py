@@ -7,7 +7,10 @@ victims from `jobs.policies.eviction.plan_eviction`, and the match predictor is
 `jobs.policies.predictor.fit_predictor` retrained on `needs_retrain`. This module only keeps
 the state those functions read, the way the database keeps it for the service. As in the service,
 a use is counted when the hit's run completes (`record_use`, workers.generation.reuse_job), not at
-admission, and a hit whose entry or state was evicted meanwhile runs as a miss (`serves`).
+admission, and a hit whose entry or state was evicted meanwhile runs as a miss (`serves`). As admission
+does (db.cache.lookup_prompt), an identical request finds the newest live entry of its prompt before
+any prediction or search, at similarity 1: a simulated run's requests share T, size and guidance, so
+identical means the same prompt text (core.prompt_key.normalised).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import numpy.typing as npt
 
+from core.prompt_key import normalised
 from core.settings import get_settings
 from core.vocabulary import EvictionPolicyName, HitPolicy, Route
 from jobs.admission import Candidate, decide
@@ -136,6 +140,7 @@ class CacheCounters:
     hits_lost: int = 0  # predicted miss, the lookup would have hit
     hits_lost_k: int = 0  # the steps those hits would have saved
     searches: int = 0  # lookups run (timed)
+    identical: int = 0  # admitted on the identical prompt's entry, before any search
     search_ms: float = 0.0  # their total wall time (nearest neighbour + decision)
 
 
@@ -167,6 +172,7 @@ class SimCache:
         sampling: tuple[int, int] | None = None,
         seed: int = 0,
         keys: npt.NDArray[np.float32] | None = None,
+        prompts: Sequence[str] | None = None,
     ) -> None:
         self._queries = queries
         # What an entry is found by: its prompt's vector (text-to-text), or its image's (`keys`).
@@ -200,6 +206,10 @@ class SimCache:
         # (sample factor, exact below this many entries): the service's eviction pass (db.eviction).
         self.sample_factor, self.exact_entries = sampling if sampling is not None else _configured_sampling()
         self._rng = np.random.default_rng(seed)
+        # Identical requests: each query row's prompt key, and the live entries made from each key.
+        self._prompt_keys = [normalised(text) for text in prompts] if prompts is not None else None
+        self._entry_key: dict[int, str] = {}
+        self._by_prompt: dict[str, list[int]] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -214,6 +224,12 @@ class SimCache:
         predictor is unchanged). `now_s` is unused: admission reads the cache, it does not touch it.
         """
         started = time.perf_counter()
+        same = self._identical(query_row)
+        if same is not None:
+            self.counters.identical += 1
+            return Lookup(
+                same.k, same.similarity, same.entry_row, False, (time.perf_counter() - started) * 1000.0
+            )
         predicted = self._likely_hit(query_row, upcoming) if self.use_predictor else None
         if predicted is False:
             wall_ms = (time.perf_counter() - started) * 1000.0
@@ -242,8 +258,17 @@ class SimCache:
             return Lookup(None, None, None, False, 0.0)
         scores = self._index[: len(self._index_rows)] @ self._queries[query_row]
         best = int(np.argmax(scores))
-        similarity = float(scores[best])
-        row = self._index_rows[best]
+        return self._decided(self._index_rows[best], float(scores[best]))
+
+    def _identical(self, query_row: int) -> Lookup | None:
+        """The decision on the newest live entry of the same prompt, at similarity 1; None without one."""
+        if self._prompt_keys is None:
+            return None
+        rows = self._by_prompt.get(self._prompt_keys[query_row])
+        return self._decided(rows[-1], 1.0) if rows else None
+
+    def _decided(self, row: int, similarity: float) -> Lookup:
+        """The admit worker's decision on the entry at `row` found at `similarity`."""
         entry = self._entries[row]
         # Every simulated entry keeps its final latent (the service stores it with every generation).
         candidate = Candidate(entry.entry_id, similarity, tuple(sorted(entry.states)), has_final_latent=True)
@@ -342,6 +367,9 @@ class SimCache:
         for k in self.cached_ks or ():
             entry.states[k] = SimState(k=k, bytes=self.state_bytes, created_at=now, last_access_at=now)
         self._entries[row] = entry
+        if self._prompt_keys is not None:
+            self._entry_key[row] = self._prompt_keys[query_row]
+            self._by_prompt.setdefault(self._entry_key[row], []).append(row)
         self.bytes += entry.total_bytes()
         self._changed_since_fit += 1
         self._inserted_since_fit += 1
@@ -393,6 +421,9 @@ class SimCache:
         return sample
 
     def _unindex(self, row: int) -> None:
+        key = self._entry_key.pop(row, None)
+        if key is not None:
+            self._by_prompt[key].remove(row)
         hole, last = self._position.pop(row), len(self._index_rows) - 1
         moved = self._index_rows.pop()
         if hole != last:

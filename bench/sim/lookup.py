@@ -10,6 +10,7 @@ k_table). The report's `embedder` says which.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bench.run.costs import StepCosts
@@ -67,8 +68,11 @@ def simulated_lookup(
     capacity: int,
     settings: Settings,
     embeddings: TraceEmbeddings | None,
+    prompts: Sequence[str] | None = None,
 ) -> SimulatedLookup:
-    """The lookup of a run of `profile` with a cache of `cache_bytes` holding up to `capacity` entries."""
+    """The lookup of a run of `profile` with a cache of `cache_bytes` holding up to `capacity` entries;
+    `prompts` (the trace's lines, by query row) let an identical request find its entry as admission's
+    prompt key does."""
     if not profile.caches:
         return SimulatedLookup(
             cache=None, table=None, embedder={"name": None, "lookup": "none (nothing is cached)"}
@@ -94,6 +98,7 @@ def simulated_lookup(
         retrain_change=settings.predictor_retrain_change,
         retrain_inserts=settings.predictor_retrain_inserts,
         keys=embeddings.keys,
+        prompts=prompts,
     )
     if lab_space:
         lookup = str(embeddings.describe["lookup"])

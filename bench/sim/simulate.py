@@ -8,9 +8,9 @@ workers per role (bench.sim.pools) and a cache budget. No image is generated; pr
 predicted from a profile (bench.quality.model).
 
 The model of one request:
-  1. arrival; admission at once against the cache as it is then (embed, predictor, exact nearest
-     neighbour, jobs.admission.decide: k from the table, scaled to T, over holes); queued `admit_s`
-     later (the measured embedding time per prompt; the CPU admit pool is no bottleneck here).
+  1. arrival; admission at once against the cache as it is then (the identical prompt's entry, else
+     embed, predictor, exact nearest neighbour; jobs.admission.decide: k from the table, scaled to T,
+     over holes); queued `admit_s` later (the embedding time a prompt; no admit pool bottleneck here).
   2. a miss waits for a large worker (or a co-hosting small one, no hit waiting); a hit for a small one
      when hits go to the small pool (Profile.hits_on_small), or a large one with no miss waiting.
   3. a hit whose entry (or, under resume, state) was evicted since admission runs as a miss, on the
@@ -24,9 +24,8 @@ The model of one request:
      evicting first what the budget needs (jobs.passes.eviction.ensure_room's rule, batched:
      bench.sim.cache.EVICT_SLACK); the predictor is refit every beat period under NIRVANA's 5% rule.
 
-Text-to-image lookup (MoDM) is simulated text to text (bench.sim.lookup). The allocation is fixed,
-moved by MoDM's monitor (bench.sim.monitor), or follows a replayed stack's (`allocation_schedule`,
-bench.live.stack).
+Lookups: bench.sim.lookup. The allocation is fixed, moved by MoDM's monitor (bench.sim.monitor), or
+follows a replayed stack's (`allocation_schedule`, bench.live.stack).
 """
 
 from __future__ import annotations
@@ -409,6 +408,7 @@ def run_simulation(
         capacity=len(workload.requests),
         settings=settings,
         embeddings=embeddings,
+        prompts=workload.prompts.lines,
     )
     label = f"simulate {profile.name}"
     embed_ms = embeddings.embed_ms_per_prompt if embeddings is not None else 0.0

@@ -174,3 +174,38 @@ def test_a_replayed_allocation_moves_the_workers_at_its_request(
     assert [(p.large, p.small) for p in replayed.allocation_timeline] == [(1, 1), (2, 0)]
     assert replayed.report.compute_saved is not None and fixed.report.compute_saved is not None
     assert replayed.report.compute_saved < fixed.report.compute_saved
+
+
+def test_an_identical_request_finds_its_prompts_entry_before_any_search() -> None:
+    """As db.cache.lookup_prompt: the same prompt (case and spaces aside) is a hit at similarity 1, even
+    where its vectors are far apart (a lab image read otherwise than asked); another prompt is searched."""
+    queries = _pair(0.1)  # far below the table's lowest row
+    prompts = ["A red  circle", "a red circle"]
+    searched = _cache(queries, hit_policy=HitPolicy.RESUME, steps=50, cached_ks=(5, 10, 15, 20, 25))
+    searched.insert(0, 0.0)
+    assert searched.lookup(1, 1.0).k is None  # no prompt keys: the search alone, a miss
+    cache = _with_prompts(queries, prompts)
+    cache.insert(0, 0.0)
+    found = cache.lookup(1, 1.0)
+    assert (found.k, found.similarity, cache.counters.identical) == (25, 1.0, 1)
+    other = _with_prompts(queries, ["a red circle", "a blue circle"])
+    other.insert(0, 0.0)
+    assert other.lookup(1, 1.0).k is None and other.counters.identical == 0
+
+
+def _with_prompts(queries: np.ndarray, prompts: list[str]) -> SimCache:
+    return SimCache(
+        queries=queries,
+        capacity=len(queries),
+        table=TABLE,
+        knob=0,
+        hit_policy=HitPolicy.RESUME,
+        steps=50,
+        budget_bytes=10**12,
+        policy=EvictionPolicyName.LCBFU,
+        cached_ks=(5, 10, 15, 20, 25),
+        state_bytes=STATE,
+        use_predictor=False,
+        final_latent_k=0,
+        prompts=prompts,
+    )
