@@ -39,13 +39,13 @@ from workers.runtime.denoising import (
     OnStep,
     ShouldStop,
     denoise,
-    encode_prompt,
     new_scheduler,
     seeded_noise,
 )
 from workers.runtime.hosting import ModelHost
 from workers.runtime.latents import checked_latent, to_image, to_images, to_numpy, vae_decode, vae_encode
 from workers.runtime.loading import vae_latent_channels
+from workers.runtime.prompts import PromptEmbeddings
 from workers.runtime.results import DecodeResult, GenerationResult, Latent
 
 
@@ -61,6 +61,7 @@ class DiffusionRuntime(ModelHost):
 
     _loop: BatchLoop | None = None  # the worker's batch, made on the first batched run
     _encoding = threading.Lock()  # prompt encoding, one thread at a time (_encode_prompt)
+    _prompts = PromptEmbeddings()  # the process's prompt embeddings, kept per text encoder
     _decodes: DecodeBatcher | None = None  # a decode node's batched decodes, made on first use
     _decodes_made = threading.Lock()
 
@@ -394,7 +395,7 @@ class DiffusionRuntime(ModelHost):
         four batching threads encoding at once on the lab's model: about one run in five came out with
         another prompt's embedding (a final latent off by up to 2.6); with this lock, none in 20."""
         with self._encoding:
-            return encode_prompt(pipe, params, self.device)
+            return self._prompts.encode(pipe, params, self.device)
 
     def _to_image(self, vae: Any, latents: torch.Tensor) -> Image.Image:
         self.vae_decodes += 1
