@@ -82,7 +82,7 @@ class Check:
     difference: float | None
     tolerance: float
     ok: bool
-    note: str = ""  # why a check checked nothing, printed beside it
+    note: str = ""  # what the verdict rests on beyond the numbers (nothing checked, other weights)
 
 
 @dataclass(frozen=True, slots=True)
