@@ -427,7 +427,6 @@ def run_simulation(
         progress.close()
     if vanilla_throughput_rps is None and (profile.caches or config.cascade is not None):
         vanilla_throughput_rps = vanilla_throughput(workload, config, settings)
-    prices = step_ms_by_model(config.costs, outcomes) if outcomes else {}
     report = judged_report(outcomes, workload, config, vanilla_throughput_rps, lookup.embedder)
     if simulation.controller is not None:
         report = cascade_summary(report, simulation.controller, simulation.stages)
@@ -436,7 +435,7 @@ def run_simulation(
     return SimResult(
         report=report,
         outcomes=tuple(outcomes),
-        prices=prices,
+        prices=step_ms_by_model(config.costs, outcomes) if outcomes else {},
         counters=lookup.cache.counters if lookup.cache is not None else None,
         table=lookup.table,
         allocation_timeline=tuple(simulation.timeline) if simulation.followed(monitor) else None,

@@ -229,7 +229,7 @@ def test_bad_inputs_fail_before_any_model_work(
     def no_model_work(*_: Any, **__: Any) -> Any:
         raise AssertionError("model work started before the inputs were checked")
 
-    monkeypatch.setattr(runtime_module, "encode_prompt", no_model_work)
+    monkeypatch.setattr(DiffusionRuntime._prompts, "encode", no_model_work)
     monkeypatch.setattr(runtime_module, "to_image", no_model_work)
     monkeypatch.setattr(small, "_family_vae", no_model_work)
     with pytest.raises(error):
