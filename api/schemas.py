@@ -300,6 +300,10 @@ class MonitorView(BaseModel):
     enabled: bool
     mode: str = Field(description="quality or throughput (MoDM 5.3.1, 5.3.2).")
     period_s: int
+    cohost: bool = Field(
+        description="Whether a small worker also hosts the large model and takes misses when no hit waits "
+        "(REPRISE_COHOST, as the workers apply it)."
+    )
 
 
 class LookupView(BaseModel):

@@ -118,7 +118,7 @@ def _load_models_in_child(**_: object) -> None:
     context.switch_role(role)
     if role in GPU_ROLES:
         context.runtime()
-    if role is Role.SMALL and role_switch.cohosts(context.settings):
+    if role is Role.SMALL and context.settings.cohosting:
         _load_guest(context)
     if role is Role.ADMIT:
         context.query_embedder()  # batched across threads when the admit worker has several

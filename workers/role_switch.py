@@ -32,7 +32,7 @@ from celery.worker.control import control_command, inspect_command
 
 from core.errors import NotThisPool
 from core.settings import Settings, get_settings
-from core.vocabulary import Allocator, Role
+from core.vocabulary import Role
 from jobs.pools.actuator import ROLE_COMMAND, SWITCH_COMMAND
 from jobs.pools.policy import POOL_ROLES
 from jobs.queues import QUEUES_BY_ROLE, Queue
@@ -96,7 +96,7 @@ def consumed_queues(role: Role, settings: Settings) -> tuple[Queue, ...]:
         queues = (Queue.CACHE_MISS, Queue.CASCADE_HEAVY)
     if role is Role.LARGE and settings.quality_guard:
         queues = (Queue.QUALITY_AUDIT, *queues)
-    if role is Role.SMALL and cohosts(settings):  # then the large model's misses, when no hit waits
+    if role is Role.SMALL and settings.cohosting:  # then the large model's misses, when no hit waits
         queues = (*queues, *GUEST_QUEUES)
     return queues
 
@@ -105,16 +105,10 @@ GUEST_QUEUES = (Queue.CACHE_MISS, Queue.CACHE_HIT_LARGE)
 """What a co-hosting small worker takes on the large model it also hosts, after its own queues."""
 
 
-def cohosts(settings: Settings) -> bool:
-    """Whether a small worker also hosts the large model (REPRISE_COHOST): with batching threads, under
-    MoDM's allocator (DiffServe's MILP sets the split between light and heavy itself)."""
-    return settings.cohost and settings.max_batch > 1 and settings.allocator is Allocator.MODM
-
-
 def serving_role(role: Role, queue: Queue, settings: Settings) -> Role:
     """The model a worker of `role` runs a task from `queue` on: a co-hosting small worker's guest
     queues run on the large model, every other queue on the worker's own."""
-    return Role.LARGE if role is Role.SMALL and queue in GUEST_QUEUES and cohosts(settings) else role
+    return Role.LARGE if role is Role.SMALL and queue in GUEST_QUEUES and settings.cohosting else role
 
 
 def queue_changes(now: Sequence[str], wanted: Sequence[str]) -> tuple[list[str], list[str]]:

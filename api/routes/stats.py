@@ -124,6 +124,7 @@ def _with_service_figures(stats: Stats, session: SessionDep, state: StateDep, si
                 enabled=state.settings.monitor_enabled,
                 mode=state.settings.monitor_mode.value,
                 period_s=state.settings.monitor_period_s,
+                cohost=state.settings.cohosting,
             ),
             "lookup": _lookup_view(state.settings),
             "decodes": DecodeStats(

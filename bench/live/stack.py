@@ -129,10 +129,19 @@ def differences(
     large_workers: int,
     small_workers: int,
     monitor: MonitorMode | None,
+    cohost: bool | None = None,
 ) -> list[str]:
     """Every way a simulation with these options would not run what the replayed stack ran, as a line
-    that names the option to change; empty when none."""
+    that names the option to change; empty when none. `cohost`: whether the simulation's small workers
+    also host the large model (Settings.cohosting), checked where the stack reported its own."""
     lines: list[str] = []
+    ran_cohost = (record.monitor or {}).get("cohost")
+    if cohost is not None and ran_cohost is not None and bool(ran_cohost) != cohost:
+        fix = "true" if ran_cohost else "false"
+        lines.append(
+            f"REPRISE_COHOST: the stack's small workers {'also' if ran_cohost else 'did not'} host the large "
+            f"model, this simulation's {'do' if cohost else 'do not'} (set REPRISE_COHOST={fix})"
+        )
     described = profile.describe()
     for name, ran in record.profile.items():
         if described.get(name) != ran:

@@ -48,7 +48,7 @@ class SimConfig:
 
     @property
     def cohosting(self) -> bool:
-        """Whether small workers take misses (workers.role_switch.cohosts: batching, MoDM's allocator)."""
+        """Whether small workers take misses (Settings.cohosting: batching, MoDM's allocator)."""
         return self.cohost and self.batch_capacity > 1 and self.cascade is None
 
     @property

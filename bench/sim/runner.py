@@ -179,7 +179,7 @@ def simulate_main(settings: Settings, options: SimulateOptions) -> int:
     policies = ALL_POLICIES if options.policies == ("all",) else options.policies
     for policy in policies:
         EvictionPolicyName(policy)  # a ValueError names an unknown policy before any work
-    replayed = _replayed_schedules(options, profiles)
+    replayed = _replayed_schedules(options, profiles, cohost=settings.cohosting)
     workload = options.workload.workload()
     embeddings = _embeddings(settings, workload, profiles) if any(p.caches for p in profiles) else None
 
@@ -215,7 +215,7 @@ _ConfigFor = Callable[[Profile, int], SimConfig]
 
 
 def _replayed_schedules(
-    options: SimulateOptions, profiles: Sequence[Profile]
+    options: SimulateOptions, profiles: Sequence[Profile], *, cohost: bool
 ) -> dict[str, tuple[ScheduledAllocation, ...]] | None:
     """With --compare: each profile's allocation as its replay recorded it (bench.live.stack), after
     checking that the options simulate what the stack ran. ValueError names every difference."""
@@ -242,6 +242,7 @@ def _replayed_schedules(
             large_workers=options.large_workers,
             small_workers=options.small_workers,
             monitor=options.monitor,
+            cohost=cohost,
         )
         problems.extend(f"{profile.name}: {line}" for line in found)
         schedules[profile.name] = record.schedule()

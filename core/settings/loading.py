@@ -26,7 +26,7 @@ from core.settings.reliability import ReliabilitySettings
 from core.settings.services import ServiceSettings
 from core.settings.video import VideoSettings
 from core.settings.webhooks import WebhookSettings
-from core.vocabulary import LAB_ATTRIBUTES, HitPolicy, LookupMode, TextEmbedderKind
+from core.vocabulary import LAB_ATTRIBUTES, Allocator, HitPolicy, LookupMode, TextEmbedderKind
 
 ENV_PREFIX = "REPRISE_"
 
@@ -53,6 +53,13 @@ class Settings(  # the subsystems, in the order docs/configuration.md lists them
     model_config = SettingsConfigDict(  # env_ignore_empty: compose passes "" for an unset variable
         env_prefix=ENV_PREFIX, extra="ignore", validate_default=True, env_ignore_empty=True
     )
+
+    @property
+    def cohosting(self) -> bool:
+        """Whether a small worker also hosts the large model (REPRISE_COHOST as the workers apply it): with
+        batching threads, under MoDM's allocator (DiffServe's MILP sets the split between light and heavy
+        itself)."""
+        return self.cohost and self.max_batch > 1 and self.allocator is Allocator.MODM
 
     @model_validator(mode="after")
     def _lab_lookup(self) -> Settings:

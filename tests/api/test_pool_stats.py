@@ -67,8 +67,13 @@ def test_stats_show_the_latest_pool_decision(
     assert monitor["switches"] == decision.switches
     assert body["pools"]["small"] >= 1 and body["pools"]["large"] >= 1
     # the configuration a replay records next to the pools (bench.live.stack)
-    assert body["monitor"] == {"enabled": True, "mode": "throughput", "period_s": 60}
     settings = client.app.state.reprise.settings  # type: ignore[attr-defined]
+    assert body["monitor"] == {
+        "enabled": True,
+        "mode": "throughput",
+        "period_s": 60,
+        "cohost": settings.cohosting,
+    }
     assert body["lookup"] == {
         "lookup": settings.lookup_mode.value,
         "hit_policy": settings.hit_policy.value,

@@ -60,7 +60,7 @@ def test_replay_reports_the_contract_fields_and_hits_on_repeats(stack: Stack, tm
     # what the stack ran, from /v1/stats, for `simulate --compare` (bench.live.stack)
     record = report["stack"]
     assert record["profile"]["name"] == "configured"
-    assert set(record["monitor"]) == {"enabled", "mode", "period_s"}
+    assert set(record["monitor"]) == {"enabled", "mode", "period_s", "cohost"}
     start = record["timeline"][0]
     assert start["submitted"] == 0 and start["large"] + start["small"] >= 1
     _measured_vanilla(done.stderr, report)

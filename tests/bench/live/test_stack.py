@@ -229,3 +229,29 @@ def test_simulate_compare_follows_the_replayed_allocation(
     simulated = json.loads(out.read_text())
     assert [(p["large"], p["small"]) for p in simulated["allocation_timeline"]] == [(1, 1), (2, 0)]
     assert "simulated vs measured (modm)" in capsys.readouterr().out
+
+
+def test_simulate_compare_refuses_another_co_hosting(
+    repeat_trace: Path, bench_settings: Settings, tmp_path: Path
+) -> None:
+    """A replay of a stack whose small workers co-hosted the large model is not simulated without it."""
+    profile = build_profile("modm", bench_settings).describe()
+    replay = _replay_json(
+        tmp_path / "replay.json", profile, [{"t": 0, "submitted": 0, "large": 1, "small": 1}]
+    )
+    measured = json.loads(replay.read_text())
+    measured["stack"]["monitor"] = {**MONITOR, "cohost": not bench_settings.cohosting}
+    replay.write_text(json.dumps(measured), encoding="utf-8")
+    options = SimulateOptions(
+        workload=WorkloadOptions(trace=repeat_trace),
+        profiles=("modm",),
+        compare=replay,
+        progress=False,
+        large_workers=1,
+        small_workers=1,
+        monitor=MonitorMode.THROUGHPUT,
+    )
+    with pytest.raises(ValueError, match="REPRISE_COHOST") as refused:
+        simulate_main(bench_settings, options)
+    assert f"set REPRISE_COHOST={str(not bench_settings.cohosting).lower()}" in str(refused.value)
+    assert "--large-workers" not in str(refused.value)  # the one difference
