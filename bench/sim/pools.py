@@ -9,6 +9,7 @@ model (a worker hosts one model at a time, MoDM Eq. 6).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -77,6 +78,7 @@ class Worker:
     role: Role
     capacity: int = 1
     jobs: dict[int, float] = field(default_factory=dict)
+    models: dict[int, tuple[str, float]] = field(default_factory=dict)  # seq -> its model, its step ms
     available_s: float = 0.0
     updated_s: float = 0.0
     done_s: float | None = None
@@ -88,25 +90,46 @@ class Worker:
     def has_slot(self, now_s: float) -> bool:
         return not self.retired and len(self.jobs) < self.capacity and self.available_s <= now_s
 
+    def take(self, seq: int, work_ms: float, model: str, step_ms: Mapping[str, float]) -> None:
+        """Start a job of `work_ms` (a batch of one's milliseconds) on `model`, whose step costs
+        step_ms[model]: what its batch shares (`rates`)."""
+        self.jobs[seq] = work_ms
+        self.models[seq] = (model, step_ms[model])
+
+    def rates(self, slowdown: Callable[[int], float]) -> dict[int, float]:
+        """Milliseconds of its work each job does per millisecond. The jobs of one model share one
+        UNet call a step: n of them progress 1 / slowdown(n) as fast as one alone (a batch of n steps
+        slowdown(n) times as long). A worker hosting two models (a co-hosting small worker) runs one
+        batch a model, and the two calls take turns on the device (workers.runtime.batch_loop, a loop a
+        model): a round of one step of each lasts the sum of slowdown(n_m) x step_m over the models m,
+        in which a job of model m does step_m of its work."""
+        groups = Counter(self.models.get(seq, ("", 1.0)) for seq in self.jobs)
+        if len(groups) <= 1:
+            return dict.fromkeys(self.jobs, 1.0 / slowdown(len(self.jobs)))
+        round_ms = sum(slowdown(n) * step for (_, step), n in groups.items())
+        return {seq: self.models[seq][1] / round_ms for seq in self.jobs}
+
     def advance(self, now_s: float, slowdown: Callable[[int], float]) -> None:
-        """Run the jobs from updated_s to now: each progresses 1 / slowdown(n) ms of work per ms while
-        n jobs share the steps (a batch of n steps slowdown(n) times as long as a step of one)."""
+        """Run the jobs from updated_s to now, each at its rate (`rates`)."""
         if self.jobs and now_s > self.updated_s:
-            done = (now_s - self.updated_s) * 1000.0 / slowdown(len(self.jobs))
-            self.jobs = {seq: left - done for seq, left in self.jobs.items()}
+            elapsed_ms = (now_s - self.updated_s) * 1000.0
+            rates = self.rates(slowdown)
+            self.jobs = {seq: left - elapsed_ms * rates[seq] for seq, left in self.jobs.items()}
         self.updated_s = now_s
 
     def next_done(self, now_s: float, slowdown: Callable[[int], float]) -> float | None:
-        """When the job with the least work left ends, if no job joins or leaves before."""
+        """When the first job ends, if no job joins or leaves before."""
         if not self.jobs:
             return None
-        return now_s + max(0.0, min(self.jobs.values())) * slowdown(len(self.jobs)) / 1000.0
+        rates = self.rates(slowdown)
+        return now_s + min(max(0.0, left) / rates[seq] for seq, left in self.jobs.items()) / 1000.0
 
     def finished(self) -> list[int]:
         """Remove and return the jobs whose work is done (within a nanosecond of rounding)."""
         ended = [seq for seq, left in self.jobs.items() if left <= 1e-6]
         for seq in ended:
             del self.jobs[seq]
+            self.models.pop(seq, None)
         return ended
 
 

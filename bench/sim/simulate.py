@@ -11,8 +11,8 @@ The model of one request:
   1. arrival; admission at once against the cache as it is then (the identical prompt's entry, else
      embed, predictor, exact nearest neighbour; jobs.admission.decide: k from the table, scaled to T,
      over holes); queued `admit_s` later (the embedding time a prompt; no admit pool bottleneck here).
-  2. a miss waits for a large worker (or a co-hosting small one, no hit waiting); a hit for a small one
-     when hits go to the small pool (Profile.hits_on_small), or a large one with no miss waiting.
+  2. a miss waits for a large worker (or a co-hosting small one, no hit waiting, which batches it apart
+     from its hits: `Worker.take`); a hit for a small one when hits go to the small pool, or a large one.
   3. a hit whose entry (or, under resume, state) was evicted since admission runs as a miss, on the
      large pool (workers.generation.reuse_job). Service time: denoiser evaluations x the model's
      step cost + one VAE decode. A worker runs up to `SimConfig.batch_capacity` jobs at once (step-level
@@ -77,6 +77,7 @@ class _Simulation:
         self.pools = Pools(config.targets(), switch_s=config.switch_s, capacity=config.batch_capacity)
         self.large_name = config.costs.large_model or "large"
         self.small_name = config.costs.small_model or "small"
+        self.step_ms = {self.large_name: self.costs.large_step_ms, self.small_name: self.costs.small_step_ms}
         self.events: list[tuple[float, int, int, int]] = []
         self._order = 0
         self.large_queue: deque[SimJob] = deque()
@@ -201,7 +202,7 @@ class _Simulation:
                 continue
             worker.advance(now, self.costs.slowdown)
             work_ms = self._service_s(job, on_small=worker.role is Role.SMALL) * 1000.0
-            worker.jobs[job.request.seq] = work_ms
+            worker.take(job.request.seq, work_ms, next(reversed(job.evals)), self.step_ms)
             self._schedule(worker, now)
             if not worker.has_slot(now):
                 ready.remove(worker)

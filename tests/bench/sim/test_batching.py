@@ -48,6 +48,26 @@ def test_jobs_sharing_a_worker_end_as_their_shared_steps_allow() -> None:
     assert not worker.has_slot(0.625)  # four jobs: full
 
 
+def test_a_worker_hosting_two_models_steps_their_batches_in_turn() -> None:
+    """A co-hosting small worker: its hits (small model, 5 ms a step) and its misses on the large model
+    (10 ms a step) are two UNet calls a step, not one batch; 10 steps of each take 10 rounds of 15 ms."""
+    slowdown = costs_from_runtime_json(RUNTIME, source="test").slowdown
+    steps = {"large": 10.0, "small": 5.0}
+    worker = Worker(0, Role.SMALL, capacity=4)
+    worker.take(1, 100.0, "large", steps)
+    worker.take(2, 50.0, "small", steps)
+    assert worker.rates(slowdown) == {1: pytest.approx(10 / 15), 2: pytest.approx(5 / 15)}
+    assert worker.next_done(0.0, slowdown) == pytest.approx(0.150)
+    worker.take(3, 100.0, "large", steps)  # two misses share the large model's call: 1.25x its step
+    assert worker.rates(slowdown)[1] == pytest.approx(10 / (1.25 * 10 + 5))
+    worker.advance(0.150, slowdown)
+    assert worker.finished() == [] and worker.models.keys() == {1, 2, 3}
+    one_model = Worker(1, Role.LARGE, capacity=4)
+    one_model.take(1, 100.0, "large", steps)
+    one_model.take(2, 100.0, "large", steps)
+    assert one_model.rates(slowdown) == {1: pytest.approx(1 / 1.25), 2: pytest.approx(1 / 1.25)}
+
+
 @pytest.fixture(scope="module")
 def all_misses(repeat_prompts: Prompts) -> Workload:
     """60 requests, 16 closed-loop clients, nothing cached (vanilla)."""
