@@ -57,9 +57,8 @@ class WorkerContext:
         self._running = 0
         self.video_lock = threading.Lock()  # the video model runs one job at a time, whatever the pool
         self.predictors: dict[tuple[str, str, str], Any] = {}  # (scope, family, mode) -> (version, model)
-        self.cascade_cache: dict[
-            str, tuple[float, Any]
-        ] = {}  # name -> (read at, value): workers.cascade, route costs
+        # name -> (read at, value): workers.cascade's threshold, jobs.route_costs' costs
+        self.cascade_cache: dict[str, tuple[float, Any]] = {}
         self.decode_node: Any = None  # workers.decoding: the decode role's node (its cache), on first use
         self.redis: Any = None  # workers.decoding: a client of the broker's Redis, on first use
 

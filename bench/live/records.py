@@ -28,7 +28,8 @@ class JobRecord:
     error: str | None = None
 
 
-def _parse_time(value: Any) -> datetime | None:
+def parse_time(value: Any) -> datetime | None:
+    """An API timestamp (ISO 8601, Z for UTC) as a datetime; None for anything else."""
     if not isinstance(value, str):
         return None
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
@@ -51,7 +52,7 @@ def outcome_from_record(record: JobRecord) -> RequestOutcome:
     metrics = job.get("metrics") or {}
     status = str(job.get("status"))
     hit = metrics.get("route") == "hit"
-    created, completed = _parse_time(job.get("created_at")), _parse_time(job.get("completed_at"))
+    created, completed = parse_time(job.get("created_at")), parse_time(job.get("completed_at"))
     latency_ms: float | None = None
     completed_s: float | None = None
     if status in TERMINAL and created is not None and completed is not None:

@@ -149,10 +149,10 @@ class _Replayer:
         return time.monotonic() - self.started
 
     async def run(self) -> list[JobRecord]:
-        closed = self.workload.spec.kind is ArrivalKind.CLOSED  # a connection a client, and /v1/stats'
-        limits = httpx.Limits(
-            max_connections=max(self.options.max_connections, closed * (self.workload.spec.concurrency + 1))
-        )
+        connections = self.options.max_connections
+        if self.workload.spec.kind is ArrivalKind.CLOSED:  # a long poll a client, and /v1/stats
+            connections = max(connections, self.workload.spec.concurrency + 1)
+        limits = httpx.Limits(max_connections=connections)
         headers = {"Authorization": f"Bearer {self.options.api_key}"}
         async with httpx.AsyncClient(
             base_url=self.options.base_url,

@@ -37,6 +37,7 @@ from typing import Any
 
 import httpx
 
+from bench.live.records import parse_time
 from bench.run.profiles import Profile
 from core.vocabulary import MonitorMode
 
@@ -186,10 +187,6 @@ def write_replay_json(path: Path, report: Mapping[str, Any], stack: StackRecord 
     path.write_text(text + "\n", encoding="utf-8")
 
 
-def _parse_time(value: Any) -> datetime | None:
-    return datetime.fromisoformat(value.replace("Z", "+00:00")) if isinstance(value, str) else None
-
-
 @dataclass
 class StackWatch:
     """Polls /v1/stats during a replay and keeps a point whenever the pools or the decision mode change.
@@ -212,7 +209,7 @@ class StackWatch:
     ) -> None:
         """The threshold in force at the first reading, then each decision taken since the replay started."""
         decision = cascade.get("decision") or {}
-        decided = _parse_time(decision.get("decided_at"))
+        decided = parse_time(decision.get("decided_at"))
         fresh = decided is not None and decided >= self.started_at and decided != self._decided
         if self.thresholds and not fresh:
             return
@@ -243,7 +240,7 @@ class StackWatch:
     def _observe_pools(self, stats: Mapping[str, Any], *, t: float, submitted: int) -> None:
         pools = stats.get("pools") or {}
         decision = stats.get("pool_monitor") or {}
-        decided = _parse_time(decision.get("decided_at"))
+        decided = parse_time(decision.get("decided_at"))
         mode = decision.get("mode") if decided is not None and decided >= self.started_at else None
         if mode is None and self.points:
             mode = self.points[-1].mode

@@ -103,11 +103,12 @@ class Worker:
         batch a model, and the two calls take turns on the device (workers.runtime.batch_loop, a loop a
         model): a round of one step of each lasts the sum of slowdown(n_m) x step_m over the models m,
         in which a job of model m does step_m of its work."""
-        groups = Counter(self.models.get(seq, ("", 1.0)) for seq in self.jobs)
+        model_of = {seq: self.models.get(seq, ("", 1.0)) for seq in self.jobs}  # one model unless taken
+        groups = Counter(model_of.values())
         if len(groups) <= 1:
             return dict.fromkeys(self.jobs, 1.0 / slowdown(len(self.jobs)))
         round_ms = sum(slowdown(n) * step for (_, step), n in groups.items())
-        return {seq: self.models[seq][1] / round_ms for seq in self.jobs}
+        return {seq: model_of[seq][1] / round_ms for seq in self.jobs}
 
     def advance(self, now_s: float, slowdown: Callable[[int], float]) -> None:
         """Run the jobs from updated_s to now, each at its rate (`rates`)."""

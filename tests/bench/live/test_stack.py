@@ -171,14 +171,16 @@ def test_differences_name_every_option_to_change(bench_settings: Settings) -> No
     )
 
 
-def _replay_json(path: Path, profile: dict[str, Any], timeline: list[dict[str, Any]]) -> Path:
+def _replay_json(
+    path: Path, profile: dict[str, Any], timeline: list[dict[str, Any]], monitor: dict[str, Any] = MONITOR
+) -> Path:
     measured = {
         "profile": profile["name"],
         "requests": 60,
         "hit_rate": 0.5,
         "compute_saved": 0.3,
         "k_histogram": {"25": 30},
-        "stack": {"monitor": MONITOR, "profile": profile, "steps": None, "timeline": timeline},
+        "stack": {"monitor": monitor, "profile": profile, "steps": None, "timeline": timeline},
     }
     path.write_text(json.dumps(measured), encoding="utf-8")
     return path
@@ -213,19 +215,7 @@ def test_simulate_compare_follows_the_replayed_allocation(
     ]
     replay = _replay_json(tmp_path / "replay.json", profile, timeline)
     out = tmp_path / "sim.json"
-    simulate_main(
-        bench_settings,
-        SimulateOptions(
-            workload=WorkloadOptions(trace=repeat_trace),
-            profiles=("modm",),
-            large_workers=1,
-            small_workers=1,
-            monitor=MonitorMode.THROUGHPUT,
-            compare=replay,
-            json_path=out,
-            progress=False,
-        ),
-    )
+    simulate_main(bench_settings, replace(_as_replayed(repeat_trace, replay), json_path=out))
     simulated = json.loads(out.read_text())
     assert [(p["large"], p["small"]) for p in simulated["allocation_timeline"]] == [(1, 1), (2, 0)]
     assert "simulated vs measured (modm)" in capsys.readouterr().out
@@ -236,22 +226,23 @@ def test_simulate_compare_refuses_another_co_hosting(
 ) -> None:
     """A replay of a stack whose small workers co-hosted the large model is not simulated without it."""
     profile = build_profile("modm", bench_settings).describe()
-    replay = _replay_json(
-        tmp_path / "replay.json", profile, [{"t": 0, "submitted": 0, "large": 1, "small": 1}]
-    )
-    measured = json.loads(replay.read_text())
-    measured["stack"]["monitor"] = {**MONITOR, "cohost": not bench_settings.cohosting}
-    replay.write_text(json.dumps(measured), encoding="utf-8")
-    options = SimulateOptions(
-        workload=WorkloadOptions(trace=repeat_trace),
+    start = [{"t": 0, "submitted": 0, "large": 1, "small": 1}]
+    monitor = {**MONITOR, "cohost": not bench_settings.cohosting}
+    replay = _replay_json(tmp_path / "replay.json", profile, start, monitor)
+    with pytest.raises(ValueError, match="REPRISE_COHOST") as refused:
+        simulate_main(bench_settings, _as_replayed(repeat_trace, replay))
+    assert f"set REPRISE_COHOST={str(not bench_settings.cohosting).lower()}" in str(refused.value)
+    assert "--large-workers" not in str(refused.value)  # the one difference
+
+
+def _as_replayed(trace: Path, replay: Path) -> SimulateOptions:
+    """A simulation of modm with the pools and monitor the replays above recorded (1 large, 1 small)."""
+    return SimulateOptions(
+        workload=WorkloadOptions(trace=trace),
         profiles=("modm",),
-        compare=replay,
-        progress=False,
         large_workers=1,
         small_workers=1,
         monitor=MonitorMode.THROUGHPUT,
+        compare=replay,
+        progress=False,
     )
-    with pytest.raises(ValueError, match="REPRISE_COHOST") as refused:
-        simulate_main(bench_settings, options)
-    assert f"set REPRISE_COHOST={str(not bench_settings.cohosting).lower()}" in str(refused.value)
-    assert "--large-workers" not in str(refused.value)  # the one difference
