@@ -8,6 +8,9 @@ CLIP's space, clipped at 0: 0..100, a score for every prompt. A serving worker h
 models call for (workers.context.WorkerContext.scorer), and never needs to know which it is;
 reports say which one produced a number by its `name` and `scale`.
 
+Videos have theirs (VideoScorer): the lab's video judge on the lab's trained video model
+(workers.context.WorkerContext.video_scorer).
+
 A scorer that can also say how clearly it reads an image (the judge) implements ConfidenceReader:
 the cascade's discriminator reads those confidences (DiffServe 3.2).
 """
@@ -38,6 +41,24 @@ class ScoreScale:
 
 JUDGE_SCALE = ScoreScale(0.0, 1.0, "share of the prompt's attributes the lab judge reads in the image")
 CLIP_SCALE = ScoreScale(0.0, 100.0, "CLIPScore: 100 x cosine(image, prompt), clipped at 0")
+
+
+class VideoScorer(Protocol):
+    """Scores (video, prompt) pairs, a video being (F, H, W, 3) uint8 frames: the lab's video judge
+    (lab.video.judge) on lab:video's videos, a share of the prompt's attributes read (JUDGE_SCALE)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def reads(self, prompt: str) -> bool:
+        """Whether this scorer has a score for a video of `prompt` (a moving scene of the lab's world)."""
+        ...
+
+    def score(
+        self, videos: Sequence[npt.NDArray[np.uint8]], prompts: Sequence[str]
+    ) -> Sequence[float | None]:
+        """One score per (videos[i], prompts[i]) pair; None for a prompt it does not read."""
+        ...
 
 
 @runtime_checkable

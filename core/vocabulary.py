@@ -108,6 +108,12 @@ class ModelSet(StrEnum):
     TINY = "tiny"  # seeded random weights (workers/runtime/tiny.py; images are noise)
 
 
+# The built text-to-video model of each model set: an unset REPRISE_VIDEO_MODEL's.
+BUILTIN_VIDEO_MODELS: dict[ModelSet, str] = {
+    ModelSet.LAB: "lab:video",  # the quality lab's trained UNet3D (lab/video; videos a judge can read)
+    ModelSet.TINY: "tiny-video",  # seeded random weights (workers/runtime/tiny.py)
+}
+
 # Built models by name ("<set>:<model>", usable as REPRISE_*_MODEL) -> their latent family.
 BUILTIN_FAMILIES: dict[str, str] = {
     "lab:large": "lab-a",

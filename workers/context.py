@@ -28,7 +28,7 @@ from jobs.celery_app import get_celery_app
 from jobs.dispatch import CeleryDispatcher, Dispatcher
 
 if TYPE_CHECKING:
-    from core.scoring import Scorer
+    from core.scoring import Scorer, VideoScorer
     from workers.runtime.runtime import DiffusionRuntime
     from workers.runtime.video import VideoRuntime
 
@@ -52,6 +52,8 @@ class WorkerContext:
         self._image_embedder: Any = None
         self._query_embedder: Any = None
         self._scorer: Scorer | None = None
+        self._video_scorer: VideoScorer | None = None
+        self._video_scorer_chosen = False  # None is a choice: no scorer for this video model
         self._building = threading.RLock()  # one build of each model, whichever thread asks first
         self._hosting = threading.Condition()  # the role's runs in flight, and a switch waiting for none
         self._running = 0
@@ -157,7 +159,7 @@ class WorkerContext:
             return self._guest
 
     def video_runtime(self) -> VideoRuntime:
-        """The text-to-video pipeline (settings.video_model), loaded on this process's first video job:
+        """The text-to-video pipeline (settings.video_model_name), loaded on this process's first video job:
         apart from the role's image model, which a role switch swaps and this one outlives."""
         with self._building:
             if self._video_runtime is None:
@@ -204,6 +206,20 @@ class WorkerContext:
 
                 self._scorer = configured_scorer(self.settings, self.role, self.image_embedder)
             return self._scorer
+
+    def video_scorer(self) -> VideoScorer | None:
+        """The scorer of this worker's videos, chosen once: the lab's video judge (validated at load)
+        when the video model is lab:video; None otherwise (nothing here judges other video models)."""
+        with self._building:
+            if not self._video_scorer_chosen:
+                from workers.runtime.video import LAB_VIDEO_MODEL
+
+                if self.settings.video_model_name == LAB_VIDEO_MODEL:
+                    from lab.models import load_video_judge
+
+                    self._video_scorer = load_video_judge(self.settings)
+                self._video_scorer_chosen = True
+            return self._video_scorer
 
     def image_embedder(self) -> Any:
         """open_clip: images, and prompts in the image space for text-to-image lookup (MoDM)."""

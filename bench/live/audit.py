@@ -22,13 +22,17 @@ from bench.run.outcomes import RequestOutcome
 
 AUDIT_CONCURRENCY: Final = 4  # the replay's default clients (bench.run.options)
 REQUEST_FIELDS: Final = ("prompt", "negative_prompt", "seed", "steps", "width", "height", "guidance")
+VIDEO_FIELDS: Final = ("frames", "fps", "noise_window")  # a video job's input besides an image job's
 TERMINAL: Final = frozenset({"succeeded", "failed", "canceled"})
 
 
 def audit_body(job: Mapping[str, Any]) -> dict[str, Any]:
     """The job's request again, with the cache off (None fields left to the server's defaults)."""
     given = job.get("input") or {}
-    body: dict[str, Any] = {name: given[name] for name in REQUEST_FIELDS if given.get(name) is not None}
+    fields = REQUEST_FIELDS + (VIDEO_FIELDS if job.get("kind") == "video" else ())
+    body: dict[str, Any] = {name: given[name] for name in fields if given.get(name) is not None}
+    if job.get("kind") == "video":
+        body["kind"] = "video"
     if "guidance" in body:
         body["guidance"] = float(body["guidance"])
     return body | {"cache": "off"}

@@ -26,6 +26,7 @@ class JobRecord:
     post_started_s: float | None
     job: Mapping[str, Any] | None
     error: str | None = None
+    fresh_quality: float | None = None  # an audited hit's request generated afresh: its judged quality
 
 
 def parse_time(value: Any) -> datetime | None:

@@ -325,6 +325,13 @@ def run_replay(
     sizes = (
         asyncio.run(fetch_png_sizes(options, records, options.fetch_images)) if options.fetch_images else []
     )
+    audits = audit_hits(
+        options.base_url,
+        options.api_key,
+        [(outcome_from_record(r), r.job) for r in records],
+        options.quality_sample,
+    )
+    records = [replace(record, fresh_quality=audits.get(index)) for index, record in enumerate(records)]
     report = replay_report(
         records,
         profile=profile,
@@ -334,12 +341,7 @@ def run_replay(
         embedder=embedder,
         gpu_workers=gpu_workers,
         png_bytes=statistics.mean(sizes) if sizes else (float(costs.png_bytes) if costs_measured else None),
-        audits=audit_hits(
-            options.base_url,
-            options.api_key,
-            [(outcome_from_record(r), r.job) for r in records],
-            options.quality_sample,
-        ),
+        audits=audits,
     )
     elapsed_s = (datetime.now(UTC) - watch.started_at).total_seconds()
     counters = stack_decode_counters(

@@ -53,7 +53,7 @@ class ReplayCliOptions:
     json_path: Path | None = None
     plots: Path | None = None
     progress: bool = True
-    video_frames: int | None = None  # video jobs: no image fetched, no quality sample
+    video_frames: int | None = None  # video jobs: no image fetched (judged and audited where judged)
     vanilla: bool = False  # then the same requests with the cache off on the same stack
 
 
@@ -111,7 +111,7 @@ def replay_main(settings: Settings, options: ReplayCliOptions) -> int:
         api_key=_api_key(settings, options),
         steps=options.steps,
         fetch_images=0 if options.video_frames else options.fetch_images,
-        quality_sample=0 if options.video_frames else options.quality_sample,
+        quality_sample=options.quality_sample,
         video_frames=options.video_frames,
     )
     embedder = {
@@ -140,7 +140,9 @@ def replay_main(settings: Settings, options: ReplayCliOptions) -> int:
         unaudited = replace(replay_options, fetch_images=0, quality_sample=0)
         body |= _vanilla_run(settings, workload, unaudited, report)
     if options.video_frames:  # FlexCache's figures from the jobs
-        body["video"] = video_summary(r.job for r in records) | {"throughput_rps": report.throughput_rps}
+        fresh = [r.fresh_quality for r in records]
+        body["video"] = video_summary([r.job for r in records], fresh=fresh)
+        body["video"]["throughput_rps"] = report.throughput_rps
         _note(f"video: {body['video']}")
     if options.json_path is not None:  # with the stack's record when /v1/stats could be read
         write_replay_json(options.json_path, body, stack)

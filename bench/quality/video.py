@@ -109,7 +109,7 @@ def compare_video(
     steps: int | None = None,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """The report (module doc) for settings.video_model."""
+    """The report (module doc) for settings.video_model_name."""
     import torch
 
     from lab.models import load_video_judge
@@ -131,7 +131,7 @@ def compare_video(
         tracked_motion(video, scene.thing.color) for video, scene in zip(truths, scenes, strict=True)
     ]
     return {
-        "model": settings.video_model,
+        "model": settings.video_model_name,
         "prompts": prompts,
         "steps": steps or settings.steps,
         "guidance": guidance,

@@ -9,6 +9,9 @@ For each of `requests` held-out moving scenes (lab.motion), with a caption c (th
   from its own seed and captured at k; their states at k are stitched by each entry's object mask,
   found by the service's segmenter on the entry's final latent (workers.runtime.stitching: the trained
   model's own latent statistics, not a judge's localisation), and c resumes from the stitched state.
+Hits resume from the entries' states as the cache stores them: each entry's captured states (FlexCache's
+key steps, and k) through db.codec.video at `error_bound` (the cache's, settings.video_state_error_bound)
+and back. The whole-prompt hit also resumes from the exact state: `codec_drop` is what storing cost it.
 The video judge (lab.video.judge) scores every video for c; a hit's drop is the miss's quality less
 the hit's, per request, with a 95% bootstrap interval of its mean. k is one of NIRVANA's key steps
 (`k`, default 10 of T = 50: mid-table, where a cached state already holds the layout).
@@ -24,6 +27,7 @@ import numpy as np
 
 from bench.quality.video import FRAMES_SIZE, interval
 from core.params import VideoParams
+from db.codec.video import decode_video_state, encode_video_states
 
 DEFAULT_K = 10
 DEFAULT_REQUESTS = 8
@@ -79,41 +83,57 @@ def measure_reuse_quality(
     k: int = DEFAULT_K,
     frames: int = 8,
     guidance: float = 7.5,
+    error_bound: float | None = None,
     log: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
     """{miss_mean, whole_hit_drop, stitched_hit_drop} and their detail (module doc)."""
     from workers.runtime.stitching import object_mask, stitch
-    from workers.runtime.video import decode_frames, generate_video
+    from workers.runtime.video import CAPTURE_STEPS, decode_frames, generate_video
 
     def run(prompt: str, seed: int, start: Any = None) -> Any:
         params = _params(prompt, seed, steps, frames, guidance)
         if start is None:
-            return generate_video(pipe, params, capture={k})
+            return generate_video(pipe, params, capture={k, *(s for s in CAPTURE_STEPS if s < steps)})
         return generate_video(pipe, params, start_latent=start, start_step=k, capture=set())
 
-    scores: dict[str, list[float]] = {"miss": [], "whole_hit": [], "stitched_hit": []}
+    def stored(entry: Any) -> Any:
+        return stored_state(entry.captured, k, error_bound)
+
+    scores: dict[str, list[float]] = {"miss": [], "whole_hit": [], "stitched_hit": [], "whole_hit_exact": []}
     for index, request in enumerate(_requests(requests, QUALITY_SEED)):
         seed = QUALITY_SEED + 10 * index
         miss = run(request["prompt"], seed)
         source = run(request["paraphrase"], seed + 1)
-        whole = run(request["prompt"], seed, start=source.captured[k])
+        whole = run(request["prompt"], seed, start=stored(source))
+        exact = run(request["prompt"], seed, start=source.captured[k])
         objects, backgrounds = run(request["object"], seed + 2), run(request["background"], seed + 3)
         stitched_state = stitch(
-            objects.captured[k], object_mask(objects.final_latent),
-            backgrounds.captured[k], object_mask(backgrounds.final_latent),
+            stored(objects), object_mask(objects.final_latent),
+            stored(backgrounds), object_mask(backgrounds.final_latent),
         )  # fmt: skip
         stitched = run(request["prompt"], seed, start=stitched_state)
-        videos = [decode_frames(pipe, result.final_latent) for result in (miss, whole, stitched)]
-        judged = judge.score(videos, [request["prompt"]] * 3)
+        results = (miss, whole, stitched, exact)
+        videos = [decode_frames(pipe, result.final_latent) for result in results]
+        judged = judge.score(videos, [request["prompt"]] * len(results))
         for name, score in zip(scores, judged, strict=True):
             scores[name].append(float(score or 0.0))
         log(f"reuse quality {index + 1}/{requests}")
-    return _report(scores, requests=requests, steps=steps, k=k, frames=frames, guidance=guidance)
+    settings = {"requests": requests, "steps": steps, "k": k, "frames": frames, "guidance": guidance}
+    return _report(scores, **settings, error_bound=error_bound)
+
+
+def stored_state(captured: dict[int, Any], k: int, error_bound: float | None) -> Any:
+    """State k of an entry whose captured states went through the cache's codec (db.codec.video)."""
+    states = {step: np.asarray(latent, dtype=np.float32) for step, latent in captured.items()}
+    encoded = encode_video_states(states, family="bench", error_bound=error_bound)
+    return decode_video_state(encoded.states[k], encoded.base)
 
 
 def _report(scores: dict[str, list[float]], **settings: Any) -> dict[str, Any]:
     miss = np.asarray(scores["miss"])
     detail: dict[str, Any] = {"miss": {"mean": float(miss.mean()), "interval_95": list(interval(miss))}}
+    exact = np.asarray(scores["whole_hit_exact"]) - np.asarray(scores["whole_hit"])
+    detail["codec"] = {"drop": float(exact.mean()), "drop_interval_95": list(interval(exact))}
     drops = {}
     for name in ("whole_hit", "stitched_hit"):
         values = np.asarray(scores[name])
@@ -128,6 +148,7 @@ def _report(scores: dict[str, list[float]], **settings: Any) -> dict[str, Any]:
         "miss_mean": float(miss.mean()),
         "whole_hit_drop": drops["whole_hit"],
         "stitched_hit_drop": drops["stitched_hit"],
+        "codec_drop": detail["codec"]["drop"],
         "detail": detail,
         "scores": scores,
         **settings,

@@ -1,9 +1,9 @@
 """`reprise bench video`: FlexCache in figures.
 
-1. Compression (bench.video.compression): the tiny text-to-video model's own captured states, stored by
-   each technique, and the error of runs resumed from them, with i.i.d. noise or FreeNoise's windows
-   (`noise_window`, the paper's set-up, 5). Random weights: the ratio measures the code path, not a
-   trained model's frames (see that module).
+1. Compression (bench.video.compression): the video model's own captured states (the lab's trained
+   model by default), stored by each technique, and the error of runs resumed from them, with i.i.d.
+   noise or FreeNoise's windows (`noise_window`, the paper's set-up, 5); `compression` is what the
+   cache stores at the configured error bound. On lab:video, the judged reuse too (bench.video.quality).
 2. Hit rate, compute saved and throughput (bench.sim.video): a video prompt trace (bench.video.trace:
    the lab's world with motion, or a prompts file with motion added) through the simulator's video
    profile at the paper's costs, in FlexCache's configurations (6.2.2, Fig. 17):
@@ -13,10 +13,11 @@
    under one byte budget, `--budget-share` of what the trace's misses would store uncompressed (the
    paper fills a 1 TB cache first, 6.2.2; a share keeps the cache full at any trace length).
 
-JSON (a contract): compression {intra, inter, total}, resume_error, hit_rate {whole_prompt,
+JSON (a contract): model, compression {intra, inter, total}, resume_error, hit_rate {whole_prompt,
 decoupled} (the "+ compression" and "flexcache" runs: the same trace, budget and compression),
 compute_saved and throughput_rps (flexcache's), vanilla_throughput_rps (no cache: every request runs T
-steps). Further fields give each configuration's figures and the compression per technique.
+steps), quality {miss_mean, whole_hit_drop, stitched_hit_drop} (null on a model the judge cannot read).
+Further fields give each configuration's figures and the compression per technique.
 """
 
 from __future__ import annotations
@@ -143,13 +144,16 @@ def measure_video(
     prompts = trace_prompts(trace, requests, seed)
     compressed_prompts, quality = prompts[:compression_prompts], None
     if judged is not None:
-        measured = judged.measure(pipe, compression_prompts, seed, compression_steps, frames)
+        measured = judged.measure(
+            pipe, compression_prompts, seed, compression_steps, frames, settings.video_state_error_bound
+        )
         compressed_prompts, quality = measured
     figures = measure_compression(
         pipe,
         compressed_prompts,
         frames=frames,
         steps=compression_steps,
+        error_bound=settings.video_state_error_bound,
         capture=compression_capture,
         noise_window=noise_window,
     )
@@ -186,15 +190,17 @@ class JudgedReuse:
     log: Callable[[str], None] = print
 
     def measure(
-        self, pipe: Any, prompts: int, seed: int, steps: int, frames: int
+        self, pipe: Any, prompts: int, seed: int, steps: int, frames: int, error_bound: float | None
     ) -> tuple[list[str], dict[str, Any]]:
-        """`prompts` captions of the moving world for the compression runs, and the judged reuse."""
+        """`prompts` captions of the moving world for the compression runs, and the judged reuse (hits
+        resume from states as the cache stores them, at `error_bound`)."""
         from bench.quality.video import video_prompts
         from bench.video.quality import measure_reuse_quality
 
         quality = measure_reuse_quality(
-            pipe, self.judge, requests=self.requests, steps=steps, k=self.k, frames=frames, log=self.log
-        )
+            pipe, self.judge, requests=self.requests, steps=steps, k=self.k, frames=frames,
+            error_bound=error_bound, log=self.log,
+        )  # fmt: skip
         return video_prompts(prompts, seed)[0], quality
 
 
@@ -207,7 +213,8 @@ def _detail(figures: CompressionFigures) -> dict[str, Any]:
 
 def format_table(result: VideoBench) -> str:
     lines = [
-        f"compression ({result.model}, {result.compression_detail['prompts']} prompts): "
+        f"compression ({result.model}, {result.compression_detail['prompts']} prompts, stored "
+        f"{result.compression_detail['stored']}, error bound {result.compression_detail['error_bound']}): "
         f"intra {result.compression['intra']}x, inter {result.compression['inter']}x, "
         f"total {result.compression['total']}x; resume error {result.resume_error}",
         f"trace {result.trace}, {result.requests} requests, table {result.k_table}, "

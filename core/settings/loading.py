@@ -26,7 +26,14 @@ from core.settings.reliability import ReliabilitySettings
 from core.settings.services import ServiceSettings
 from core.settings.video import VideoSettings
 from core.settings.webhooks import WebhookSettings
-from core.vocabulary import LAB_ATTRIBUTES, Allocator, HitPolicy, LookupMode, TextEmbedderKind
+from core.vocabulary import (
+    BUILTIN_VIDEO_MODELS,
+    LAB_ATTRIBUTES,
+    Allocator,
+    HitPolicy,
+    LookupMode,
+    TextEmbedderKind,
+)
 
 ENV_PREFIX = "REPRISE_"
 
@@ -61,6 +68,18 @@ class Settings(  # the subsystems, in the order docs/configuration.md lists them
         itself)."""
         return self.cohost and self.max_batch > 1 and self.allocator is Allocator.MODM
 
+    @property
+    def video_model_name(self) -> str:
+        """The video model in use: the configured one, or the model set's built one."""
+        return self.video_model if self.video_model is not None else BUILTIN_VIDEO_MODELS[self.model_set]
+
+    @property
+    def video_family(self) -> str:
+        """The latent family of the video model's latents: video entries are reused only by it (DESIGN: a
+        cache entry is keyed by its model family). The model's name is it: 'lab:video', an id or a
+        directory."""
+        return self.video_model_name
+
     @model_validator(mode="after")
     def _lab_lookup(self) -> Settings:
         """On the quality lab's models, what is left unset follows MoDM (3.2, 5.1, 5.2): a prompt is looked
@@ -78,12 +97,6 @@ class Settings(  # the subsystems, in the order docs/configuration.md lists them
             self.hit_policy = HitPolicy.REFINE
         clip_text = self.text_embedder is TextEmbedderKind.OPEN_CLIP  # then open_clip embeds text too
         if image and self.open_clip_model is None and not clip_text:
-            self.open_clip_model = LAB_ATTRIBUTES
-        return self
-        if "lookup_mode" not in self.model_fields_set:
-            self.lookup_mode = LookupMode.TEXT_TO_IMAGE
-        clip_text = self.text_embedder is TextEmbedderKind.OPEN_CLIP  # then open_clip embeds text too
-        if self.lookup_mode is LookupMode.TEXT_TO_IMAGE and self.open_clip_model is None and not clip_text:
             self.open_clip_model = LAB_ATTRIBUTES
         return self
 

@@ -4,7 +4,7 @@ Format, version 1 (all integers little-endian)::
 
     offset  size  field
     0       4     magic: the codec's and the blob's kind (b"RPLT" a latent, b"RPVS"/b"RPVB" video)
-    4       2     format version (uint16) = 1
+    4       2     format version (uint16): 1, or the codec's later version (db.codec.video: 2)
     6       4     header length H (uint32)
     10      H     header: a UTF-8 JSON object, keys sorted, no spaces; it always holds
                   "payload_bytes" and "payload_crc32", the rest is the codec's
@@ -12,7 +12,8 @@ Format, version 1 (all integers little-endian)::
 
 Magic, version and header length sit at the same offsets in every version, so any later reader can
 tell what it holds (DESIGN: storage keys and codec headers carry enough to read old data). Readers
-ignore header keys they do not know; a change of layout is a new version read beside the old ones.
+ignore header keys they do not know; a change of layout is a new version read beside the old ones:
+a codec writes its newest version and passes read_frame every version it still reads.
 """
 
 from __future__ import annotations
@@ -39,16 +40,20 @@ class Frame:
     payload: bytes
 
 
-def write_frame(magic: bytes, header: dict[str, Any], payload: bytes) -> bytes:
+def write_frame(
+    magic: bytes, header: dict[str, Any], payload: bytes, *, version: int = FORMAT_VERSION
+) -> bytes:
     """The framed blob: `header` with the payload's length and checksum added, then the payload."""
     header = header | {"payload_bytes": len(payload), "payload_crc32": zlib.crc32(payload)}
     raw = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
-    return PREFIX.pack(magic, FORMAT_VERSION, len(raw)) + raw + payload
+    return PREFIX.pack(magic, version, len(raw)) + raw + payload
 
 
-def read_frame(data: bytes, *, magic: bytes, what: str, max_header_bytes: int) -> Frame:
-    """The frame of a blob of any version this reads. Raises CodecError naming `what` ("latent",
-    "video state"...): truncated, another magic, an unknown version, a corrupt header or payload.
+def read_frame(
+    data: bytes, *, magic: bytes, what: str, max_header_bytes: int, versions: tuple[int, ...] = READS_VERSIONS
+) -> Frame:
+    """The frame of a blob of any of `versions`. Raises CodecError naming `what` ("latent", "video
+    state"...): truncated, another magic, an unknown version, a corrupt header or payload.
     `max_header_bytes`: a longer header length can only be corruption."""
     if len(data) < PREFIX.size:
         raise CodecError(
@@ -57,8 +62,8 @@ def read_frame(data: bytes, *, magic: bytes, what: str, max_header_bytes: int) -
     found, version, header_length = PREFIX.unpack_from(data)
     if found != magic:
         raise CodecError(f"not a Reprise {what} blob: starts with {bytes(found)!r}, expected {magic!r}")
-    if version not in READS_VERSIONS:
-        supported = ", ".join(str(v) for v in READS_VERSIONS)
+    if version not in versions:
+        supported = ", ".join(str(v) for v in versions)
         raise CodecError(
             f"{what} blob has format version {version}; this Reprise reads versions {supported} "
             "(a newer Reprise wrote it: upgrade to read it)"

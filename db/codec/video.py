@@ -19,20 +19,26 @@ FlexCache (papers/flexcache-video-approximate-cache.txt, 3.1.1, 4.1, Fig. 9) rem
    rebuilt below `threshold` cosine with its original is stored whole as an extra frame, so a
    video that breaks the paper's linear model costs bytes instead of turning into noise.
 3. error_bound=None is the paper's lossy method (6.2.4: cosine > 0.995). error_bound=eps > 0 is
-   a stated bounded error mode (ours): the residual r (original - lossy rebuild, all frames)
-   is stored too, as integers round(r / (2 eps)) through pcodec, so every decoded element is
-   within eps of the original, plus the output dtype's rounding. Lossless: db.codec.latent.
+   a stated bounded error mode (ours): everything stored lies on a grid of 2 eps, as integer
+   counts q through pcodec (the value 2 eps q): frame 0, the extra frames and the base's diffs,
+   from which the linear model rebuilds, and the residual r (original - that rebuild, all frames),
+   so every decoded element is within eps of the original, plus the output dtype's rounding. A
+   float's low bits below the bound are noise to pcodec; counts cost about log2(spread / 2 eps)
+   bits. Lossless: db.codec.latent.
 
 `threshold` 0.99 is the paper's cosine threshold (5, "Cache compressor", Fig. 14a); the capture
 steps (5, 10, ..., 25 of 50 in 3.2) are whatever keys the caller passes. LRBU evicts each step's
 state on its own (4.2.3): each state is one blob and needs only its entry's base blob, which it
 names by digest. Both blobs are db.codec.framing's frames, under their own magic: b"RPVS" a state,
-b"RPVB" the base; a payload is header["sections"] ([name, bytes] pairs) in order, each a pcodec
-standalone file of one array in C order (an empty array takes 0 bytes). Headers::
+b"RPVB" the base, format version 2; a payload is header["sections"] ([name, bytes] pairs) in
+order, each a pcodec standalone file of one array in C order (an empty array takes 0 bytes). With an
+error bound, frame0, extras and diffs hold int64 counts on its grid; version 1 (still read) held
+them in the latents' dtype whatever the bound. Headers::
 
     both  = {"codec": "pcodec", "family", "dtype": "float16"|"float32", "shape": [C, F, H, W],
              "base_step": 10, "common_frames": [5, 9], "sections", "payload_bytes", "payload_crc32"}
-    base  = both + {"entry": <blake2b-128 hex of the states>}; sections: diffs (C, len(common), H, W)
+    base  = both + {"entry": <blake2b-128 hex of the states>, "error_bound": null}; sections: diffs
+            (C, len(common), H, W)
     state = both + {"k": 15, "base_digest": <blake2b-128 hex of the base blob>, "key_map": [0, 0,
             5, ...], "alphas": [1.3, 1.2] (per common frame, unused if in extra_frames),
             "extra_frames": [12], "error_bound": null}; sections: frame0 (C, H, W), extras
@@ -45,7 +51,6 @@ beside the old ones (db.codec.framing).
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -58,16 +63,18 @@ from pcodec import ChunkConfig, standalone
 
 from core.errors import CodecError, LatentError
 from db.codec.framing import header_field, read_frame, write_frame
-from db.codec.latent import encode_latent
 
 MAGIC_STATE = b"RPVS"
 MAGIC_BASE = b"RPVB"
+FORMAT_VERSION = 2  # with an error bound, frames and diffs are stored as counts on its grid
+_READS_VERSIONS = (1, 2)
 DEFAULT_THRESHOLD = 0.99  # paper 5, "Cache compressor", Fig. 14a
 _MAX_HEADER_BYTES = 4 << 20  # a 64-frame header is ~1 kB; a larger length means corruption
 _DTYPES: dict[str, np.dtype[Any]] = {"float16": np.dtype(np.float16), "float32": np.dtype(np.float32)}
-_MAX_QUANTUM = 2.0**52  # residual counts beyond this lose integer precision in float64
+_MAX_QUANTUM = 2.0**52  # counts beyond this lose integer precision in float64
+_COUNTS = np.dtype(np.int64)
 Array = npt.NDArray[Any]
-_Parsed = tuple[dict[str, Any], dict[str, bytes]]  # a blob's header and its payload's sections
+_Parsed = tuple[int, dict[str, Any], dict[str, bytes]]  # a blob's version, header and sections
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,32 +87,6 @@ class EncodedVideo:
     @property
     def total_bytes(self) -> int:
         return len(self.base) + sum(len(blob) for blob in self.states.values())
-
-
-@dataclass(frozen=True, slots=True)
-class CompressionReport:
-    """Bytes of one entry's states raw, through db.codec.latent (pcodec alone), intra-step only (key frames
-    + maps through db.codec.latent) and intra + inter (this codec), with this codec's errors over all
-    states (relative: ||x - x_hat|| / ||x||). The paper: total 6.7x on average (3.1.1, 6.2.4)."""
-
-    raw_bytes: int
-    lossless_bytes: int
-    intra_bytes: int
-    total_bytes: int
-    max_abs_error: float
-    relative_error: float
-
-    @property
-    def intra(self) -> float:
-        return self.raw_bytes / self.intra_bytes
-
-    @property
-    def inter(self) -> float:
-        return self.intra_bytes / self.total_bytes
-
-    @property
-    def total(self) -> float:
-        return self.raw_bytes / self.total_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,20 +139,30 @@ def encode_video_states(
     key_maps = {k: select_key_frames(x, threshold) for k, x in latents.items()}
     common = _common_key_frames(list(key_maps.values()))
     base_step = _choose_base(latents, key_maps, common)
-    base_diff = _base_diff(latents[base_step], common)
-    meta: dict[str, Any] = {"family": family, "dtype": base_diff.dtype.name, "base_step": base_step}
-    meta |= {"shape": list(latents[base_step].shape), "common_frames": common}
+    dtype = latents[base_step].dtype
+    stored_diff = base_diff = _base_diff(latents[base_step], common)
+    if error_bound is not None:
+        stored_diff, base_diff = _snap(base_diff, error_bound)
+    meta: dict[str, Any] = {"family": family, "dtype": dtype.name, "base_step": base_step}
+    meta |= {"shape": list(latents[base_step].shape), "common_frames": common, "error_bound": error_bound}
     entry = _digest(b"".join(latents[k].tobytes() for k in sorted(latents)))  # tells entries apart
-    base = _pack(MAGIC_BASE, meta | {"entry": entry}, [("diffs", base_diff)])
-    meta |= {"base_digest": _digest(base), "error_bound": error_bound}
+    base = _pack(MAGIC_BASE, meta | {"entry": entry}, [("diffs", stored_diff)])
+    meta |= {"base_digest": _digest(base)}
     blobs: dict[int, bytes] = {}
     for k, latent in latents.items():
-        plan = _plan_state(latent, key_maps[k], common, base_diff, base=k == base_step, guard=threshold)
+        bounded = error_bound is not None
+        plan = _plan_state(
+            latent, key_maps[k], common, base_diff, base=k == base_step, guard=threshold, bounded=bounded
+        )
+        stored = [plan.frame0, plan.extra_frames]
         if error_bound is not None:
-            plan = replace(plan, residual=_quantise(latent, _rebuild(plan, common, base_diff), error_bound))
+            (stored[0], frame0), (stored[1], extras) = (_snap(x, error_bound) for x in stored)
+            plan = replace(plan, frame0=frame0, extra_frames=extras)
+            residual = latent.astype(np.float64) - _rebuild(plan, common, base_diff).astype(np.float64)
+            plan = replace(plan, residual=_counts(residual, error_bound))
         header = meta | {"k": k, "key_map": plan.key_map, "alphas": plan.alphas, "extra_frames": plan.extras}
         residual = np.empty(0, dtype=np.int64) if plan.residual is None else plan.residual
-        sections = [("frame0", plan.frame0), ("extras", plan.extra_frames), ("residual", residual)]
+        sections = [("frame0", stored[0]), ("extras", stored[1]), ("residual", residual)]
         blobs[k] = _pack(MAGIC_STATE, header, sections)
     return EncodedVideo(base=base, states=blobs)
 
@@ -179,42 +170,31 @@ def encode_video_states(
 def decode_video_state(state: bytes, base: bytes) -> Array:
     """One step's (C, F, H, W) latent, in its original dtype, from its blob and its entry's base blob.
     Raises CodecError: bad magic, unknown version, truncated or corrupt blob, another entry's base."""
-    header, sections = _unpack(state, MAGIC_STATE, "video state")
-    base_header, base_sections = _unpack(base, MAGIC_BASE, "video base")
+    version, header, sections = _unpack(state, MAGIC_STATE, "video state")
+    _, base_header, base_sections = _unpack(base, MAGIC_BASE, "video base")
     if header.get("base_digest") != _digest(base):
         raise CodecError("video state belongs to another entry: its base digest differs from this base's")
-    plan = _read_state(header, sections)
-    described = [base_header.get(name) for name in ("dtype", "shape", "common_frames")]
-    if described != [header["dtype"], header["shape"], header["common_frames"]]:
-        raise CodecError("video base header does not describe the state's dtype, shape and common frames")
-    dtype, (channels, _, height, width), common = _DTYPES[header["dtype"]], header["shape"], described[2]
-    base_diff = _array(base_sections.get("diffs", b""), dtype, (channels, len(common), height, width))
+    on_grid = version >= 2 and header.get("error_bound") is not None
+    plan = _read_state(header, sections, on_grid=on_grid)
+    names = ("dtype", "shape", "common_frames", "error_bound")[: 4 if version >= 2 else 3]
+    if [base_header.get(name) for name in names] != [header.get(name) for name in names]:
+        raise CodecError(f"video base header does not describe the state's {', '.join(names)}")
+    dtype, (channels, _, height, width), common = (
+        _DTYPES[header["dtype"]],
+        header["shape"],
+        header["common_frames"],
+    )
+    diffs_shape = (channels, len(common), height, width)
+    if on_grid:
+        base_diff = _on_grid(
+            _array(base_sections.get("diffs", b""), _COUNTS, diffs_shape), header["error_bound"]
+        )
+    else:
+        base_diff = _array(base_sections.get("diffs", b""), dtype, diffs_shape)
     rebuilt = _rebuild(plan, common, base_diff)
     if plan.residual is not None:
         rebuilt = rebuilt.astype(np.float64) + plan.residual * (2.0 * float(header["error_bound"]))
     return rebuilt.astype(dtype)
-
-
-def compression_report(
-    states: Mapping[int, Array], *, threshold: float = DEFAULT_THRESHOLD, error_bound: float | None = None
-) -> CompressionReport:
-    """Sizes and errors of one entry's states under this codec, beside db.codec.latent and intra only."""
-    encoded = encode_video_states(states, family="report", threshold=threshold, error_bound=error_bound)
-    raw = lossless = intra = 0
-    squared_error = squared_norm = max_abs = 0.0
-    for k, latent in states.items():
-        raw += latent.nbytes
-        lossless += len(encode_latent(np.ascontiguousarray(latent), family="report", k=k))
-        key_map = select_key_frames(latent, threshold)
-        key_frames = np.ascontiguousarray(latent[:, [f for f, m in enumerate(key_map) if f == m]])
-        intra += len(encode_latent(key_frames, family="report", k=k)) + len(json.dumps(key_map))
-        original = latent.astype(np.float64)
-        error = decode_video_state(encoded.states[k], encoded.base).astype(np.float64) - original
-        squared_error += float(np.sum(error**2))
-        squared_norm += float(np.sum(original**2))
-        max_abs = max(max_abs, float(np.abs(error).max()))
-    relative = math.sqrt(squared_error / max(squared_norm, np.finfo(np.float64).tiny))
-    return CompressionReport(raw, lossless, intra, encoded.total_bytes, max_abs, relative)
 
 
 # --- compression -------------------------------------------------------------------------------
@@ -253,21 +233,36 @@ def _choose_base(latents: dict[int, Array], key_maps: dict[int, list[int]], comm
 
 
 def _plan_state(
-    latent: Array, key_map: list[int], common: list[int], base_diff: Array, *, base: bool, guard: float | None
+    latent: Array,
+    key_map: list[int],
+    common: list[int],
+    base_diff: Array,
+    *,
+    base: bool,
+    guard: float | None,
+    bounded: bool = False,
 ) -> _State:
     """What one step stores: alphas (1 for the base step), frame 0 and its extra frames; with a
-    guard, common key frames rebuilt below that cosine become extra frames too."""
+    guard, common key frames rebuilt below that cosine become extra frames too. Bounded (the residual
+    restores every frame, so a poor rebuild costs bytes, never accuracy): only a common key frame the
+    rebuild misses by its own norm or more is stored whole, where its residual would cost more."""
     x = latent.astype(np.float32)
     if base:
         alphas = [1.0] * len(common)
     else:
-        alphas = [inter_step_alpha(x[:, m] - x[:, 0], base_diff[:, i]) for i, m in enumerate(common)]
+        alphas = [
+            _float32(inter_step_alpha(x[:, m] - x[:, 0], base_diff[:, i])) for i, m in enumerate(common)
+        ]
     extras = [f for f, m in enumerate(key_map) if f == m and f != 0 and f not in common]
     plan = _State(key_map, alphas, extras, latent[:, 0], latent[:, extras])
     if guard is None or base:
         return plan
     rebuilt = _rebuild(plan, common, base_diff)
-    extras = sorted(extras + [m for m in common if _cosine(rebuilt[:, m], x[:, m]) < guard])
+    if bounded:
+        worse = [m for m in common if np.linalg.norm(rebuilt[:, m] - x[:, m]) >= np.linalg.norm(x[:, m])]
+    else:
+        worse = [m for m in common if _cosine(rebuilt[:, m], x[:, m]) < guard]
+    extras = sorted(extras + worse)
     return replace(plan, extras=extras, extra_frames=latent[:, extras])
 
 
@@ -286,12 +281,29 @@ def _rebuild(plan: _State, common: list[int], base_diff: Array) -> Array:
     return out
 
 
-def _quantise(latent: Array, rebuilt: Array, error_bound: float) -> Array:
-    """The residual as integers q with |latent - (rebuilt + 2 eps q)| <= eps."""
-    scaled = (latent.astype(np.float64) - rebuilt.astype(np.float64)) / (2.0 * error_bound)
-    if np.abs(scaled).max() > _MAX_QUANTUM:
+def _float32(value: float) -> float:
+    """The shortest decimal of value's float32, the precision the rebuild multiplies by: half the
+    header bytes of a float64's repr, the same rebuild."""
+    return float(np.format_float_positional(np.float32(value), unique=True, trim="-"))
+
+
+def _counts(values: Array, error_bound: float) -> Array:
+    """Integers q with |values - 2 eps q| <= eps (the grid of the bounded mode)."""
+    scaled = values.astype(np.float64) / (2.0 * error_bound)
+    if scaled.size and np.abs(scaled).max() > _MAX_QUANTUM:
         raise ValueError(f"error_bound {error_bound} is too small for latents of this magnitude")
     return np.rint(scaled).astype(np.int64)
+
+
+def _on_grid(counts: Array, error_bound: float) -> Array:
+    """The float32 values counts stand for; encoder and decoder share it bit for bit."""
+    return (counts.astype(np.float64) * (2.0 * error_bound)).astype(np.float32)
+
+
+def _snap(values: Array, error_bound: float) -> tuple[Array, Array]:
+    """values on the grid: the counts stored, and the float32 values the rebuild reads."""
+    counts = _counts(values, error_bound)
+    return counts, _on_grid(counts, error_bound)
 
 
 # --- checks ------------------------------------------------------------------------------------
@@ -332,17 +344,20 @@ def _digest(blob: bytes) -> str:
 
 
 def _pack(magic: bytes, header: dict[str, Any], sections: list[tuple[str, Array]]) -> bytes:
+    """A blob of this codec's newest format version."""
     parts = [standalone.simple_compress(a.ravel(), ChunkConfig()) if a.size else b"" for _, a in sections]
     header = header | {
         "codec": "pcodec",
         "sections": [[name, len(part)] for (name, _), part in zip(sections, parts, strict=True)],
     }
-    return write_frame(magic, header, b"".join(parts))
+    return write_frame(magic, header, b"".join(parts), version=FORMAT_VERSION)
 
 
 def _unpack(data: bytes, magic: bytes, what: str) -> _Parsed:
-    """The header and the payload's sections of a blob of any format version this reads."""
-    frame = read_frame(data, magic=magic, what=what, max_header_bytes=_MAX_HEADER_BYTES)
+    """The version, header and payload's sections of a blob of any format version this reads."""
+    frame = read_frame(
+        data, magic=magic, what=what, max_header_bytes=_MAX_HEADER_BYTES, versions=_READS_VERSIONS
+    )
     header, payload = frame.header, frame.payload
     if header.get("codec") != "pcodec":
         raise CodecError(f"{what} blob header is not a JSON object with codec 'pcodec'")
@@ -352,11 +367,13 @@ def _unpack(data: bytes, magic: bytes, what: str) -> _Parsed:
     ends = list(accumulate((length for _, length in listed), initial=0))
     if ends[-1] != len(payload):
         raise CodecError(f"{what} blob corrupt: its sections do not add up to its payload")
-    return header, {name: payload[a:b] for (name, _), a, b in zip(listed, ends[:-1], ends[1:], strict=True)}
+    sections = {name: payload[a:b] for (name, _), a, b in zip(listed, ends[:-1], ends[1:], strict=True)}
+    return frame.version, header, sections
 
 
-def _read_state(header: dict[str, Any], sections: dict[str, bytes]) -> _State:
-    """The state a v1 header and its sections describe, checked so that every frame gets rebuilt."""
+def _read_state(header: dict[str, Any], sections: dict[str, bytes], *, on_grid: bool) -> _State:
+    """The state a header and its sections describe, checked so that every frame gets rebuilt;
+    on_grid: frame0 and extras are counts on the error bound's grid (version 2, bounded)."""
     dtype, shape = _DTYPES.get(_field(header, "dtype", str)), _field(header, "shape", list)
     if dtype is None or len(shape) != 4 or not all(type(n) is int and n > 0 for n in shape):
         raise CodecError(f"video state dtype {header['dtype']!r} or shape {shape!r} is not valid")
@@ -377,10 +394,16 @@ def _read_state(header: dict[str, Any], sections: dict[str, bytes]) -> _State:
     )
     if not valid:
         raise CodecError("video state header is inconsistent (key map, frames, alphas or error bound)")
-    residual = None if error_bound is None else _array(sections["residual"], np.dtype(np.int64), tuple(shape))
-    frame0 = _array(sections["frame0"], dtype, (channels, height, width))
-    extra_frames = _array(sections["extras"], dtype, (channels, len(extras), height, width))
-    return _State(key_map, [float(a) for a in alphas], extras, frame0, extra_frames, residual)
+    residual = None if error_bound is None else _array(sections["residual"], _COUNTS, tuple(shape))
+    sizes = {"frame0": (channels, height, width), "extras": (channels, len(extras), height, width)}
+    frames_of = {
+        name: _array(sections[name], _COUNTS if on_grid else dtype, size) for name, size in sizes.items()
+    }
+    if on_grid and error_bound is not None:
+        frames_of = {name: _on_grid(counts, error_bound) for name, counts in frames_of.items()}
+    return _State(
+        key_map, [float(a) for a in alphas], extras, frames_of["frame0"], frames_of["extras"], residual
+    )
 
 
 def _array(part: bytes, dtype: np.dtype[Any], shape: tuple[int, ...]) -> Array:

@@ -62,7 +62,7 @@ def video_command(
         0.1, "--budget-share", help="Cache budget: this share of the trace's misses, uncompressed."
     ),
     compression_prompts: int = typer.Option(
-        4, "--compression-prompts", min=1, help="Prompts run on the tiny video model for compression."
+        4, "--compression-prompts", min=1, help="Prompts run on the video model for compression."
     ),
     frames: int = typer.Option(16, "--frames", min=1, help="Frames of those runs."),
     noise_window: int | None = typer.Option(
@@ -70,10 +70,11 @@ def video_command(
     ),
     seed: int = typer.Option(0, "--seed", help="Random seed."),
     json_path: Path | None = typer.Option(None, "--json", help="Also write the results to this JSON file."),
-    model: str = typer.Option(
-        "tiny-video",
+    model: str | None = typer.Option(
+        None,
         "--model",
-        help="The video model: tiny-video (random) or lab:video (the lab's trained one).",
+        help="The video model: lab:video (the lab's trained one) or tiny-video (random). "
+        "Default: REPRISE_VIDEO_MODEL's.",
     ),
     quality_requests: int = typer.Option(
         8,
@@ -83,16 +84,19 @@ def video_command(
     ),
     quality_k: int = typer.Option(10, "--quality-k", min=1, help="lab:video: the step those hits resume at."),
 ) -> None:
-    """FlexCache: compression and resume error on the video model's states; hit rate, compute saved and
-    throughput of whole-prompt vs decoupled lookup on a video trace at the paper's costs (simulated);
-    on lab:video, the judged quality of misses, whole-prompt and stitched hits."""
+    """FlexCache: compression (at REPRISE_VIDEO_STATE_ERROR_BOUND) and resume error on the video model's
+    states; hit rate, compute saved and throughput of whole-prompt vs decoupled lookup on a video trace
+    at the paper's costs (simulated); on lab:video, the judged quality of misses, whole-prompt and
+    stitched hits."""
     import torch
 
     from bench.video.runner import JudgedReuse, format_table, measure_video
     from lab.models import load_video_judge
     from workers.runtime.video import LAB_VIDEO_MODEL, load_video_pipeline, video_model_source
 
-    settings = get_settings().model_copy(update={"video_model": model})
+    settings = get_settings()
+    model = model or settings.video_model_name
+    settings = settings.model_copy(update={"video_model": model})
     pipe = load_video_pipeline(video_model_source(settings), device=torch.device("cpu"), dtype=torch.float32)
     judged = None
     if model == LAB_VIDEO_MODEL:

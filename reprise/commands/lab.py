@@ -135,7 +135,7 @@ def _video_quality(
     from workers.runtime.video import LAB_VIDEO_MODEL
 
     settings = get_settings()
-    if settings.video_model == TINY_VIDEO_FAMILY:
+    if settings.video_model_name == TINY_VIDEO_FAMILY:
         settings = settings.model_copy(update={"video_model": LAB_VIDEO_MODEL})
     report = compare_video(
         settings, prompts=prompts, seed=seed, guidance=guidance, steps=steps, log=typer.echo

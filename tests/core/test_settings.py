@@ -100,3 +100,16 @@ def test_a_built_model_brings_its_latent_family(monkeypatch: pytest.MonkeyPatch)
     settings = load_settings(model_set="lab")
     assert (settings.large_family, settings.small_family) == ("lab-a", "lab-b")
     assert load_settings(large_model="org/some-model").large_family == "default"
+
+
+def test_an_unset_video_model_is_the_model_sets_and_names_the_video_family(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("REPRISE_VIDEO_MODEL", raising=False)
+
+    lab, tiny = load_settings(model_set="lab"), load_settings(model_set="tiny")
+    chosen = load_settings(model_set="tiny", video_model="ali-vilab/text-to-video-ms-1.7b")
+
+    assert (lab.video_model_name, lab.video_family) == ("lab:video", "lab:video")
+    assert (tiny.video_model_name, tiny.video_family) == ("tiny-video", "tiny-video")
+    assert chosen.video_model_name == chosen.video_family == "ali-vilab/text-to-video-ms-1.7b"

@@ -42,6 +42,7 @@ import torch
 
 from core.schedulers import SD1_SCHEDULER_CONFIG
 from core.settings import Settings
+from core.vocabulary import BUILTIN_VIDEO_MODELS, ModelSet
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ _TEXT_HIDDEN = 32
 
 # Bump when the video recipe changes: a new version is built beside the old one.
 TINY_VIDEO_VERSION = 1
-TINY_VIDEO_FAMILY = "tiny-video"
+TINY_VIDEO_FAMILY = BUILTIN_VIDEO_MODELS[ModelSet.TINY]
 TINY_VIDEO_MARKER = "tiny-video-model.json"
 
 # The 3D UNet: (block_out_channels, layers_per_block, attention heads, norm groups). A step with a

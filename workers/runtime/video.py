@@ -35,7 +35,7 @@ from PIL import Image
 from core.errors import LatentError, SettingsError, StepsError
 from core.params import Limits, VideoParams, check_video_params
 from core.settings import Settings
-from core.vocabulary import Role
+from core.vocabulary import BUILTIN_VIDEO_MODELS, ModelSet, Role
 from workers import metrics
 from workers.runtime.denoising import (
     OnStep,
@@ -80,33 +80,33 @@ class VideoRun:
     step_ms: tuple[float, ...]
 
 
-LAB_VIDEO_MODEL = "lab:video"
+LAB_VIDEO_MODEL = BUILTIN_VIDEO_MODELS[ModelSet.LAB]
 """The quality lab's trained text-to-video model (lab.video.training), assembled from the committed
 weights like the lab's image models."""
 
 
 def video_model_source(settings: Settings) -> str:
-    """What `from_pretrained` reads for settings.video_model: the tiny model's directory (built offline
+    """What `from_pretrained` reads for settings.video_model_name: the tiny model's directory (built offline
     under settings.tiny_models_dir on first use) for 'tiny-video', the lab's assembled pipeline for
     'lab:video', else the id or directory as given."""
-    if settings.video_model == TINY_VIDEO_FAMILY:
+    if settings.video_model_name == TINY_VIDEO_FAMILY:
         return str(ensure_tiny_video_model(Path(settings.tiny_models_dir)))
-    if settings.video_model == LAB_VIDEO_MODEL:
+    if settings.video_model_name == LAB_VIDEO_MODEL:
         from lab.models import LAB_VIDEO, ensure_lab_models
 
         return str(ensure_lab_models(settings).pipeline(LAB_VIDEO.name))
-    return settings.video_model
+    return settings.video_model_name
 
 
 class VideoRuntime:
-    """Hosts settings.video_model. `family`: its latents' family (settings.video_family), the key of the
+    """Hosts settings.video_model_name. `family`: its latents' family (settings.video_family), the key of the
     video entries it may resume; `model_name`: the key of denoiser_evals."""
 
     def __init__(self, settings: Settings) -> None:
         self.device = resolve_device(settings.device)
         self.dtype = compute_dtype(self.device)
         self.family = settings.video_family
-        self.model_name = settings.video_model
+        self.model_name = settings.video_model_name
         with metrics.timed(metrics.MODEL_LOAD_SECONDS, role="video"):
             self._pipe: Any = load_video_pipeline(
                 video_model_source(settings), device=self.device, dtype=self.dtype
@@ -149,11 +149,15 @@ class VideoRuntime:
         )  # fmt: skip
         return self._result(run, role, started)
 
-    def to_webp(self, final_latent: Latent, fps: int) -> tuple[bytes, int]:
-        """The video of a final (C, F, h, w) latent: its VAE-decoded frames as an animated WebP at `fps`,
-        and the number of frames."""
-        frames = decode_frames(self._pipe, final_latent)
+    def to_webp(self, final_latent: Latent, fps: int, *, frames: Frames | None = None) -> tuple[bytes, int]:
+        """The video of a final (C, F, h, w) latent: its VAE-decoded frames (`frames`, when decoded
+        already) as an animated WebP at `fps`, and the number of frames."""
+        frames = self.frames(final_latent) if frames is None else frames
         return encode_webp(frames, fps), len(frames)
+
+    def frames(self, final_latent: Latent) -> Frames:
+        """A final (C, F, h, w) latent's frames, VAE-decoded: (F, H, W, 3) uint8."""
+        return decode_frames(self._pipe, final_latent)
 
     def _result(self, run: VideoRun, role: Role, started: float) -> GenerationResult:
         metrics.observe_steps(role.value, self.model_name, run.step_ms, device=self.device)

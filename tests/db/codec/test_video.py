@@ -11,11 +11,11 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from bench.video.compression import compression_report
 from core.errors import CodecError
 from db.codec.video import (
     MAGIC_BASE,
     MAGIC_STATE,
-    compression_report,
     decode_video_state,
     encode_video_states,
     inter_step_alpha,
@@ -46,6 +46,27 @@ GOLDEN_V1_STATE_10 = bytes.fromhex(
     "222c33365d2c5b22657874726173222c305d2c5b22726573696475616c222c33305d5d2c227368617065223a5b312c33"
     "2c322c325d7d70636f210300020104010503000000100000000000c6000000000000400000800000a00070636f210300"
     "03030401040b000000100000000000000000000c00100000"
+)
+
+# The same states written by format version 2 (everything on the bound's grid of 0.5, as counts).
+GOLDEN_V2_BASE = bytes.fromhex(
+    "525056420200ee0000007b22626173655f73746570223a352c22636f646563223a2270636f646563222c22636f6d6d6f"
+    "6e5f6672616d6573223a5b325d2c226474797065223a22666c6f61743332222c22656e747279223a2236373631326436"
+    "61303637346434653132396265633035323630643833313331222c226572726f725f626f756e64223a302e32352c2266"
+    "616d696c79223a2274696e79222c227061796c6f61645f6279746573223a33302c227061796c6f61645f637263333222"
+    "3a323433353738383436322c2273656374696f6e73223a5b5b226469666673222c33305d5d2c227368617065223a5b31"
+    "2c332c322c325d7d70636f2103000201040104030000001000f0ffffffffffffff1b00830500"
+)
+GOLDEN_V2_STATE_10 = bytes.fromhex(
+    "5250565302004c0100007b22616c70686173223a5b322e305d2c22626173655f646967657374223a2263633930663831"
+    "36633464666563613661303364623730353531626136303030222c22626173655f73746570223a352c22636f64656322"
+    "3a2270636f646563222c22636f6d6d6f6e5f6672616d6573223a5b325d2c226474797065223a22666c6f61743332222c"
+    "226572726f725f626f756e64223a302e32352c2265787472615f6672616d6573223a5b5d2c2266616d696c79223a2274"
+    "696e79222c226b223a31302c226b65795f6d6170223a5b302c302c325d2c227061796c6f61645f6279746573223a3630"
+    "2c227061796c6f61645f6372633332223a333331313733363130372c2273656374696f6e73223a5b5b226672616d6530"
+    "222c33305d2c5b22657874726173222c305d2c5b22726573696475616c222c33305d5d2c227368617065223a5b312c33"
+    "2c322c325d7d70636f210300020104010403000000100020000000000000001c00100d0070636f21030003030401040b"
+    "000000100000000000000000000c00100000"
 )
 
 
@@ -248,6 +269,22 @@ def test_a_generous_bound_stores_less_than_lossless_pcodec() -> None:
     assert report.total_bytes < report.lossless_bytes
 
 
+def test_bounded_mode_drops_the_bits_below_its_bound_on_noise_like_frames() -> None:
+    # A trained model's early states: every frame its own noise (no key frame repeats), the steps
+    # sharing it. On the grid of 2 eps = 0.04 an element of unit spread costs about log2(1 / 0.04) + 2
+    # = 6.7 bits, where pcodec alone keeps float32's low bits (about 1.2x).
+    rng = np.random.default_rng(0)
+    noise, clean = rng.standard_normal((4, 16, 8, 8)), rng.standard_normal((4, 16, 8, 8))
+    states = {
+        k: ((k / 50) * clean + np.sqrt(1 - (k / 50) ** 2) * noise).astype(np.float32) for k in (5, 15, 25)
+    }
+
+    report = compression_report(states, error_bound=0.02)
+
+    assert report.max_abs_error <= 0.02 * (1 + 1e-6)
+    assert report.total > 4.0 and report.total_bytes < report.lossless_bytes / 3
+
+
 def test_lossy_mode_on_the_synthetic_video_is_close_and_compresses() -> None:
     report = compression_report(synthetic_video_states(8))
 
@@ -311,6 +348,16 @@ def test_golden_v1_blobs_still_decode() -> None:
     np.testing.assert_array_equal(decoded, np.array(expected, dtype=np.float32))
 
 
+def test_golden_v2_blobs_still_decode() -> None:
+    decoded = decode_video_state(GOLDEN_V2_STATE_10, GOLDEN_V2_BASE)
+
+    # Frame 0's counts 4, 6, 8, 10 are exact; frame 1 repeats it and the residual's one count puts back
+    # 0.5 of its 0.6; frame 2 is frame 0 plus alpha 2 times the base's diff counts (1, -2, 4, 0).
+    expected = [[[[2.0, 3.0], [4.0, 5.0]], [[2.5, 3.0], [4.0, 5.0]], [[3.0, 1.0], [8.0, 5.0]]]]
+    assert decoded.dtype == np.float32
+    np.testing.assert_array_equal(decoded, np.array(expected, dtype=np.float32))
+
+
 def test_another_entrys_base_is_refused(encoded_pair: tuple[bytes, bytes, bytes]) -> None:
     state, _, other_base = encoded_pair
 
@@ -343,8 +390,8 @@ def test_an_unknown_version_is_refused_naming_the_versions_read(
 ) -> None:
     state, base, _ = encoded_pair
 
-    with pytest.raises(CodecError, match="format version 2; this Reprise reads versions 1"):
-        decode_video_state(reframe(state, version=2), base)
+    with pytest.raises(CodecError, match="format version 3; this Reprise reads versions 1, 2"):
+        decode_video_state(reframe(state, version=3), base)
 
 
 def test_corrupt_payloads_and_headers_are_refused(encoded_pair: tuple[bytes, bytes, bytes]) -> None:

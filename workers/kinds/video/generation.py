@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -44,6 +45,9 @@ from workers.operation import (
 )
 from workers.runtime.results import GenerationResult, Latent
 from workers.runtime.stitching import stitch, unpack_mask
+
+if TYPE_CHECKING:
+    from workers.runtime.video import Frames
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +151,7 @@ def _video_params(context: WorkerContext, job: JobView) -> VideoParams | None:
     if isinstance(job.params, VideoParams):
         return job.params
     error = f"job {job.id} of kind {job.kind} has no video parameters"
-    model = context.settings.video_model
+    model = context.settings.video_model_name
     end_job(context, job.id, model=model, route=job.route, status=JobStatus.FAILED, error=error)
     return None
 
@@ -162,7 +166,7 @@ def _run(
     context: WorkerContext, job: JobView, lease: LeaseKeeper, operation: Operation
 ) -> GenerationResult | None:
     """Run the denoising with progress (workers.operation.run_job) as a run of the video model."""
-    return run_job(context, job, lease, operation, model=context.settings.video_model)
+    return run_job(context, job, lease, operation, model=context.settings.video_model_name)
 
 
 def _finish(
@@ -178,18 +182,35 @@ def _finish(
     and the statistics commit with the completion, which only the lease holder's first one makes."""
     lease.check()
     final_key, final_blob = store_final_latent(context, job.id, result)
+    quality, frames = _judged(context, params, result)
     output = None
     if job.decode_mode == DecodeMode.EAGER:  # else the decode pool decodes it on the first read
         output = (video_format(params.fps), keys.image_key(job.id, video_format(params.fps)))
-        context.blobs.put(output[1], context.video_runtime().to_webp(result.final_latent, params.fps)[0])
+        webp = context.video_runtime().to_webp(result.final_latent, params.fps, frames=frames)[0]
+        context.blobs.put(output[1], webp)
     if job.caches:
         insert_video_result(context, job, params, result, final_blob)
+    decodes = int(frames is not None or output is not None)  # an eager WebP reuses the judged frames
     completion = Completion(
-        [result.model], dict(result.denoiser_evals), vae_decodes=int(output is not None), output=output,
+        [result.model], dict(result.denoiser_evals), vae_decodes=decodes, output=output, quality=quality,
         used=used,
     )  # fmt: skip
     complete_run(context, job, lease, result, final_key, completion)
 
 
+def _judged(
+    context: WorkerContext, params: VideoParams, result: GenerationResult
+) -> tuple[float | None, Frames | None]:
+    """The video scorer's score of the video for its prompt (WorkerContext.video_scorer: the lab's video
+    judge on lab:video), decoding its frames (one VAE decode of every frame, counted; an eager WebP
+    reuses them), and the frames. (None, None) where no scorer is configured or it does not read the
+    prompt (no moving scene of the lab's world): then nothing is decoded."""
+    scorer = context.video_scorer()
+    if scorer is None or not scorer.reads(params.prompt):
+        return None, None
+    frames = context.video_runtime().frames(result.final_latent)
+    return scorer.score([frames], [params.prompt])[0], frames
+
+
 def _reroute(context: WorkerContext, job: JobView, reason: str) -> None:
-    reroute(context, job.id, context.settings.video_model, reason)
+    reroute(context, job.id, context.settings.video_model_name, reason)

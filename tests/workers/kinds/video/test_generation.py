@@ -113,7 +113,7 @@ def test_a_miss_stores_its_webp_and_caches_every_capture_step_in_the_video_scope
     tenant = make_tenant(video_settings)
     job = _job(video_settings, _miss(context, tenant, FOX, decode_mode="eager"))  # the WebP now
     assert job.status == JobStatus.SUCCEEDED
-    assert job.denoiser_evals == {video_settings.video_model: STEPS} and job.vae_decodes == 1
+    assert job.denoiser_evals == {video_settings.video_model_name: STEPS} and job.vae_decodes == 1
     webp_key = job.image_keys.get(WEBP)
     assert webp_key is not None
     with Image.open(io.BytesIO(context.blobs.get(webp_key))) as webp:
@@ -142,7 +142,7 @@ def test_a_whole_hit_resumes_t_minus_k_steps_and_caches_only_the_steps_after_k(
     hit = _job(video_settings, hit_id)
     assert hit.status == JobStatus.SUCCEEDED
     assert WEBP not in hit.image_keys and hit.vae_decodes == 0  # lazy: decoded on the first read
-    assert hit.denoiser_evals == {video_settings.video_model: STEPS - K}
+    assert hit.denoiser_evals == {video_settings.video_model_name: STEPS - K}
     _, new_states = _entry(video_settings, video_entry_id(hit_id))
     assert sorted(new_states) == [k for k in CAPTURE if k > K]
     entry, states = _entry(video_settings, source)
@@ -175,7 +175,7 @@ def test_a_decoupled_hit_stitches_two_entries_and_uses_both(
 
     hit = _job(video_settings, hit_id)
     assert hit.status == JobStatus.SUCCEEDED
-    assert hit.denoiser_evals == {video_settings.video_model: STEPS - K}
+    assert hit.denoiser_evals == {video_settings.video_model_name: STEPS - K}
     for used in (fox, cat):
         entry, states = _entry(video_settings, used)
         assert entry.access_count == INSERTION_USES + 1 and states[K] == INSERTION_USES + 1
@@ -232,3 +232,26 @@ def test_a_canceled_video_job_stops_and_ends_canceled(
     assert ended.status == JobStatus.CANCELED and WEBP not in ended.image_keys
     with session_scope(video_settings) as session:
         assert session.get(CacheEntry, video_entry_id(job_id)) is None
+
+
+def test_a_lab_video_is_judged_for_its_prompt_and_an_unread_prompt_costs_no_decode(
+    video_settings: Settings, dispatcher: RecordingDispatcher
+) -> None:
+    from lab.models import load_video_judge
+    from lab.motion import sample_moving_scene
+    from lab.motion_captions import caption
+    from workers.runtime.video import LAB_VIDEO_MODEL
+
+    settings = video_settings.model_copy(update={"video_model": LAB_VIDEO_MODEL})
+    context = WorkerContext(settings, Role.LARGE, dispatcher=dispatcher)
+    tenant = make_tenant(settings)
+    prompt = caption(sample_moving_scene(np.random.default_rng(4)), np.random.default_rng(5))
+
+    judged = _job(settings, _miss(context, tenant, prompt, cache_mode="off"))
+    unread = _job(settings, _miss(context, tenant, FOX, cache_mode="off"))  # no scene of the lab's world
+
+    assert judged.status == unread.status == JobStatus.SUCCEEDED
+    frames = context.video_runtime().frames(_final_latent(context, judged).astype(np.float32))
+    assert judged.quality == pytest.approx(load_video_judge(settings).score([frames], [prompt])[0])
+    assert judged.vae_decodes == 1 and judged.denoiser_evals == {LAB_VIDEO_MODEL: STEPS}
+    assert unread.quality is None and unread.vae_decodes == 0
