@@ -31,7 +31,7 @@ import numpy as np
 
 from bench.sim.video import Vectors, VideoCosts, VideoSimResult, prompt_parts, simulate_video
 from bench.video.compression import CompressionFigures, measure_compression
-from bench.video.trace import lab_video_trace, motion_trace
+from bench.video.trace import lab_video_trace, motion_trace, moving_scene_trace
 from bench.workload.embeddings import configured_embedder
 from core.settings import Settings
 from core.vocabulary import EvictionPolicyName
@@ -65,12 +65,15 @@ class VideoBench:
 
 
 def trace_prompts(trace: str, requests: int, seed: int) -> list[str]:
-    """`lab` (bench.video.trace.lab_video_trace) or a prompts file with motion added."""
+    """`lab` (bench.video.trace.lab_video_trace), `moving` (moving_scene_trace: the moving world
+    lab:video was trained on) or a prompts file with motion added."""
     if trace == "lab":
         return lab_video_trace(requests, seed=seed)
+    if trace == "moving":
+        return moving_scene_trace(requests, seed=seed)
     path = Path(trace)
     if not path.is_file():
-        raise ValueError(f"--trace {trace}: neither 'lab' nor a prompts file")
+        raise ValueError(f"--trace {trace}: neither 'lab', 'moving' nor a prompts file")
     lines = [line for line in path.read_text().splitlines() if line.strip()]
     return motion_trace(lines, requests, seed=seed)
 

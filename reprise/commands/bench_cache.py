@@ -55,7 +55,10 @@ def cache_command(
 @bench_app.command("video")
 def video_command(
     trace: str = typer.Option(
-        "lab", "--trace", help="'lab' (the lab's world with motion) or a prompts file."
+        "lab",
+        "--trace",
+        help="'lab' (the lab's world with motion), 'moving' (the moving world lab:video was trained on) "
+        "or a prompts file.",
     ),
     requests: int = typer.Option(2000, "--requests", min=1, help="Requests in the simulated trace."),
     budget_share: float = typer.Option(
@@ -115,7 +118,12 @@ def video_command(
 @bench_app.command("video-trace")
 def video_trace_command(
     out: Path = typer.Option(..., "--out", help="The prompts file to write (one prompt a line)."),
-    trace: str = typer.Option("lab", "--trace", help="'lab' (the lab's world, moving) or a prompts file."),
+    trace: str = typer.Option(
+        "lab",
+        "--trace",
+        help="'lab' (the lab's world, a motion phrase added), 'moving' (the moving world lab:video was "
+        "trained on) or a prompts file.",
+    ),
     requests: int = typer.Option(200, "--requests", min=1, help="Prompts to write."),
     seed: int = typer.Option(0, "--seed", help="Random seed."),
 ) -> None:

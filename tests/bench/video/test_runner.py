@@ -58,5 +58,20 @@ def test_a_trace_is_the_lab_world_or_a_prompts_file(tmp_path: Path) -> None:
         p.split(", ")[0] in {"a cat on the moon", "portrait of a knight"}
         for p in trace_prompts(str(prompts), 5, 0)
     )
-    with pytest.raises(ValueError, match="neither 'lab' nor a prompts file"):
+    with pytest.raises(ValueError, match="neither 'lab', 'moving' nor a prompts file"):
         trace_prompts(str(tmp_path / "missing.txt"), 5, 0)
+
+
+def test_a_moving_trace_recombines_its_objects_and_backgrounds_in_captions_the_judge_reads() -> None:
+    from lab.motion_captions import parse
+
+    prompts = trace_prompts("moving", 300, 3)
+    scenes = [parse(prompt) for prompt in prompts]
+
+    assert prompts == trace_prompts("moving", 300, 3) and all(scene is not None for scene in scenes)
+    objects = [(s["a_shape"], s["a_color"], s["motion"]) for s in scenes if s is not None]
+    grounds = [(s["background_color"], s["background_texture"]) for s in scenes if s is not None]
+    pairs = set(zip(objects, grounds, strict=True))
+    # Zipf's law over pools of 40 objects and 20 backgrounds: each recurs, and in new combinations.
+    assert len(set(objects)) < 40 and len(set(grounds)) <= 20 and len(pairs) > 2 * len(set(grounds))
+    assert max(objects.count(o) for o in set(objects)) > 20
