@@ -133,3 +133,18 @@ def test_video_input_errors_are_problems(stack: Stack, tenant: TenantCredentials
         response = httpx.post(f"{stack.base_url}/v1/generations", json=body, headers=tenant.auth_headers)
         assert response.status_code == 422, body
         assert response.headers["content-type"] == "application/problem+json"
+
+
+def test_the_default_video_model_is_the_labs_and_its_videos_are_judged(
+    stack: Stack, tenant: TenantCredentials
+) -> None:
+    # lab:video by default: a moving scene of the lab's world is judged by the video judge on the
+    # worker (its frames decoded once, counted); a prompt of no lab scene is not, and costs no decode.
+    scene = video(
+        stack, tenant, "a small red circle moving to the right in front of a striped yellow backdrop", 6
+    )
+    other = video(stack, tenant, "a red fox running in a snowy forest, at dusk", seed=7)
+    assert stack.settings.video_model_name == "lab:video"
+    assert 0.0 <= scene["metrics"]["quality"] <= 1.0 and row(stack, scene["id"]).vae_decodes == 1
+    assert other["metrics"].get("quality") is None and row(stack, other["id"]).vae_decodes == 0
+    assert scene["metrics"]["denoiser_evaluations"] == {"lab:video": 10}
