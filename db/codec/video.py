@@ -149,8 +149,8 @@ def encode_video_states(
     base = _pack(MAGIC_BASE, meta | {"entry": entry}, [("diffs", stored_diff)])
     meta |= {"base_digest": _digest(base)}
     blobs: dict[int, bytes] = {}
+    bounded = error_bound is not None
     for k, latent in latents.items():
-        bounded = error_bound is not None
         plan = _plan_state(
             latent, key_maps[k], common, base_diff, base=k == base_step, guard=threshold, bounded=bounded
         )
