@@ -10,9 +10,10 @@ the same requests with the cache off on the same stack: the measured baseline (v
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bench.live.stack import timeline_text, write_replay_json
 from bench.live.video import video_summary
@@ -27,6 +28,7 @@ from bench.workload.embeddings import configured_embedder
 from core.settings import Settings
 
 if TYPE_CHECKING:
+    from bench.live.records import JobRecord
     from bench.live.replay import ReplayOptions
     from bench.run.report import BenchReport
     from bench.workload.trace import Workload
@@ -91,6 +93,13 @@ def _api_key(settings: Settings, options: ReplayCliOptions) -> str:
         return issue_key(session=session, name=options.tenant, admin=True).api_key
 
 
+def _video_figures(records: Sequence[JobRecord], throughput_rps: float | None) -> dict[str, Any]:
+    """FlexCache's figures from the jobs, their judged quality by kind against the audited hits' fresh
+    generations (bench.live.video), and the replay's throughput."""
+    figures = video_summary([r.job for r in records], fresh=[r.fresh_quality for r in records])
+    return figures | {"throughput_rps": throughput_rps}
+
+
 def replay_main(settings: Settings, options: ReplayCliOptions) -> int:
     """Replay against a running stack and report; 0 when every request succeeded, 1 otherwise."""
     from bench.live.records import outcome_from_record
@@ -139,10 +148,8 @@ def replay_main(settings: Settings, options: ReplayCliOptions) -> int:
     if options.vanilla and profile.caches:
         unaudited = replace(replay_options, fetch_images=0, quality_sample=0)
         body |= _vanilla_run(settings, workload, unaudited, report)
-    if options.video_frames:  # FlexCache's figures from the jobs
-        fresh = [r.fresh_quality for r in records]
-        body["video"] = video_summary([r.job for r in records], fresh=fresh)
-        body["video"]["throughput_rps"] = report.throughput_rps
+    if options.video_frames:
+        body["video"] = _video_figures(records, report.throughput_rps)
         _note(f"video: {body['video']}")
     if options.json_path is not None:  # with the stack's record when /v1/stats could be read
         write_replay_json(options.json_path, body, stack)

@@ -145,21 +145,15 @@ def measure_video(
     if not 0 < budget_share <= 1 or requests < 1 or compression_prompts < 1:
         raise ValueError("budget_share must be in (0, 1], requests and compression_prompts at least 1")
     prompts = trace_prompts(trace, requests, seed)
-    compressed_prompts, quality = prompts[:compression_prompts], None
+    compressed_prompts, quality, bound = prompts[:compression_prompts], None, settings.video_state_error_bound
     if judged is not None:
-        measured = judged.measure(
-            pipe, compression_prompts, seed, compression_steps, frames, settings.video_state_error_bound
+        compressed_prompts, quality = judged.measure(
+            pipe, compression_prompts, seed, compression_steps, frames, bound
         )
-        compressed_prompts, quality = measured
     figures = measure_compression(
-        pipe,
-        compressed_prompts,
-        frames=frames,
-        steps=compression_steps,
-        error_bound=settings.video_state_error_bound,
-        capture=compression_capture,
-        noise_window=noise_window,
-    )
+        pipe, compressed_prompts, frames=frames, steps=compression_steps, error_bound=bound,
+        capture=compression_capture, noise_window=noise_window,
+    )  # fmt: skip
     whole, parts = embed_trace(settings, prompts)
     budget = int(budget_share * requests * (len(costs.capture) * costs.state_bytes + costs.mask_bytes))
     runs = simulate_configurations(whole, parts, table, costs, budget)

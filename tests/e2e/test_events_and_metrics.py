@@ -54,10 +54,10 @@ def test_a_waiting_job_knows_its_place(stack: Stack, tenant: TenantCredentials) 
     # One large worker runs up to max_batch jobs at once: four more than that must wait behind them.
     count = stack.settings.max_batch + 4
     with Client(stack.base_url, tenant.api_key) as reprise:
-        jobs = [
-            reprise.create(PROMPT.replace("big", f"big {n}"), seed=100 + n, cache="off") for n in range(count)
-        ]
-        places = [reprise.get(job.id).queue for job in jobs]
+        jobs, places = [], []
+        for n in range(count):  # each job's place read as its client would, right after submitting it
+            jobs.append(reprise.create(PROMPT.replace("big", f"big {n}"), seed=100 + n, cache="off"))
+            places.append(reprise.get(jobs[-1].id).queue)
         for job in jobs:
             reprise.wait(job.id, timeout=240)
     waiting = [place for place in places if place is not None]
