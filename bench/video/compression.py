@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -154,65 +154,57 @@ def measure_compression(
                 state_errors[name].append(relative_error(latent, states[k]))
                 resumed = generate_video(pipe, params, start_latent=latent, start_step=k, capture=())
                 sums[name].append(relative_error(resumed.final_latent, full.final_latent))
-    figures = _figures(len(prompts), frames, raw, lossless, stored, state_errors, sums, key_shares)
-    return figures if error_bound is None else _as_stored(figures, "bounded", error_bound)
+    counts = _Counts(raw, lossless, stored, state_errors, sums, key_shares)
+    return _figures(len(prompts), frames, counts, error_bound)
 
 
-def _figures(
-    prompts: int,
-    frames: int,
-    raw: int,
-    lossless: int,
-    stored: dict[str, int],
-    state_errors: dict[str, list[float]],
-    resume_errors: dict[str, list[float]],
-    key_shares: dict[int, list[float]],
-) -> CompressionFigures:
-    """The figures with the paper's lossy method as what is stored (_as_stored picks another)."""
+@dataclass(frozen=True, slots=True)
+class _Counts:
+    """What measure_compression sums over its prompts: bytes raw, lossless and per technique, and each
+    technique's state and resume errors; key frame shares by captured step."""
+
+    raw: int
+    lossless: int
+    stored: dict[str, int]
+    state_errors: dict[str, list[float]]
+    resume_errors: dict[str, list[float]]
+    key_shares: dict[int, list[float]]
+
+
+def _figures(prompts: int, frames: int, counts: _Counts, error_bound: float | None) -> CompressionFigures:
+    """The figures, with what the cache stores at `error_bound` as the contract's compression and resume
+    error: the bounded technique, or the paper's intra + inter without a bound."""
+    raw, stored = counts.raw, counts.stored
     by_technique = [
         TechniqueFigures(
             technique=name,
             stored_bytes=stored[name],
             ratio=round(raw / stored[name], 3),
-            state_error=round(float(np.mean(state_errors[name])), 6),
-            resume_error=round(float(np.mean(resume_errors[name])), 6),
-            resume_error_max=round(max(resume_errors[name]), 6),
+            state_error=round(float(np.mean(counts.state_errors[name])), 6),
+            resume_error=round(float(np.mean(counts.resume_errors[name])), 6),
+            resume_error_max=round(max(counts.resume_errors[name]), 6),
         )
         for name in stored
     ]
     if not all(math.isfinite(figures.resume_error) for figures in by_technique):
         raise ArithmeticError("a resumed run produced a non-finite latent")
-    shares = {k: round(float(np.mean(values)), 3) for k, values in sorted(key_shares.items())}
-    figures = CompressionFigures(
+    technique = "intra+inter" if error_bound is None else "bounded"
+    intra, kept = stored["intra"], stored[technique]
+    return CompressionFigures(
         prompts=prompts,
         frames=frames,
-        error_bound=None,
-        stored="intra+inter",
-        raw_bytes=raw,
-        lossless_bytes=lossless,
-        compression={},
-        resume_error=0.0,
-        by_technique=by_technique,
-        key_frame_share=shares,
-    )
-    return _as_stored(figures, "intra+inter", None)
-
-
-def _as_stored(figures: CompressionFigures, technique: str, error_bound: float | None) -> CompressionFigures:
-    """`figures` with `technique` as what the cache stores: the contract's compression and resume error."""
-    by_name = {entry.technique: entry for entry in figures.by_technique}
-    intra, stored = by_name["intra"].stored_bytes, by_name[technique].stored_bytes
-    compression = {
-        "intra": round(figures.raw_bytes / intra, 3),
-        "inter": round(intra / stored, 3),
-        "total": round(figures.raw_bytes / stored, 3),
-    }
-    return replace(
-        figures,
         error_bound=error_bound,
         stored=technique,
-        compression=compression,
-        resume_error=by_name[technique].resume_error,
+        raw_bytes=raw,
+        lossless_bytes=counts.lossless,
+        compression={
+            "intra": round(raw / intra, 3),
+            "inter": round(intra / kept, 3),
+            "total": round(raw / kept, 3),
+        },
+        resume_error=next(f.resume_error for f in by_technique if f.technique == technique),
+        by_technique=by_technique,
+        key_frame_share={k: round(float(np.mean(v)), 3) for k, v in sorted(counts.key_shares.items())},
     )
 
 
