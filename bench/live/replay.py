@@ -312,6 +312,7 @@ def run_replay(
     watch = StackWatch(started_at=datetime.now(UTC))
     records = replay_workload(workload, options, profile=profile, show_progress=show_progress, watch=watch)
     stack = watch.record(profile, options.steps) if watch.points else None
+    embedder = watch.embedder(embedder)
     if gpu_workers is None and stack is not None:
         gpu_workers = (stack.timeline[0].large + stack.timeline[0].small) or None
     failed = [r for r in records if r.job is None or r.job.get("status") != "succeeded"]

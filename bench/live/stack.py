@@ -262,6 +262,19 @@ class StackWatch:
         except (httpx.HTTPError, ValueError):
             return
 
+    def embedder(self, configured: Mapping[str, Any]) -> dict[str, Any]:
+        """The embedder the stack looked prompts up with (/v1/stats' lookup.embedder, a table's
+        profiled_with tag) in place of `configured`, this process's, where the two differ: the
+        replay's settings need not be the stack's (a lab stack embeds in lab:attributes where a replay
+        process left at the defaults names MiniLM). `configured` where the stack did not say."""
+        tag = (self.lookup or {}).get("embedder")
+        if tag is None:
+            return dict(configured)
+        if str(tag).split(":")[0] == configured.get("name"):
+            return dict(configured) | {"tag": tag}
+        lookup = "text-to-text" if (self.lookup or {}).get("lookup") == "text" else "text-to-image"
+        return {"name": tag, "lookup": lookup, "source": "the stack's /v1/stats (lookup.embedder)"}
+
     def record(self, profile: Profile, steps: int | None) -> StackRecord:
         """What ran: the profile as this process reads it, with the lookup the stack reported in its
         place (the stack's REPRISE_* settings need not be this process's)."""
