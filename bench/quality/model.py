@@ -1,11 +1,17 @@
 """Quality in simulation: a hit's judge score predicted from a profile (`reprise profile k --json`).
 
-The profile measured, per K and similarity bin, the mean quality of hits and of fresh generations
-on the lab's models (bench.quality.profile.curve). A simulated hit of similarity s served at k is
-given that bin's hit quality (the nearest profiled bin of that k when s falls in none, the nearest
-profiled K when k was not profiled); a miss, and the fresh generation every request is compared
-with, the profile's fresh quality. This holds only for prompts of the world the profile was
-measured on: `is_lab_trace` checks that a trace is a lab trace.
+The profile measured pairs (a query and a cached prompt, their similarity) and, per K, the judged
+quality of the query's hit and of its fresh generation (bench.quality.profile). A simulated hit of
+similarity s served at k is given the bin of pairs s falls in: their mean hit quality, compared with
+their mean fresh quality, so that its drop is the drop those pairs measured against a fresh
+generation of the same request, as a replay's audits measure it (the queries whose cached image
+reads well are also easier to draw: above 0.7 their fresh generations judge 0.76 against 0.69 over
+all pairs, and comparing a hit with the latter would credit the hit with the selection). The bins are
+cut from the profile's pairs from the most similar down, MIN_LIVE_PAIRS pairs each (the support a row
+of the k table needs; the curve's fixed bins hold 3 to 10 pairs above 0.8); a profile without its pairs
+uses its curve's bins. The nearest profiled K serves a k that was not profiled. A miss is given the
+profile's fresh quality. This holds only for prompts of the world the profile was measured on:
+`is_lab_trace` checks that a trace is a lab trace.
 
 Refitted from live replays (`bench simulate --quality-from replay.json`): a replay's JSON holds its
 audited hits' mean drop per (similarity bin, k) (quality.by_bin, bench.quality.drops); a bin with at
@@ -42,25 +48,36 @@ noise. (Offline bins may hold fewer: the profile bins every pair; this is why th
 
 
 @dataclass(frozen=True, slots=True)
+class ProfiledBin:
+    """Pairs of similarity in [low, high) at one K: their mean hit and fresh quality."""
+
+    low: float
+    high: float
+    hit: float
+    fresh: float
+
+    def holds(self, similarity: float) -> bool:
+        return self.low <= similarity < self.high or (similarity >= 1.0 and self.high >= 1.0)
+
+
+@dataclass(frozen=True, slots=True)
 class QualityModel:
     fresh: float
-    bins: dict[int, list[tuple[float, float, float]]]  # k -> [(low, high, hit quality)]
+    bins: dict[int, list[ProfiledBin]]  # k -> its bins, the most similar first
     source: str
     live: tuple[BinDrop, ...] = ()  # bins refitted from replays, each of at least MIN_LIVE_PAIRS hits
 
     @classmethod
     def from_profile(cls, path: Path) -> QualityModel:
         data: dict[str, Any] = json.loads(path.read_text())
-        bins: dict[int, list[tuple[float, float, float]]] = {}
-        for point in data["curve"]:
-            bins.setdefault(int(point["k"]), []).append(
-                (float(point["similarity_low"]), float(point["similarity_high"]), float(point["hit_quality"]))
-            )
+        fresh = float(data["fresh_quality"])
+        measured = data.get("measurements")
+        bins = _supported_bins(measured) if measured else _curve_bins(data["curve"], fresh)
         models = data.get("models", {})
         source = (
             f"profile {path.name} ({models.get('large')} -> {models.get('hit')}, {data.get('hit_operation')})"
         )
-        return cls(fresh=float(data["fresh_quality"]), bins=bins, source=source)
+        return cls(fresh=fresh, bins=bins, source=source)
 
     def refitted(self, measured: Sequence[BinDrop], origin: str) -> QualityModel:
         """This model with the live bins of `measured` that hold at least MIN_LIVE_PAIRS hits."""
@@ -68,17 +85,55 @@ class QualityModel:
         note = f"; refitted from {origin}: {len(kept)} of {len(measured)} live bins >= {MIN_LIVE_PAIRS} hits"
         return replace(self, live=kept, source=self.source + note)
 
-    def hit(self, similarity: float, k: int) -> float:
-        """The predicted quality of a hit of `similarity` served at `k`."""
+    def hit(self, similarity: float, k: int) -> tuple[float, float]:
+        """The predicted quality of a hit of `similarity` served at `k`, and that of the fresh
+        generation it is compared with."""
         for row in self.live:
             if row.holds(similarity, k):
-                return self.fresh - row.drop_mean
+                return self.fresh - row.drop_mean, self.fresh
         k_near = min(self.bins, key=lambda profiled: (abs(profiled - k), -profiled))
         rows = self.bins[k_near]
-        for low, high, quality in rows:
-            if low <= similarity < high or (similarity >= 1.0 and high >= 1.0):
-                return quality
-        return min(rows, key=lambda row: min(abs(similarity - row[0]), abs(similarity - row[1])))[2]
+        found = next((row for row in rows if row.holds(similarity)), None)
+        if found is None:
+            found = min(rows, key=lambda row: min(abs(similarity - row.low), abs(similarity - row.high)))
+        return found.hit, found.fresh
+
+
+def _supported_bins(measurements: Sequence[dict[str, Any]]) -> dict[int, list[ProfiledBin]]:
+    """Per K, bins of MIN_LIVE_PAIRS pairs cut from the most similar pair down (fewer left at the bottom
+    join the bin above), spanning 0 to 1."""
+    pairs = sorted(measurements, key=lambda row: -float(row["similarity"]))
+    chunks = [pairs[start : start + MIN_LIVE_PAIRS] for start in range(0, len(pairs), MIN_LIVE_PAIRS)]
+    if len(chunks) > 1 and len(chunks[-1]) < MIN_LIVE_PAIRS:
+        tail = chunks.pop()
+        chunks[-1] = chunks[-1] + tail
+    ks = sorted({int(k) for row in pairs for k in row["hits"]})
+    bins: dict[int, list[ProfiledBin]] = {k: [] for k in ks}
+    high = 1.0
+    for position, chunk in enumerate(chunks):
+        low = 0.0 if position == len(chunks) - 1 else float(chunk[-1]["similarity"])
+        fresh = sum(float(row["fresh"]) for row in chunk) / len(chunk)
+        for k in ks:
+            hit = sum(float(row["hits"][str(k)]) for row in chunk) / len(chunk)
+            bins[k].append(ProfiledBin(low, high, hit, fresh))
+        high = low
+    return bins
+
+
+def _curve_bins(curve: Sequence[dict[str, Any]], fresh: float) -> dict[int, list[ProfiledBin]]:
+    """The curve's bins, each compared with its own pairs' fresh quality (hit quality + drop)."""
+    bins: dict[int, list[ProfiledBin]] = {}
+    for point in curve:
+        hit = float(point["hit_quality"])
+        own = (
+            float(point["fresh_quality"])
+            if "fresh_quality" in point
+            else hit + float(point.get("drop", fresh - hit))
+        )
+        bins.setdefault(int(point["k"]), []).append(
+            ProfiledBin(float(point["similarity_low"]), float(point["similarity_high"]), hit, own)
+        )
+    return bins
 
 
 def shipped_profile(
@@ -129,10 +184,10 @@ def simulated_quality(
             continue
         on_small = small_name in outcome.denoiser_evaluations
         model = models.get(on_small) or next(iter(models.values()))
-        quality = model.fresh
+        quality, fresh = model.fresh, model.fresh
         if outcome.hit and outcome.similarity is not None and outcome.k is not None:
-            quality = model.hit(outcome.similarity, outcome.k)
-        judged.append(replace(outcome, quality=quality, fresh_quality=model.fresh))
+            quality, fresh = model.hit(outcome.similarity, outcome.k)
+        judged.append(replace(outcome, quality=quality, fresh_quality=fresh))
     sources = sorted({model.source for model in models.values()})
     return judged, "simulated from " + "; ".join(sources)
 

@@ -126,9 +126,9 @@ def test_a_live_bin_with_enough_hits_replaces_the_profile_and_a_thin_one_falls_b
     model = QualityModel.from_profile(_profile(tmp_path)).refitted(
         live_drops(_replay_json(tmp_path, rows)), "r"
     )
-    assert model.hit(0.97, 25) == pytest.approx(0.9 - 0.2)
-    assert model.hit(0.92, 25) == pytest.approx(0.85)
-    assert model.hit(0.97, 10) == pytest.approx(0.9)  # another k: the profile's nearest K
+    assert model.hit(0.97, 25) == pytest.approx((0.9 - 0.2, 0.9))
+    assert model.hit(0.92, 25) == pytest.approx((0.85, 0.9))
+    assert model.hit(0.97, 10) == pytest.approx((0.9, 0.9))  # another k: the profile's nearest K
     assert "1 of 2 live bins" in model.source
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.quality.model import QualityModel, is_lab_trace, simulated_quality
+from bench.quality.model import MIN_LIVE_PAIRS, QualityModel, is_lab_trace, simulated_quality
 from bench.quality.profile import MIN_SUPPORT, Measured, Pair, curve, min_similarity, table_rows
 from bench.run.outcomes import RequestOutcome, summarize_quality
 from core.vocabulary import HitPolicy
@@ -89,11 +89,36 @@ def _profile_file(tmp_path: Path) -> Path:
 def test_the_quality_model_reads_a_hit_from_its_similarity_bin_and_nearest_profiled_k(tmp_path: Path) -> None:
     model = QualityModel.from_profile(_profile_file(tmp_path))
     assert model.fresh == 0.9
-    assert model.hit(0.95, 5) == 0.88
-    assert model.hit(0.8, 5) == 0.6
-    assert model.hit(1.0, 5) == 0.88  # the top bin includes 1.0
-    assert model.hit(0.5, 5) == 0.6  # below every bin: the nearest
-    assert model.hit(0.95, 20) == 0.5  # k 20 was not profiled: the nearest K (25)
+    # a hit's quality, and its own bin's fresh quality (hit + drop) it is compared with
+    assert model.hit(0.95, 5) == pytest.approx((0.88, 0.9))
+    assert model.hit(0.8, 5) == pytest.approx((0.6, 0.9))
+    assert model.hit(1.0, 5) == pytest.approx((0.88, 0.9))  # the top bin includes 1.0
+    assert model.hit(0.5, 5) == pytest.approx((0.6, 0.9))  # below every bin: the nearest
+    assert model.hit(0.95, 20) == pytest.approx((0.5, 0.9))  # k 20 was not profiled: the nearest K (25)
+
+
+def test_a_hit_is_compared_with_the_fresh_generations_of_its_own_bins_pairs(tmp_path: Path) -> None:
+    """Bins of MIN_LIVE_PAIRS pairs from the most similar down; the queries of similar pairs are easy
+    (fresh 0.9 where all pairs' mean is lower), so a hit's drop is its bin's, not against that mean."""
+    easy = [{"similarity": 0.9 - i / 1000, "fresh": 0.9, "hits": {"25": 0.85}} for i in range(MIN_LIVE_PAIRS)]
+    hard = [
+        {"similarity": 0.5 - i / 1000, "fresh": 0.5, "hits": {"25": 0.2}} for i in range(MIN_LIVE_PAIRS + 3)
+    ]
+    path = tmp_path / "measured.json"
+    path.write_text(json.dumps({"fresh_quality": 0.68, "curve": [], "measurements": easy + hard}))
+    model = QualityModel.from_profile(path)
+    assert [len(rows) for rows in model.bins.values()] == [2]  # the 3 left at the bottom joined the bin above
+    assert model.hit(0.95, 25) == pytest.approx((0.85, 0.9))  # a drop of 0.05, not 0.68 - 0.85
+    assert model.hit(0.7, 25) == pytest.approx((0.2, 0.5))  # below the easy bin's lowest pair: the next bin
+    assert model.hit(0.0, 25) == pytest.approx((0.2, 0.5))  # the lowest bin reaches 0
+    judged, _ = simulated_quality(
+        [_outcome(0, hit=True), _outcome(1, hit=False)],
+        prompts=["a small red circle on the left on a plain white background"] * 2,
+        hit_policy=HitPolicy.RESUME, small_name="small", override=path,
+    )  # fmt: skip
+    assert [value for o in judged for value in (o.quality, o.fresh_quality)] == pytest.approx(
+        [0.85, 0.9, 0.68, 0.68]
+    )
 
 
 def _outcome(
