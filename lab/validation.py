@@ -20,6 +20,7 @@ import numpy.typing as npt
 from PIL import Image, ImageFilter
 
 from lab.judge import HELDOUT_SEED, Judge
+from lab.judge import agreement as score_of
 from lab.world import Scene, render, sample_scene
 
 BLUR_RADIUS: Final = 1.0  # pixels of a 64x64 render (PIL's GaussianBlur radius)
@@ -67,24 +68,51 @@ def agreement(
     first: Judge, second: Judge, scenes: Sequence[Scene], images_by_model: Mapping[str, Sequence[Array]]
 ) -> dict[str, Any]:
     """Per attribute, per model and overall: the share of readings of the scenes' shown attributes on
-    which both judges agree (each model's images are of `scenes`, in order)."""
+    which both judges agree (each model's images are of `scenes`, in order). Also what a score is made
+    of: the share of verdicts both give (the asked value shown, or not), each judge's mean score per
+    model (the share of asked attributes read as asked, lab.judge.agreement) and the correlation of the
+    two judges' scores over the images, so that a drop one judge measures can be read against the
+    other's."""
     agreed: dict[str, list[bool]] = {}
     by_model: dict[str, float] = {}
+    verdicts: list[bool] = []
+    scores: dict[str, dict[str, float]] = {}
+    pairs: list[tuple[float, float]] = []
     for model, images in images_by_model.items():
         one, other = first.read(list(images)), second.read(list(images))
         marks = []
         for scene, a, b in zip(scenes, one, other, strict=True):
-            for name in scene.attributes():
+            asked = scene.attributes()
+            for name, value in asked.items():
                 agreed.setdefault(name, []).append(a[name] == b[name])
                 marks.append(a[name] == b[name])
+                verdicts.append((a[name] == value) == (b[name] == value))
+            pairs.append((score_of(asked, a), score_of(asked, b)))
         by_model[model] = float(np.mean(marks))
+        own = pairs[-len(one) :]
+        scores[model] = {"judge": _mean([p[0] for p in own]), "judge_b": _mean([p[1] for p in own])}
     every = [mark for marks in agreed.values() for mark in marks]
+    first_scores, second_scores = (np.array(side) for side in zip(*pairs, strict=True))
     return {
         "generated_agreement": float(np.mean(every)),
         "per_attribute": {name: float(np.mean(marks)) for name, marks in agreed.items()},
         "per_model": by_model,
         "readings": len(every),
+        "verdict_agreement": float(np.mean(verdicts)),
+        "scores_per_model": scores,
+        "score_correlation": _correlation(first_scores, second_scores),
     }
+
+
+def _correlation(first: npt.NDArray[np.float64], second: npt.NDArray[np.float64]) -> float | None:
+    """Pearson's r of the two judges' scores; None where either gave every image the same score."""
+    if first.std() == 0 or second.std() == 0:
+        return None
+    return round(float(np.corrcoef(first, second)[0, 1]), 4)
+
+
+def _mean(values: Sequence[float]) -> float:
+    return round(float(np.mean(values)), 4)
 
 
 def validate(

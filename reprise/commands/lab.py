@@ -30,7 +30,8 @@ def judge_command(
     json_out: Path | None = typer.Option(
         None,
         "--json",
-        help="Write {attribute_accuracy, blurred_accuracy, generated_agreement, ...}.",
+        help="Write {attribute_accuracy, blurred_accuracy, generated_agreement, verdict_agreement, "
+        "scores_per_model, ...}.",
     ),
 ) -> None:
     """Validate the judge: attribute accuracy on held-out true renders (a seed no training used), on
@@ -56,7 +57,9 @@ def judge_command(
     )
     if generated:
         typer.echo(f"agreement with the second judge on {report['generated_images']} generated images: "
-                   f"{report['generated_agreement']:.4f} {report['agreement_per_model']}")  # fmt: skip
+                   f"{report['generated_agreement']:.4f} {report['agreement_per_model']}; on the verdicts "
+                   f"a score counts {report['verdict_agreement']:.4f}; mean scores (judge, second) "
+                   f"{report['scores_per_model']}, correlated {report['score_correlation']}")  # fmt: skip
     if json_out is not None:
         json_out.write_text(json.dumps(report, indent=2) + "\n")
     measured = {"heldout_accuracy": report["attribute_accuracy"], **report}
@@ -80,6 +83,9 @@ def _generated_agreement(judge: Any, paths: Any, count: int, steps: int) -> dict
         "generated_agreement": agreed["generated_agreement"],
         "agreement_per_attribute": agreed["per_attribute"],
         "agreement_per_model": agreed["per_model"],
+        "verdict_agreement": agreed["verdict_agreement"],
+        "scores_per_model": agreed["scores_per_model"],
+        "score_correlation": agreed["score_correlation"],
         "generated_images": sum(len(batch) for batch in images.values()),
         "generation_steps": steps,
         "agreement_seed": AGREEMENT_SEED,

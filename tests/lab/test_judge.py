@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from core.errors import RepriseError
@@ -15,7 +16,7 @@ from lab.judge import ARCHITECTURE, Judge, JudgeNet, JudgeRefused
 from lab.judge_b import JudgeNetB
 from lab.judge_floors import FLOORS, refusal
 from lab.models import WEIGHTS_DIR
-from lab.validation import blurred, noisy
+from lab.validation import agreement, blurred, noisy
 from lab.world import render, sample_scene
 
 
@@ -80,3 +81,23 @@ def test_degradations_change_the_image_and_keep_its_shape() -> None:
     soft, grainy = blurred(image), noisy(image, np.random.default_rng(1))
     assert soft.shape == grainy.shape == image.shape and soft.dtype == grainy.dtype == np.uint8
     assert np.abs(soft.astype(int) - image).mean() > 0 and np.abs(grainy.astype(int) - image).mean() > 3
+
+
+def test_agreement_reports_the_verdicts_and_scores_a_drop_is_made_of() -> None:
+    """On renders of other scenes than the captions ask (scores spread from 0 up), a judge agrees with
+    itself on every reading, verdict and score; the second judge less, on the same images."""
+    rng = np.random.default_rng(7)
+    scenes = [sample_scene(rng) for _ in range(24)]
+    images = {
+        "others": [render(sample_scene(rng), rng) for _ in scenes],
+        "own": [render(s, rng) for s in scenes],
+    }
+    first = Judge.load(WEIGHTS_DIR / "judge", validated=False)
+    alone = agreement(first, first, scenes, images)
+    assert alone["generated_agreement"] == alone["verdict_agreement"] == 1.0
+    assert alone["score_correlation"] == pytest.approx(1.0)
+    own, others = alone["scores_per_model"]["own"], alone["scores_per_model"]["others"]
+    assert own["judge"] == own["judge_b"] > others["judge"] == others["judge_b"]
+    second = agreement(first, Judge.load(WEIGHTS_DIR / "judge-b", validated=False), scenes, images)
+    assert second["verdict_agreement"] < 1.0 and second["score_correlation"] is not None
+    assert 0.5 < second["score_correlation"] < 1.0
