@@ -27,7 +27,10 @@ distinct seeds run their T steps in one batch, one UNet call per step:
     batch_within_atol   batch_max_abs_diff <= batch_atol
     decode_batch        {"n": {"images_per_s", "decode_ms"}}: n latents decoded in one VAE call on
                         the decode role, as a decode node's threads share one (decode_batching)
-Without sizes, batch and decode_batch are {} and the other batch fields are null.
+    batch_operators_ms  with `--operators`, {"n": {"convolution", "linear", "attention", "other"}}:
+                        a step's own time by operator class, from one more batch of each size run
+                        under torch.profiler (bench.run.operators): where a batch's cost goes
+Without sizes, batch, decode_batch and batch_operators_ms are {} and the other batch fields are null.
 """
 
 from __future__ import annotations
@@ -36,11 +39,13 @@ import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
 import torch
 
+from bench.run.operators import operator_ms
 from core.params import GenerationParams
 from core.settings import Settings
 from core.vocabulary import Role
@@ -79,6 +84,7 @@ class RuntimeBench:
     batch_atol: float | None = None
     batch_within_atol: bool | None = None
     batch_model: str | None = None
+    batch_operators_ms: dict[str, dict[str, float]] = field(default_factory=dict)
     # the decode role's batched VAE decodes (workers.runtime.decode_batching), at the same sizes
     decode_batch: dict[str, dict[str, float]] = field(default_factory=dict)
 
@@ -94,6 +100,7 @@ class BatchBench:
     max_abs_diff: float
     exact: bool
     model: str
+    operators_ms: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def measure_runtime(
@@ -103,32 +110,36 @@ def measure_runtime(
     decode_repeats: int = 10,
     batch_sizes: Sequence[int] = (),
     batch_role: Role = Role.LARGE,
+    operators: bool = False,
 ) -> RuntimeBench:
     """Run the benchmark on the configured models (tiny ones when none are configured).
 
     One untimed warm-up precedes each measurement. Generations use settings.steps, settings.capture_steps
     and the large model's native size. Roles are hosted one at a time, as a worker would, so peak memory
-    is one model. batch_role's model runs batch_sizes' batches."""
+    is one model. batch_role's model runs batch_sizes' batches, by operator class with `operators`."""
     if repeats < 1 or decode_repeats < 1:
         raise ValueError("repeats and decode_repeats must be at least 1")
-    batches = {batch_role: batch_sizes}
     capture = list(settings.capture_steps)  # settings guarantee each is in 1..T-1
     runtime = DiffusionRuntime(settings, Role.LARGE)
     size = runtime.native_size
     params = GenerationParams(prompt=BENCH_PROMPT, seed=0, steps=settings.steps, width=size, height=size)
 
+    def batched(role: Role) -> BatchBench | None:  # batch_role's model, while it is hosted
+        sizes = batch_sizes if role is batch_role else ()
+        return measure_batches(runtime, params, sizes, repeats=repeats, operators=operators)
+
     # Large model: full generations with capture, as a cache miss runs them; batches, when asked.
     large_steps, reference, resume_exact = _large_generations(runtime, params, capture, repeats)
     family, large_name, final = runtime.family, runtime.model_name, reference.final_latent
     final_bytes, entry_bytes = _stored_bytes(reference)
-    batching = measure_batches(runtime, params, batches.get(Role.LARGE, ()), repeats=repeats)
+    batching = batched(Role.LARGE)
 
     # Small model: the same generation, timed per step; batches, when asked.
     runtime.switch_role(Role.SMALL)
     small_name = runtime.model_name
     runtime.generate(params)
     small_steps = [ms for _ in range(repeats) for ms in runtime.generate(params).step_ms]
-    batching = batching or measure_batches(runtime, params, batches.get(Role.SMALL, ()), repeats=repeats)
+    batching = batching or batched(Role.SMALL)
 
     # Decode role: the final latent back to pixels, alone and in batches of the sizes asked.
     runtime.switch_role(Role.DECODE)
@@ -148,14 +159,15 @@ def measure_runtime(
         family=family,
         device=str(runtime.device),
         dtype=str(runtime.dtype).removeprefix("torch."),
-        steps=settings.steps,
-        capture_steps=capture,
-        width=size,
-        height=size,
-        repeats=repeats,
+        **_setup(settings.steps, capture, size, repeats),
         **(_batch_fields(batching) if batching is not None else {}),
         decode_batch=decode_batch,
     )
+
+
+def _setup(steps: int, capture: list[int], size: int, repeats: int) -> dict[str, Any]:
+    """The report's context fields of the generations it timed."""
+    return {"steps": steps, "capture_steps": capture, "width": size, "height": size, "repeats": repeats}
 
 
 def _large_generations(
@@ -174,7 +186,12 @@ def _large_generations(
 
 
 def measure_batches(
-    runtime: DiffusionRuntime, params: GenerationParams, sizes: Sequence[int], *, repeats: int
+    runtime: DiffusionRuntime,
+    params: GenerationParams,
+    sizes: Sequence[int],
+    *,
+    repeats: int,
+    operators: bool = False,
 ) -> BatchBench | None:
     """Batches of each size on the hosted model: n misses (params with seeds 0..n-1) in one batch.
 
@@ -206,7 +223,11 @@ def measure_batches(
             "unet_ms": statistics.median(ms for run in runs for ms in run.unet_ms),
             "max_abs_diff": max(diffs),
         }
-    return BatchBench(sizes=table, max_abs_diff=largest, exact=exact, model=runtime.model_name)
+    profiled = {
+        str(size): operator_ms(partial(_steps_run, runtime, jobs[:size]), runtime.device)
+        for size in (ordered if operators else [])
+    }
+    return BatchBench(table, largest, exact, runtime.model_name, operators_ms=profiled)
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +256,11 @@ def _run_batch(runtime: DiffusionRuntime, jobs: Sequence[GenerationParams]) -> _
     )
 
 
+def _steps_run(runtime: DiffusionRuntime, jobs: Sequence[GenerationParams]) -> int:
+    """Steps of `jobs` batched to the end (what operator_ms divides its times by)."""
+    return len(_run_batch(runtime, jobs).step_ms)
+
+
 def _batch_fields(batching: BatchBench) -> dict[str, Any]:
     return {
         "batch": batching.sizes,
@@ -243,6 +269,7 @@ def _batch_fields(batching: BatchBench) -> dict[str, Any]:
         "batch_atol": BATCH_ATOL,
         "batch_within_atol": batching.max_abs_diff <= BATCH_ATOL,
         "batch_model": batching.model,
+        "batch_operators_ms": batching.operators_ms,
     }
 
 
@@ -314,6 +341,9 @@ def format_table(report: RuntimeBench) -> str:
                 f"UNet {row['unet_ms']:.2f} ms, max |diff| {row['max_abs_diff']:.2e}",
             )
         )
+    for size, classes in report.batch_operators_ms.items():
+        spent = ", ".join(f"{name} {ms:.2f}" for name, ms in classes.items())
+        rows.append((f"batch {size} by operator", f"{spent} ms a step"))
     if report.batch:
         rows.append(
             (

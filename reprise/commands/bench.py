@@ -147,9 +147,13 @@ def runtime_command(
     repeats: int = typer.Option(3, min=1, help="Timed generations per model (after one warm-up)."),
     batch: str | None = typer.Option(None, "--batch", help="Step-level batch sizes, e.g. 1,2,4,8,16."),
     model: str = typer.Option("large", "--model", help="The model --batch runs: large or small."),
+    operators: bool = typer.Option(
+        False, "--operators", help="With --batch: a step's time by operator class (one more batch a size)."
+    ),
 ) -> None:
     """Time the configured models per denoising step and per decode; codec ratio, entry and PNG bytes;
-    with --batch, images per second of batches of each size and their exactness."""
+    with --batch, images per second of batches of each size and their exactness, and with --operators
+    where a step's time goes."""
     from bench.run.options import guarded, parse_batch_model, parse_batch_sizes
 
     def main() -> int:
@@ -157,7 +161,11 @@ def runtime_command(
 
         sizes = parse_batch_sizes(batch) if batch is not None else []
         report = measure_runtime(
-            get_settings(), repeats=repeats, batch_sizes=sizes, batch_role=parse_batch_model(model)
+            get_settings(),
+            repeats=repeats,
+            batch_sizes=sizes,
+            batch_role=parse_batch_model(model),
+            operators=operators,
         )
         typer.echo(format_table(report))
         if json_path is not None:

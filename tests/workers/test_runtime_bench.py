@@ -83,10 +83,20 @@ def test_bench_runtime_batch_adds_a_row_per_size_and_the_exactness_beside_the_co
 ) -> None:
     out = tmp_path / "runtime.json"
     result = _invoke_runtime(
-        tmp_path, tiny_settings, monkeypatch, "--batch", "1,3", "--model", "small", "--json", str(out)
+        tmp_path,
+        tiny_settings,
+        monkeypatch,
+        "--batch",
+        "1,3",
+        "--model",
+        "small",
+        "--operators",
+        "--json",
+        str(out),
     )
     assert result.exit_code == 0, result.output
     assert "batch 3" in result.output and "batch exactness" in result.output
+    assert "batch 3 by operator" in result.output
     assert "decode batch 3" in result.output
 
     report = json.loads(out.read_text())
@@ -100,6 +110,11 @@ def test_bench_runtime_batch_adds_a_row_per_size_and_the_exactness_beside_the_co
     assert report["batch_max_abs_diff"] == max(row["max_abs_diff"] for row in report["batch"].values())
     assert report["batch_exact"] is (report["batch_max_abs_diff"] == 0.0)
     assert report["batch_atol"] == BATCH_ATOL and report["batch_within_atol"] is True
+    # where each size's step went, by operator class: the tiny UNet convolves and projects every step
+    assert list(report["batch_operators_ms"]) == ["1", "3"]
+    for classes in report["batch_operators_ms"].values():
+        assert set(classes) == {"convolution", "linear", "attention", "other"}
+        assert classes["convolution"] > 0 and classes["linear"] > 0
     assert list(report["decode_batch"]) == ["1", "3"]  # the decode role's one-call decodes, same sizes
     assert all(row["images_per_s"] > 0 and row["decode_ms"] > 0 for row in report["decode_batch"].values())
 
@@ -114,4 +129,5 @@ def test_bench_runtime_without_batch_has_an_empty_batch_block_and_refuses_bad_si
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
     assert report["batch"] == {} and report["batch_max_abs_diff"] is None and report["batch_exact"] is None
+    assert report["batch_operators_ms"] == {}
     assert report["decode_batch"] == {}
