@@ -127,3 +127,25 @@ def costlier_hits(records: Sequence[JobRecord]) -> int | None:
     metrics = [r.job.get("metrics") or {} for r in records if r.job is not None]
     cascaded = any(m.get("cascade") is not None for m in metrics)
     return sum(bool(m.get("admission") == "costlier_hit") for m in metrics) if cascaded else None
+
+
+def stack_step_ms(records: Sequence[JobRecord]) -> dict[str, dict[str, float]]:
+    """Per model, what a denoising step took on the stack under the replay's own load: the median, over
+    the succeeded jobs that ran that model alone, of their run time (started to completed, the task's
+    other work included) over their denoiser evaluations, with the jobs it is taken over. Beside the
+    costs a simulation prices steps at (`bench runtime`, measured alone in one quiet process), it shows
+    how much slower the stack's processes run while they share the host."""
+    per_step: dict[str, list[float]] = {}
+    for job in (r.job for r in records):
+        metrics = (job or {}).get("metrics") or {}
+        evaluations = metrics.get("denoiser_evaluations") or {}
+        run_s = metrics.get("run_time_s")
+        if job is None or job.get("status") != "succeeded" or len(evaluations) != 1 or run_s is None:
+            continue
+        ((model, steps),) = evaluations.items()
+        if int(steps) > 0:
+            per_step.setdefault(str(model), []).append(float(run_s) * 1000.0 / int(steps))
+    return {
+        model: {"step_ms": round(statistics.median(values), 2), "jobs": len(values)}
+        for model, values in sorted(per_step.items())
+    }

@@ -30,6 +30,7 @@ from core.settings import Settings
 if TYPE_CHECKING:
     from bench.live.records import JobRecord
     from bench.live.replay import ReplayOptions
+    from bench.live.stack import StackRecord
     from bench.run.report import BenchReport
     from bench.workload.trace import Workload
 
@@ -100,6 +101,22 @@ def _video_figures(records: Sequence[JobRecord], throughput_rps: float | None) -
     return figures | {"throughput_rps": throughput_rps}
 
 
+def _noted_stack(stack: StackRecord | None, records: Sequence[JobRecord]) -> dict[str, dict[str, float]]:
+    """Say what the stack ran (its pools, from /v1/stats) and how long its steps took under this load;
+    return the latter (records.stack_step_ms)."""
+    from bench.live.records import stack_step_ms
+
+    if stack is not None:
+        _note(
+            f"stack: pool monitor {stack.monitor_mode() or 'unknown'}; pools {timeline_text(stack.timeline)}"
+        )
+    else:
+        _note("stack: /v1/stats could not be read; the report records no pool configuration")
+    steps = stack_step_ms(records)
+    _note(f"stack: a denoising step under this load, by model: {steps}")
+    return steps
+
+
 def replay_main(settings: Settings, options: ReplayCliOptions) -> int:
     """Replay against a running stack and report; 0 when every request succeeded, 1 otherwise."""
     from bench.live.records import outcome_from_record
@@ -138,13 +155,7 @@ def replay_main(settings: Settings, options: ReplayCliOptions) -> int:
         show_progress=options.progress,
     )
     print(markdown_table([report]))
-    if stack is not None:
-        _note(
-            f"stack: pool monitor {stack.monitor_mode() or 'unknown'}; pools {timeline_text(stack.timeline)}"
-        )
-    else:
-        _note("stack: /v1/stats could not be read; the report records no pool configuration")
-    body = report.as_json()
+    body = report.as_json() | {"stack_step_ms": _noted_stack(stack, records)}
     if options.vanilla and profile.caches:
         unaudited = replace(replay_options, fetch_images=0, quality_sample=0)
         body |= _vanilla_run(settings, workload, unaudited, report)

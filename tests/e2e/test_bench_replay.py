@@ -46,6 +46,8 @@ def test_replay_reports_the_contract_fields_and_hits_on_repeats(stack: Stack, tm
     assert 0 < report["compute_saved"] < 1
     assert report["admission_ms"]["p50"] is not None
     assert report["embedder"]["name"] == "minilm"
+    # what a step took on the stack under the replay's own load, per model its jobs ran
+    assert report["stack_step_ms"] and all(row["step_ms"] > 0 for row in report["stack_step_ms"].values())
     # The lab's models ran: the workers judged every image; each hit was audited, generated again on
     # the stack with the cache off, to measure its drop (a miss is its own fresh generation).
     quality = report["quality"]

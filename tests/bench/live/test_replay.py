@@ -11,7 +11,13 @@ from typing import Any
 import pytest
 
 from bench.live.demo import demo_summary
-from bench.live.records import JobRecord, escalation_rate, estimated_vanilla_rps, outcome_from_record
+from bench.live.records import (
+    JobRecord,
+    escalation_rate,
+    estimated_vanilla_rps,
+    outcome_from_record,
+    stack_step_ms,
+)
 from bench.live.replay import replay_report
 from bench.run.costs import StepCosts
 from bench.run.outcomes import RequestOutcome, step_ms_by_model
@@ -117,6 +123,15 @@ def _records() -> list[JobRecord]:
         job_json(route="miss", k=None, evals={}, created_s=6, run_s=0.1, status=JobStatus.FAILED),
     ]
     return [record(i, job, intended_s=float(i)) for i, job in enumerate(jobs)]
+
+
+def test_the_stacks_step_under_load_is_each_models_median_run_time_a_step() -> None:
+    mixed = job_json(route="hit", k=25, evals={"little": 5, "big": 20}, created_s=7, run_s=9.0)
+    steps = stack_step_ms([*_records(), record(7, mixed)])
+    # big: 5 s / 50 twice, 2.5 s / 25, 30 s / 50; little: 1 s / 25, 1.5 s / 40 (the failed job and the
+    # two-model one left out)
+    assert steps == {"big": {"step_ms": 100.0, "jobs": 4}, "little": {"step_ms": 38.75, "jobs": 2}}
+    assert stack_step_ms([record(0, None)]) == {}
 
 
 def test_replay_report_aggregates_hits_k_and_weighted_compute(tmp_path: Path) -> None:
