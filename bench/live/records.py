@@ -137,10 +137,12 @@ def stack_step_ms(records: Sequence[JobRecord]) -> dict[str, dict[str, float]]:
     how much slower the stack's processes run while they share the host."""
     per_step: dict[str, list[float]] = {}
     for job in (r.job for r in records):
-        metrics = (job or {}).get("metrics") or {}
+        if job is None or job.get("status") != "succeeded":
+            continue
+        metrics = job.get("metrics") or {}
         evaluations = metrics.get("denoiser_evaluations") or {}
         run_s = metrics.get("run_time_s")
-        if job is None or job.get("status") != "succeeded" or len(evaluations) != 1 or run_s is None:
+        if len(evaluations) != 1 or run_s is None:
             continue
         ((model, steps),) = evaluations.items()
         if int(steps) > 0:

@@ -267,12 +267,13 @@ class StackWatch:
         profiled_with tag) in place of `configured`, this process's, where the two differ: the
         replay's settings need not be the stack's (a lab stack embeds in lab:attributes where a replay
         process left at the defaults names MiniLM). `configured` where the stack did not say."""
-        tag = (self.lookup or {}).get("embedder")
+        reported = self.lookup or {}
+        tag = reported.get("embedder")
         if tag is None:
             return dict(configured)
         if str(tag).split(":")[0] == configured.get("name"):
             return dict(configured) | {"tag": tag}
-        lookup = "text-to-text" if (self.lookup or {}).get("lookup") == "text" else "text-to-image"
+        lookup = "text-to-text" if reported.get("lookup") == "text" else "text-to-image"
         return {"name": tag, "lookup": lookup, "source": "the stack's /v1/stats (lookup.embedder)"}
 
     def record(self, profile: Profile, steps: int | None) -> StackRecord:

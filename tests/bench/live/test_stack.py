@@ -66,29 +66,28 @@ def test_the_record_names_the_lookup_the_stack_reported_not_this_processs(bench_
     assert plain.record(profile, steps=None).profile == profile.describe()
 
 
+def _reporting(lookup: dict[str, str] | None) -> StackWatch:
+    """A watch that has read one /v1/stats, with `lookup` as its lookup block (None: none)."""
+    watch = StackWatch(started_at=START)
+    watch.observe({**stats(1, 1), **({"lookup": lookup} if lookup else {})}, t=0.0, submitted=0)
+    return watch
+
+
 def test_the_report_names_the_embedder_the_stack_looked_up_with() -> None:
     configured = {
         "name": "minilm",
         "model": "sentence-transformers/all-MiniLM-L6-v2",
         "lookup": "text-to-text",
     }
-    lab = StackWatch(started_at=START)
-    lab.observe(
-        {**stats(1, 1), "lookup": {"lookup": "image", "embedder": "lab:attributes"}}, t=0.0, submitted=0
-    )
+    lab = _reporting({"lookup": "image", "embedder": "lab:attributes"})
     assert lab.embedder(configured) == {
         "name": "lab:attributes",
         "lookup": "text-to-image",
         "source": "the stack's /v1/stats (lookup.embedder)",
     }
-    same = StackWatch(started_at=START)
-    same.observe(
-        {**stats(1, 1), "lookup": {"lookup": "text", "embedder": "minilm:all-MiniLM-L6-v2"}}, t=0, submitted=0
-    )
+    same = _reporting({"lookup": "text", "embedder": "minilm:all-MiniLM-L6-v2"})
     assert same.embedder(configured) == configured | {"tag": "minilm:all-MiniLM-L6-v2"}
-    silent = StackWatch(started_at=START)
-    silent.observe(stats(1, 1), t=0.0, submitted=0)
-    assert silent.embedder(configured) == configured
+    assert _reporting(None).embedder(configured) == configured
 
 
 def test_a_stack_that_does_not_report_its_monitor_is_read_from_its_decisions(
