@@ -7,7 +7,11 @@ another architecture reads the models' own images the same way (lab.judge_floors
 - generated agreement: on the lab's models' images of held-out captions (lab.generation), the share
   of attribute readings (the attributes each caption's scene shows) on which both judges agree, per
   attribute and overall. Agreement is not accuracy: two judges can agree and both be wrong; where
-  they disagree, at least one is, so the share bounds how far either can be trusted there.
+  they disagree, at least one is, so the share bounds how far either can be trusted there;
+- the rival's agreement: a judge of the first's own architecture and recipe, trained from another
+  seed (RIVAL_SEED), read against the first on the same images. Two readers of one kind differ only
+  by their seed, so what they disagree on is what the images leave open: the ceiling a second judge
+  of another architecture can be held to, measured rather than assumed.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 from PIL import Image, ImageFilter
 
-from lab.judge import HELDOUT_SEED, Judge
+from lab.judge import HELDOUT_SEED, Judge, heldout_accuracy, train_judge
 from lab.judge import agreement as score_of
 from lab.world import Scene, render, sample_scene
 
@@ -27,6 +31,7 @@ BLUR_RADIUS: Final = 1.0  # pixels of a 64x64 render (PIL's GaussianBlur radius)
 NOISE_SIGMA: Final = 12.0  # uint8 levels: 0.094 in the judge's [-1, 1] input, inside its training's 0..0.15
 NOISE_SEED: Final = 777_001
 AGREEMENT_SEED: Final = 778_000  # held-out captions of the generated images: no training uses it
+RIVAL_SEED: Final = 779_000  # the rival judge's training seed: no other training uses it
 
 Array = npt.NDArray[np.uint8]
 
@@ -101,6 +106,33 @@ def agreement(
         "verdict_agreement": float(np.mean(verdicts)),
         "scores_per_model": scores,
         "score_correlation": _correlation(first_scores, second_scores),
+    }
+
+
+def rival_agreement(
+    first: Judge,
+    scenes: Sequence[Scene],
+    images_by_model: Mapping[str, Sequence[Array]],
+    *,
+    steps: int,
+    heldout: int,
+    seed: int = RIVAL_SEED,
+) -> dict[str, Any]:
+    """The first judge's agreement with a rival of its own architecture and recipe (lab.judge
+    .train_judge, `steps` steps from `seed`) on the same images: how far two readers of one kind agree
+    where the images leave the reading open."""
+    rival = Judge(train_judge(steps, seed=seed, log=lambda _line: None))
+    agreed = agreement(first, rival, scenes, images_by_model)
+    return {
+        "seed": seed,
+        "steps": steps,
+        "architecture": getattr(rival.network, "ARCHITECTURE", None),
+        "heldout_accuracy": heldout_accuracy(rival, heldout),
+        "generated_agreement": agreed["generated_agreement"],
+        "agreement_per_attribute": agreed["per_attribute"],
+        "agreement_per_model": agreed["per_model"],
+        "verdict_agreement": agreed["verdict_agreement"],
+        "score_correlation": agreed["score_correlation"],
     }
 
 

@@ -27,16 +27,24 @@ def judge_command(
         32, "--generated", min=0, help="Held-out captions lab:large and lab:small each draw (0: none)."
     ),
     steps: int = typer.Option(20, "--steps", min=1, help="DDIM steps of those generations."),
+    rival_steps: int = typer.Option(
+        0,
+        "--rival-steps",
+        min=0,
+        help="Also train a rival of the judge's own architecture and recipe for this many steps (the "
+        "judge's 500 to compare like with like; 0: none) and report its agreement on the same images.",
+    ),
     json_out: Path | None = typer.Option(
         None,
         "--json",
         help="Write {attribute_accuracy, blurred_accuracy, generated_agreement, verdict_agreement, "
-        "scores_per_model, ...}.",
+        "scores_per_model, rival, ...}.",
     ),
 ) -> None:
     """Validate the judge: attribute accuracy on held-out true renders (a seed no training used), on
     blurred and noisy ones, and its agreement with the second judge (lab.judge_b) on the lab models'
-    images of held-out captions; exit 1 below a floor (lab.judge_floors.FLOORS)."""
+    images of held-out captions, and with a rival of its own kind where asked (lab.validation); exit 1
+    below a floor (lab.judge_floors.FLOORS)."""
     from lab.judge import HELDOUT_SEED, Judge, heldout_accuracy
     from lab.judge_floors import FLOORS, refusal
     from lab.models import ensure_lab_models
@@ -50,7 +58,10 @@ def judge_command(
         "heldout_images": images,
         "seed": HELDOUT_SEED,
     }
-    report |= _generated_agreement(judge, paths, generated, steps) if generated else {}
+    if generated:
+        report |= _generated_agreement(
+            judge, paths, generated, steps, rival_steps=rival_steps, heldout=images
+        )
     typer.echo(
         f"attribute accuracy {report['attribute_accuracy']:.4f} on {images} held-out images (seed "
         f"{HELDOUT_SEED}); blurred {report['blurred_accuracy']:.4f}, noisy {report['noisy_accuracy']:.4f}"
@@ -60,6 +71,8 @@ def judge_command(
                    f"{report['generated_agreement']:.4f} {report['agreement_per_model']}; on the verdicts "
                    f"a score counts {report['verdict_agreement']:.4f}; mean scores (judge, second) "
                    f"{report['scores_per_model']}, correlated {report['score_correlation']}")  # fmt: skip
+    if "rival" in report:
+        _echo_rival(report["rival"])
     if json_out is not None:
         json_out.write_text(json.dumps(report, indent=2) + "\n")
     measured = {"heldout_accuracy": report["attribute_accuracy"], **report}
@@ -69,17 +82,30 @@ def judge_command(
         raise typer.Exit(1)
 
 
-def _generated_agreement(judge: Any, paths: Any, count: int, steps: int) -> dict[str, Any]:
-    """The two judges' agreement on lab:large's and lab:small's images of `count` held-out captions."""
+def _echo_rival(rival: dict[str, Any]) -> None:
+    typer.echo(
+        f"a rival of the judge's own kind (seed {rival['seed']}, {rival['steps']} steps, held out "
+        f"{rival['heldout_accuracy']:.4f}) agrees with it on {rival['generated_agreement']:.4f} of the "
+        f"readings {rival['agreement_per_model']}, {rival['verdict_agreement']:.4f} of the verdicts"
+    )
+
+
+def _generated_agreement(
+    judge: Any, paths: Any, count: int, steps: int, *, rival_steps: int, heldout: int
+) -> dict[str, Any]:
+    """The two judges' agreement on lab:large's and lab:small's images of `count` held-out captions,
+    and the rival's where `rival_steps` (trained with the lab's pinned kernels, as the judge was)."""
+    from lab.build import pinned_cpu_kernels
     from lab.generation import GENERATORS, captioned_scenes, generate
     from lab.judge import Judge
-    from lab.validation import AGREEMENT_SEED, BLUR_RADIUS, NOISE_SIGMA, agreement
+    from lab.training import deterministic
+    from lab.validation import AGREEMENT_SEED, BLUR_RADIUS, NOISE_SIGMA, agreement, rival_agreement
 
     second = Judge.load(paths.weights / "judge-b", validated=False)
     scenes, captions, _ = captioned_scenes(count, AGREEMENT_SEED)
     images = {name: generate(paths.pipeline(name), captions, steps=steps) for name in GENERATORS}
     agreed = agreement(judge, second, scenes, images)
-    return {
+    report = {
         "generated_agreement": agreed["generated_agreement"],
         "agreement_per_attribute": agreed["per_attribute"],
         "agreement_per_model": agreed["per_model"],
@@ -92,6 +118,10 @@ def _generated_agreement(judge: Any, paths: Any, count: int, steps: int) -> dict
         "blur_radius": BLUR_RADIUS,
         "noise_sigma": NOISE_SIGMA,
     }
+    if rival_steps:
+        with pinned_cpu_kernels(), deterministic():
+            report["rival"] = rival_agreement(judge, scenes, images, steps=rival_steps, heldout=heldout)
+    return report
 
 
 @lab_app.command("quality")

@@ -12,11 +12,11 @@ import pytest
 
 from core.errors import RepriseError
 from lab import judge_b
-from lab.judge import ARCHITECTURE, Judge, JudgeNet, JudgeRefused
+from lab.judge import ARCHITECTURE, Judge, JudgeNet, JudgeRefused, train_judge
 from lab.judge_b import JudgeNetB
 from lab.judge_floors import FLOORS, refusal
 from lab.models import WEIGHTS_DIR
-from lab.validation import agreement, blurred, noisy
+from lab.validation import agreement, blurred, noisy, rival_agreement
 from lab.world import render, sample_scene
 
 
@@ -101,3 +101,17 @@ def test_agreement_reports_the_verdicts_and_scores_a_drop_is_made_of() -> None:
     second = agreement(first, Judge.load(WEIGHTS_DIR / "judge-b", validated=False), scenes, images)
     assert second["verdict_agreement"] < 1.0 and second["score_correlation"] is not None
     assert 0.5 < second["score_correlation"] < 1.0
+
+
+def test_a_rival_of_the_judge_s_own_seed_agrees_on_everything_and_another_seed_less() -> None:
+    """The rival is trained by the judge's own recipe: from the judge's seed it is the same network
+    (every reading agrees), from another it is a second reader of the same kind that does not."""
+    rng = np.random.default_rng(11)
+    scenes = [sample_scene(rng) for _ in range(16)]
+    images = {"own": [render(s, rng) for s in scenes]}
+    first = Judge(train_judge(3, seed=5, log=lambda _line: None))
+    same = rival_agreement(first, scenes, images, steps=3, heldout=20, seed=5)
+    assert same["generated_agreement"] == same["verdict_agreement"] == 1.0
+    assert same["seed"] == 5 and same["steps"] == 3 and same["architecture"] == ARCHITECTURE
+    other = rival_agreement(first, scenes, images, steps=3, heldout=20, seed=6)
+    assert other["generated_agreement"] < 1.0 and set(other["agreement_per_model"]) == {"own"}

@@ -121,6 +121,20 @@ def test_the_judge_command_validates_the_judge_on_held_out_images(
     assert report["blurred_accuracy"] >= 0.9 and report["noisy_accuracy"] >= 0.9
 
 
+def test_the_judge_command_reports_a_rival_of_the_judge_s_kind_on_the_same_images(
+    tmp_path: Path, lab_settings: Settings
+) -> None:
+    out = tmp_path / "judge.json"
+    args = ["lab", "judge", "--images", "20", "--generated", "2", "--steps", "1", "--rival-steps", "3"]
+    env = {"REPRISE_DATA_DIR": str(lab_settings.data_dir)}
+    result = CliRunner().invoke(cli, [*args, "--json", str(out)], env=env)
+    assert "a rival of the judge's own kind" in result.output, result.output
+    rival = json.loads(out.read_text())["rival"]
+    assert rival["steps"] == 3 and rival["architecture"] == "cnn-3x3"
+    assert 0.0 <= rival["generated_agreement"] <= 1.0
+    assert set(rival["agreement_per_model"]) == {"large", "small"}
+
+
 def test_smoke_training_writes_the_contract_and_reproduces_its_weights(tmp_path: Path) -> None:
     out = tmp_path / "report.json"
     env = {"REPRISE_DATA_DIR": str(tmp_path / "data")}
