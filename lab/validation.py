@@ -11,7 +11,9 @@ another architecture reads the models' own images the same way (lab.judge_floors
 - the rival's agreement: a judge of the first's own architecture and recipe, trained from another
   seed (RIVAL_SEED), read against the first on the same images. Two readers of one kind differ only
   by their seed, so what they disagree on is what the images leave open: the ceiling a second judge
-  of another architecture can be held to, measured rather than assumed.
+  of another architecture can be held to, measured rather than assumed;
+- the round trip: the same captions' true renders through the autoencoder alone (encoded, decoded),
+  read by each judge: what the latent space keeps of a scene before any denoiser draws it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
+import torch
 from PIL import Image, ImageFilter
 
 from lab.judge import HELDOUT_SEED, Judge, heldout_accuracy, train_judge
@@ -109,31 +112,55 @@ def agreement(
     }
 
 
+def rival(steps: int, seed: int = RIVAL_SEED) -> Judge:
+    """A judge of the first's architecture and recipe (lab.judge.train_judge), `steps` steps from `seed`."""
+    return Judge(train_judge(steps, seed=seed, log=lambda _line: None))
+
+
 def rival_agreement(
     first: Judge,
+    other: Judge,
     scenes: Sequence[Scene],
     images_by_model: Mapping[str, Sequence[Array]],
     *,
-    steps: int,
     heldout: int,
-    seed: int = RIVAL_SEED,
 ) -> dict[str, Any]:
-    """The first judge's agreement with a rival of its own architecture and recipe (lab.judge
-    .train_judge, `steps` steps from `seed`) on the same images: how far two readers of one kind agree
-    where the images leave the reading open."""
-    rival = Judge(train_judge(steps, seed=seed, log=lambda _line: None))
-    agreed = agreement(first, rival, scenes, images_by_model)
+    """The first judge's agreement with its rival (`rival`) on the same images: how far two readers
+    of one kind agree where the images leave the reading open."""
+    agreed = agreement(first, other, scenes, images_by_model)
     return {
-        "seed": seed,
-        "steps": steps,
-        "architecture": getattr(rival.network, "ARCHITECTURE", None),
-        "heldout_accuracy": heldout_accuracy(rival, heldout),
+        "architecture": getattr(other.network, "ARCHITECTURE", None),
+        "heldout_accuracy": heldout_accuracy(other, heldout),
         "generated_agreement": agreed["generated_agreement"],
         "agreement_per_attribute": agreed["per_attribute"],
         "agreement_per_model": agreed["per_model"],
         "verdict_agreement": agreed["verdict_agreement"],
         "score_correlation": agreed["score_correlation"],
     }
+
+
+def round_trips(vae: Any, images: Sequence[Array]) -> list[Array]:
+    """Each image through the autoencoder alone (encoded to its latent's mean, decoded): what any
+    generator of that latent space can show at best, with no denoiser in between."""
+    from lab.judge import to_tensor
+
+    with torch.inference_mode():
+        decoded = vae.decode(vae.encode(to_tensor(list(images))).latent_dist.mean).sample
+    pixels = ((decoded.permute(0, 2, 3, 1).numpy() + 1.0) * 127.5).round().clip(0, 255)
+    return list(pixels.astype(np.uint8))
+
+
+def round_trip_agreement(
+    first: Judge, others: Mapping[str, Judge], scenes: Sequence[Scene], images: Sequence[Array]
+) -> dict[str, Any]:
+    """On the autoencoder's round trips of the scenes' true renders: the first judge's score (the
+    share of each scene's attributes it reads) and its agreement with each other judge."""
+    report: dict[str, Any] = {"images": len(images)}
+    for name, other in others.items():
+        agreed = agreement(first, other, scenes, {"round_trip": images})
+        report["score"] = agreed["scores_per_model"]["round_trip"]["judge"]
+        report[f"agreement_{name}"] = agreed["generated_agreement"]
+    return report
 
 
 def _correlation(first: npt.NDArray[np.float64], second: npt.NDArray[np.float64]) -> float | None:

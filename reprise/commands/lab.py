@@ -67,12 +67,7 @@ def judge_command(
         f"{HELDOUT_SEED}); blurred {report['blurred_accuracy']:.4f}, noisy {report['noisy_accuracy']:.4f}"
     )
     if generated:
-        typer.echo(f"agreement with the second judge on {report['generated_images']} generated images: "
-                   f"{report['generated_agreement']:.4f} {report['agreement_per_model']}; on the verdicts "
-                   f"a score counts {report['verdict_agreement']:.4f}; mean scores (judge, second) "
-                   f"{report['scores_per_model']}, correlated {report['score_correlation']}")  # fmt: skip
-    if "rival" in report:
-        _echo_rival(report["rival"])
+        _echo_agreements(report)
     if json_out is not None:
         json_out.write_text(json.dumps(report, indent=2) + "\n")
     measured = {"heldout_accuracy": report["attribute_accuracy"], **report}
@@ -82,12 +77,23 @@ def judge_command(
         raise typer.Exit(1)
 
 
-def _echo_rival(rival: dict[str, Any]) -> None:
-    typer.echo(
-        f"a rival of the judge's own kind (seed {rival['seed']}, {rival['steps']} steps, held out "
-        f"{rival['heldout_accuracy']:.4f}) agrees with it on {rival['generated_agreement']:.4f} of the "
-        f"readings {rival['agreement_per_model']}, {rival['verdict_agreement']:.4f} of the verdicts"
-    )
+def _echo_agreements(report: dict[str, Any]) -> None:
+    """The agreements on generated images, the rival's and the autoencoder's round trip's, a line each."""
+    typer.echo(f"agreement with the second judge on {report['generated_images']} generated images: "
+               f"{report['generated_agreement']:.4f} {report['agreement_per_model']}; on the verdicts "
+               f"a score counts {report['verdict_agreement']:.4f}; mean scores (judge, second) "
+               f"{report['scores_per_model']}, correlated {report['score_correlation']}")  # fmt: skip
+    if "rival" in report:
+        rival = report["rival"]
+        typer.echo(f"a rival of the judge's own kind (seed {rival['seed']}, {rival['steps']} steps, "
+                   f"held out {rival['heldout_accuracy']:.4f}) agrees with it on "
+                   f"{rival['generated_agreement']:.4f} of the readings {rival['agreement_per_model']}, "
+                   f"{rival['verdict_agreement']:.4f} of the verdicts")  # fmt: skip
+    trip = report["round_trip"]
+    agreed = ", ".join(f"{name[len('agreement_') :]} {value:.4f}" for name, value in trip.items()
+                       if name.startswith("agreement_"))  # fmt: skip
+    typer.echo(f"the autoencoder's round trip of the {trip['images']} captions' true renders: the judge "
+               f"reads {trip['score']:.4f} of their attributes; agreement {agreed}")  # fmt: skip
 
 
 def _generated_agreement(
@@ -95,16 +101,16 @@ def _generated_agreement(
 ) -> dict[str, Any]:
     """The two judges' agreement on lab:large's and lab:small's images of `count` held-out captions,
     and the rival's where `rival_steps` (trained with the lab's pinned kernels, as the judge was)."""
+    from lab import validation
     from lab.build import pinned_cpu_kernels
     from lab.generation import GENERATORS, captioned_scenes, generate
     from lab.judge import Judge
-    from lab.training import deterministic
-    from lab.validation import AGREEMENT_SEED, BLUR_RADIUS, NOISE_SIGMA, agreement, rival_agreement
+    from lab.training import deterministic, load_vae
 
     second = Judge.load(paths.weights / "judge-b", validated=False)
-    scenes, captions, _ = captioned_scenes(count, AGREEMENT_SEED)
+    scenes, captions, renders = captioned_scenes(count, validation.AGREEMENT_SEED)
     images = {name: generate(paths.pipeline(name), captions, steps=steps) for name in GENERATORS}
-    agreed = agreement(judge, second, scenes, images)
+    agreed = validation.agreement(judge, second, scenes, images)
     report = {
         "generated_agreement": agreed["generated_agreement"],
         "agreement_per_attribute": agreed["per_attribute"],
@@ -114,13 +120,19 @@ def _generated_agreement(
         "score_correlation": agreed["score_correlation"],
         "generated_images": sum(len(batch) for batch in images.values()),
         "generation_steps": steps,
-        "agreement_seed": AGREEMENT_SEED,
-        "blur_radius": BLUR_RADIUS,
-        "noise_sigma": NOISE_SIGMA,
+        "agreement_seed": validation.AGREEMENT_SEED,
+        "blur_radius": validation.BLUR_RADIUS,
+        "noise_sigma": validation.NOISE_SIGMA,
     }
+    others = {"judge_b": second}
     if rival_steps:
         with pinned_cpu_kernels(), deterministic():
-            report["rival"] = rival_agreement(judge, scenes, images, steps=rival_steps, heldout=heldout)
+            others["rival"] = validation.rival(rival_steps)
+        report["rival"] = {"seed": validation.RIVAL_SEED, "steps": rival_steps} | validation.rival_agreement(
+            judge, others["rival"], scenes, images, heldout=heldout
+        )
+    round_trips = validation.round_trips(load_vae(paths.weights / "vae-a"), renders)
+    report["round_trip"] = validation.round_trip_agreement(judge, others, scenes, round_trips)
     return report
 
 

@@ -16,7 +16,15 @@ from lab.judge import ARCHITECTURE, Judge, JudgeNet, JudgeRefused, train_judge
 from lab.judge_b import JudgeNetB
 from lab.judge_floors import FLOORS, refusal
 from lab.models import WEIGHTS_DIR
-from lab.validation import agreement, blurred, noisy, rival_agreement
+from lab.validation import (
+    agreement,
+    blurred,
+    noisy,
+    rival,
+    rival_agreement,
+    round_trip_agreement,
+    round_trips,
+)
 from lab.world import render, sample_scene
 
 
@@ -110,8 +118,27 @@ def test_a_rival_of_the_judge_s_own_seed_agrees_on_everything_and_another_seed_l
     scenes = [sample_scene(rng) for _ in range(16)]
     images = {"own": [render(s, rng) for s in scenes]}
     first = Judge(train_judge(3, seed=5, log=lambda _line: None))
-    same = rival_agreement(first, scenes, images, steps=3, heldout=20, seed=5)
+    same = rival_agreement(first, rival(3, seed=5), scenes, images, heldout=20)
     assert same["generated_agreement"] == same["verdict_agreement"] == 1.0
-    assert same["seed"] == 5 and same["steps"] == 3 and same["architecture"] == ARCHITECTURE
-    other = rival_agreement(first, scenes, images, steps=3, heldout=20, seed=6)
+    assert same["architecture"] == ARCHITECTURE and same["heldout_accuracy"] < 0.95  # 3 steps: untrained
+    other = rival_agreement(first, rival(3, seed=6), scenes, images, heldout=20)
     assert other["generated_agreement"] < 1.0 and set(other["agreement_per_model"]) == {"own"}
+
+
+def test_the_autoencoder_s_round_trip_keeps_a_render_readable_and_reports_each_judge() -> None:
+    """A round trip through the lab's autoencoder changes the pixels but keeps what the judge reads
+    on most attributes; the report names each other judge's agreement on the round trips."""
+    from lab.training import load_vae
+
+    rng = np.random.default_rng(12)
+    scenes = [sample_scene(rng) for _ in range(24)]
+    renders = [render(s, rng) for s in scenes]
+    trips = round_trips(load_vae(WEIGHTS_DIR / "vae-a"), renders)
+    assert len(trips) == 24 and trips[0].shape == renders[0].shape and trips[0].dtype == np.uint8
+    assert any(not np.array_equal(a, b) for a, b in zip(trips, renders, strict=True))
+    first = Judge.load(WEIGHTS_DIR / "judge", validated=False)
+    report = round_trip_agreement(
+        first, {"self": first, "judge_b": Judge.load(WEIGHTS_DIR / "judge-b", validated=False)}, scenes, trips
+    )
+    assert report["images"] == 24 and report["agreement_self"] == 1.0
+    assert 0.6 < report["score"] < 1.0 and 0.5 < report["agreement_judge_b"] < 1.0

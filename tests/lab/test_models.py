@@ -133,6 +133,8 @@ def test_the_judge_command_reports_a_rival_of_the_judge_s_kind_on_the_same_image
     assert rival["steps"] == 3 and rival["architecture"] == "cnn-3x3"
     assert 0.0 <= rival["generated_agreement"] <= 1.0
     assert set(rival["agreement_per_model"]) == {"large", "small"}
+    trip = json.loads(out.read_text())["round_trip"]
+    assert trip["images"] == 2 and {"agreement_judge_b", "agreement_rival", "score"} <= set(trip)
 
 
 def test_smoke_training_writes_the_contract_and_reproduces_its_weights(tmp_path: Path) -> None:
