@@ -26,7 +26,7 @@ import numpy.typing as npt
 import torch
 from PIL import Image, ImageFilter
 
-from lab.judge import HELDOUT_SEED, Judge, heldout_accuracy, train_judge
+from lab.judge import HELDOUT_SEED, Judge, heldout_accuracy, to_tensor, train_judge
 from lab.judge import agreement as score_of
 from lab.world import Scene, render, sample_scene
 
@@ -142,8 +142,6 @@ def rival_agreement(
 def round_trips(vae: Any, images: Sequence[Array]) -> list[Array]:
     """Each image through the autoencoder alone (encoded to its latent's mean, decoded): what any
     generator of that latent space can show at best, with no denoiser in between."""
-    from lab.judge import to_tensor
-
     with torch.inference_mode():
         decoded = vae.decode(vae.encode(to_tensor(list(images))).latent_dist.mean).sample
     pixels = ((decoded.permute(0, 2, 3, 1).numpy() + 1.0) * 127.5).round().clip(0, 255)
