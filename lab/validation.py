@@ -127,14 +127,21 @@ def rival_agreement(
 ) -> dict[str, Any]:
     """The first judge's agreement with its rival (`rival`) on the same images: how far two readers
     of one kind agree where the images leave the reading open."""
-    agreed = agreement(first, other, scenes, images_by_model)
     return {
         "architecture": getattr(other.network, "ARCHITECTURE", None),
         "heldout_accuracy": heldout_accuracy(other, heldout),
+        **agreement_figures(agreement(first, other, scenes, images_by_model)),
+    }
+
+
+def agreement_figures(agreed: Mapping[str, Any]) -> dict[str, Any]:
+    """`agreement`'s figures under the names a report gives them (`reprise lab judge --json`)."""
+    return {
         "generated_agreement": agreed["generated_agreement"],
         "agreement_per_attribute": agreed["per_attribute"],
         "agreement_per_model": agreed["per_model"],
         "verdict_agreement": agreed["verdict_agreement"],
+        "scores_per_model": agreed["scores_per_model"],
         "score_correlation": agreed["score_correlation"],
     }
 
@@ -153,11 +160,17 @@ def round_trip_agreement(
 ) -> dict[str, Any]:
     """On the autoencoder's round trips of the scenes' true renders: the first judge's score (the
     share of each scene's attributes it reads) and its agreement with each other judge."""
-    report: dict[str, Any] = {"images": len(images)}
+    shown = [scene.attributes() for scene in scenes]
+    report: dict[str, Any] = {
+        "images": len(images),
+        "score": _mean(
+            [score_of(asked, read) for asked, read in zip(shown, first.read(list(images)), strict=True)]
+        ),
+    }
     for name, other in others.items():
-        agreed = agreement(first, other, scenes, {"round_trip": images})
-        report["score"] = agreed["scores_per_model"]["round_trip"]["judge"]
-        report[f"agreement_{name}"] = agreed["generated_agreement"]
+        report[f"agreement_{name}"] = agreement(first, other, scenes, {"round_trip": images})[
+            "generated_agreement"
+        ]
     return report
 
 

@@ -110,14 +110,8 @@ def _generated_agreement(
     second = Judge.load(paths.weights / "judge-b", validated=False)
     scenes, captions, renders = captioned_scenes(count, validation.AGREEMENT_SEED)
     images = {name: generate(paths.pipeline(name), captions, steps=steps) for name in GENERATORS}
-    agreed = validation.agreement(judge, second, scenes, images)
     report = {
-        "generated_agreement": agreed["generated_agreement"],
-        "agreement_per_attribute": agreed["per_attribute"],
-        "agreement_per_model": agreed["per_model"],
-        "verdict_agreement": agreed["verdict_agreement"],
-        "scores_per_model": agreed["scores_per_model"],
-        "score_correlation": agreed["score_correlation"],
+        **validation.agreement_figures(validation.agreement(judge, second, scenes, images)),
         "generated_images": sum(len(batch) for batch in images.values()),
         "generation_steps": steps,
         "agreement_seed": validation.AGREEMENT_SEED,
