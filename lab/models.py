@@ -130,14 +130,21 @@ def lab_family(source: str) -> str | None:
     return families.get(Path(source).name)
 
 
+def lab_weights(settings: Settings) -> Path:
+    """The trained weights the lab serves and scores with: REPRISE_LAB_WEIGHTS, else the committed ones."""
+    return settings.lab_weights if settings.lab_weights is not None else WEIGHTS_DIR
+
+
 def ensure_lab_models(
-    settings: Settings, *, weights: Path = WEIGHTS_DIR, out: Path | None = None
+    settings: Settings, *, weights: Path | None = None, out: Path | None = None
 ) -> LabPaths:
-    """Assemble the lab's pipelines under `out` (default settings.tiny_models_dir) unless done.
+    """Assemble the lab's pipelines for `weights` (default lab_weights(settings)) under `out` (default
+    settings.tiny_models_dir) unless done.
 
     Idempotent and safe when several processes start at once (build in a temp dir, rename).
     Raises FileNotFoundError with the fix when the trained weights are missing.
     """
+    weights = weights if weights is not None else lab_weights(settings)
     if not weights_present(weights):
         raise FileNotFoundError(
             f"the lab's trained weights are missing from {weights}: run `reprise models train` "

@@ -23,13 +23,14 @@ from core.vocabulary import DiscriminatorFeatures, Route
 from db import cascade as cascade_db
 from db.engine import session_scope
 from jobs.policies.cascade import accepts, feature_kind_for
+from lab.models import lab_weights
 from workers.context import WorkerContext
 from workers.job import JobView, claim_job
 from workers.kinds import kind_of
 from workers.kinds.image.generation import finish_run, generate_run, run_operation
 from workers.lease import LeaseKeeper
 from workers.operation import record_service
-from workers.runtime.discriminator import Discriminator, image_features
+from workers.runtime.discriminator import Discriminator, image_features, lab_feature_reader
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +115,10 @@ def _score(context: WorkerContext, image: Image.Image) -> tuple[float | None, in
     version, discriminator = loaded
     on_lab = discriminator.kind is DiscriminatorFeatures.LAB
     features = image_features(
-        discriminator.kind, [image], embedder=None if on_lab else context.image_embedder()
+        discriminator.kind,
+        [image],
+        lab=lab_feature_reader(lab_weights(context.settings)) if on_lab else None,
+        embedder=None if on_lab else context.image_embedder(),
     )
     return float(discriminator.confidence(features)[0]), version, None
 

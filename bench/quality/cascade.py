@@ -30,7 +30,13 @@ from bench.quality.sampler import Images, Sampler
 from core.settings import Settings
 from core.vocabulary import DiscriminatorFeatures
 from jobs.policies.cascade import EscalationCurve, accepts, feature_kind_for, quantile_grid
-from workers.runtime.discriminator import Discriminator, accuracy, fit_discriminator, image_features
+from workers.runtime.discriminator import (
+    Discriminator,
+    accuracy,
+    fit_discriminator,
+    image_features,
+    lab_feature_reader,
+)
 
 BATCH = 32
 DEFAULT_PROMPTS = 600
@@ -116,10 +122,12 @@ def lab_scorers(settings: Settings) -> Scorers:
     from lab.judge import Judge
     from lab.models import ensure_lab_models
 
-    judge = Judge.load(ensure_lab_models(settings).judge)
+    paths = ensure_lab_models(settings)
+    judge = Judge.load(paths.judge)
+    reader = lab_feature_reader(paths.weights)
     return Scorers(
         DiscriminatorFeatures.LAB,
-        lambda images: image_features(DiscriminatorFeatures.LAB, images),
+        lambda images: image_features(DiscriminatorFeatures.LAB, images, lab=reader),
         lambda images, prompts: [0.0 if q is None else q for q in judge.score(images, prompts)],
     )
 

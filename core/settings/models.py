@@ -3,6 +3,7 @@ denoising schedule every image job follows (T, the captured steps K, the schedul
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Self
 
 from pydantic import Field, field_validator, model_validator
@@ -30,6 +31,11 @@ class ModelSettings(BaseSettings):
     large_family: str = Field("", description="Latent family of the large model. Unset: a built model's own.")
     small_family: str = Field("", description="Latent family of the small model. Unset: a built model's own.")
     device: str = Field("auto", description="auto (cuda when present, else cpu), cpu, or cuda[:N].")
+    lab_weights: Path | None = Field(
+        None,
+        description="The quality lab's trained weights: a `reprise models train --out` directory (its "
+        "manifest.json beside them). Unset: the committed lab/weights.",
+    )
 
     steps: int = Field(50, ge=1, le=1000, description="Default T (NIRVANA 6: N = 50 DDIM steps).")
     capture_steps: Annotated[list[int], NoDecode] = Field(
@@ -58,6 +64,16 @@ class ModelSettings(BaseSettings):
         if any(k <= 0 for k in value):
             raise ValueError("every capture step must be a positive integer, e.g. 5,10,15,20,25")
         return sorted(set(value))
+
+    @field_validator("lab_weights")
+    @classmethod
+    def _check_lab_weights(cls, value: Path | None) -> Path | None:
+        if value is not None and not (value / "manifest.json").is_file():
+            raise ValueError(
+                f"{value} holds no trained lab weights (no manifest.json): point it at the --out "
+                "directory of `reprise models train`, or unset it for the committed lab/weights"
+            )
+        return value
 
     @model_validator(mode="after")
     def _check_models(self) -> Self:

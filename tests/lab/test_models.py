@@ -13,6 +13,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from core.errors import SettingsError
 from core.params import GenerationParams
 from core.settings import Settings, load_settings
 from core.vocabulary import Role
@@ -190,3 +191,20 @@ def test_an_assembly_whose_weights_are_gone_is_assembled_again(tmp_path: Path) -
     again = ensure_lab_models(settings, weights=second, out=tmp_path / "models")
     assert again.root == paths.root and again.complete
     assert (again.root / "large" / "unet").resolve().is_relative_to(second)
+
+
+def test_the_lab_serves_the_weights_its_setting_names(tmp_path: Path) -> None:
+    """REPRISE_LAB_WEIGHTS points the lab at another trained set (a `reprise models train --out`
+    directory): its pipelines are assembled from it, apart from the committed set's, keyed by its own
+    manifest; a directory without a manifest is refused with the fix."""
+    retrained = tmp_path / "retrained"
+    shutil.copytree(WEIGHTS_DIR, retrained)
+    manifest = json.loads((retrained / "manifest.json").read_text())
+    (retrained / "manifest.json").write_text(json.dumps(manifest | {"digest": "f" * 64}))
+    committed = ensure_lab_models(load_settings(), out=tmp_path / "models")
+    paths = ensure_lab_models(load_settings(lab_weights=str(retrained)), out=tmp_path / "models")
+    assert paths.weights == retrained and paths.root != committed.root
+    assert paths.root.name.endswith("f" * 12) and committed.weights == WEIGHTS_DIR
+    assert (paths.root / "large" / "unet").resolve().is_relative_to(retrained)
+    with pytest.raises(SettingsError, match="reprise models train"):
+        load_settings(lab_weights=str(tmp_path / "empty"))

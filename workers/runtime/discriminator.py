@@ -18,6 +18,7 @@ import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -110,12 +111,12 @@ class FeatureReader(Protocol):
 
 
 @functools.cache
-def lab_feature_reader() -> FeatureReader:
-    """The lab's discriminator network from the committed weights, loaded once per process."""
+def lab_feature_reader(weights: Path) -> FeatureReader:
+    """The lab's discriminator network of a trained weights directory (lab.models.lab_weights), loaded
+    once per process."""
     from lab.discriminator import LabDiscriminator
-    from lab.models import WEIGHTS_DIR
 
-    return LabDiscriminator.load(WEIGHTS_DIR / "discriminator")
+    return LabDiscriminator.load(weights / "discriminator")
 
 
 def image_features(
@@ -125,11 +126,12 @@ def image_features(
     lab: FeatureReader | None = None,
     embedder: ImageEmbedder | None = None,
 ) -> Features:
-    """The features a discriminator of `kind` reads: the lab discriminator network's (`lab`, by
-    default lab_feature_reader()), or CLIP image features from the image embedder."""
+    """The features a discriminator of `kind` reads: the lab discriminator network's (`lab`:
+    lab_feature_reader), or CLIP image features from the image embedder."""
     if kind is FeatureKind.LAB:
-        reader = lab if lab is not None else lab_feature_reader()
-        return np.asarray(reader.features(list(images)), dtype=np.float64)
+        if lab is None:
+            raise ValueError("lab features need the lab's discriminator network (lab_feature_reader)")
+        return np.asarray(lab.features(list(images)), dtype=np.float64)
     if embedder is None:
         raise ValueError("CLIP features need the image embedder")
     return np.asarray(embedder.embed_image(list(images)), dtype=np.float64)
