@@ -24,13 +24,11 @@ import torch
 
 from lab.judge import Judge, heldout_accuracy, train_judge
 from lab.models import LAB_MODELS, LabPaths, assemble
+from lab.recipes import CURRENT, LabRecipe, recipe_for
 from lab.stages import manifest_entries, train_stages
 from lab.training import (
-    DEFAULT,
-    SMOKE,
     THREADS,
     Log,
-    Recipe,
     deterministic,
     load_vae,
     train_models,
@@ -73,18 +71,22 @@ def pinned_cpu_kernels() -> Iterator[dict[str, str]]:
                 os.environ[name] = previous
 
 
-def recipe_for(smoke: bool) -> Recipe:
-    return SMOKE if smoke else DEFAULT
-
-
-def train_lab(weights: Path, *, smoke: bool, seed: int = SEED, log: Log = print) -> dict[str, Any]:
-    """Train everything into `weights` (replaced) and write its manifest; returns the manifest."""
+def train_lab(
+    weights: Path, *, smoke: bool, seed: int = SEED, log: Log = print, recipe: str = CURRENT
+) -> dict[str, Any]:
+    """Train everything into `weights` (replaced) with the recipe of that name and write its manifest;
+    returns the manifest."""
+    chosen = recipe_for(smoke, recipe)
+    command = "reprise models train" + (" --smoke" if smoke else "")
+    command += "" if smoke or recipe == CURRENT else f" --recipe {recipe}"
     with pinned_cpu_kernels() as kernels, deterministic():
-        return _train(weights, smoke=smoke, seed=seed, log=log, kernels=kernels)
+        return _train(weights, chosen, command, seed=seed, smoke=smoke, log=log, kernels=kernels)
 
 
-def _train(weights: Path, *, smoke: bool, seed: int, log: Log, kernels: dict[str, str]) -> dict[str, Any]:
-    recipe = recipe_for(smoke)
+def _train(
+    weights: Path, lab: LabRecipe, command: str, *, seed: int, smoke: bool, log: Log, kernels: dict[str, str]
+) -> dict[str, Any]:
+    recipe = lab.models
     started = time.perf_counter()
     staging = weights.with_name(weights.name + ".training")
     shutil.rmtree(staging, ignore_errors=True)
@@ -95,12 +97,12 @@ def _train(weights: Path, *, smoke: bool, seed: int, log: Log, kernels: dict[str
     judge.save(staging / "judge", heldout_accuracy=accuracy)
     seconds = {"judge": time.perf_counter() - judge_started}
     seconds |= train_models(staging, recipe, seed=seed, log=log)
-    stages = train_stages(staging, seed=seed, smoke=smoke, log=log)
+    stages = train_stages(staging, seed=seed, smoke=smoke, log=log, recipe=lab.stages)
     seconds |= stages["seconds"]
     video = train_video(staging, seed=seed, smoke=smoke, log=log)  # last: the image parts' bytes stand
     seconds |= video["seconds"]
     manifest = {
-        "command": "reprise models train" + (" --smoke" if smoke else ""),
+        "command": command,
         "seed": seed,
         "torch": torch.__version__,
         "threads": THREADS,
@@ -118,13 +120,15 @@ def _train(weights: Path, *, smoke: bool, seed: int, log: Log, kernels: dict[str
     return manifest
 
 
-def retrain_unet(weights: Path, name: str, *, smoke: bool, log: Log = print) -> dict[str, Any]:
+def retrain_unet(
+    weights: Path, name: str, *, smoke: bool, log: Log = print, recipe_name: str = CURRENT
+) -> dict[str, Any]:
     """Train one UNet of the recipe again into `weights`, from the VAE (and teacher) already there,
     with the manifest's seed, and update the manifest (recipe, its seconds, hashes, digest): the
     same bytes as the whole run's, in minutes (its inputs are rebuilt as that run builds them)."""
     manifest_path = weights / "manifest.json"
     manifest: dict[str, Any] = json.loads(manifest_path.read_text())
-    recipe = recipe_for(smoke)
+    recipe = recipe_for(smoke, recipe_name).models
     chosen = tuple(unet for unet in recipe.unets if unet.name == name)
     if not chosen:
         raise ValueError(f"no UNet {name!r} in the recipe: {[unet.name for unet in recipe.unets]}")

@@ -33,13 +33,15 @@ STAGES: Final = ("judge-b", "discriminator")
 
 @dataclass(frozen=True, slots=True)
 class StagesRecipe:
-    judge_b_steps: int  # the first judge's 500: at 160 it read 0.75 of held-out attributes, too few to agree
+    judge_b_steps: int
     captions: int  # held-out captions each generator draws: agreement and the discriminator's "generated"
     generation_steps: int  # fewer than the service's 50: CPU time on 2 cores (our choice)
     discriminator_steps: int
     heldout: int  # held-out renders of each accuracy
 
 
+# The second judge trained as long as the first, 500 steps (at 160 it read 0.75 of held-out attributes,
+# too few to agree).
 DEFAULT: Final = StagesRecipe(
     judge_b_steps=500, captions=32, generation_steps=20, discriminator_steps=150, heldout=1000
 )
@@ -48,11 +50,14 @@ SMOKE: Final = StagesRecipe(
 )
 
 
-def train_stages(weights: Path, *, seed: int, smoke: bool, log: Any = print) -> dict[str, Any]:
-    """Run every stage into `weights` (trained judge and models there); {seconds, recipe, validation}."""
+def train_stages(
+    weights: Path, *, seed: int, smoke: bool, log: Any = print, recipe: StagesRecipe = DEFAULT
+) -> dict[str, Any]:
+    """Run every stage into `weights` (trained judge and models there) by `recipe` (SMOKE with `smoke`);
+    {seconds, recipe, validation}."""
     from lab.models import assemble
 
-    recipe = SMOKE if smoke else DEFAULT
+    recipe = SMOKE if smoke else recipe
     seconds: dict[str, float] = {}
     started = time.perf_counter()
     second = Judge(

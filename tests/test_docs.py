@@ -24,6 +24,12 @@ COMMAND = re.compile(
     r"^\s*(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:\.venv/bin/)?(?:reprise|python|python3|make|pytest)\b"
 )
 ISSUE_NUMBER = re.compile(r"\bissues?\s*#?\s*[0-9]", re.IGNORECASE)
+# What measures the lab's trained models (a lab trace is not: it is drawn from the world, not the models).
+LAB_RUN = re.compile(
+    r"\breprise (?:lab (?:quality|judge)|profile k|cascade train"
+    r"|bench (?:replay|runtime|simulate|gpu|reads))\b"
+)
+LAB_WEIGHTS = re.compile(r"^>?\s*Lab weights: recipe `([^`]+)`")
 # 7 to 40 hex digits holding at least one digit and one letter, standing alone: a commit hash.
 COMMIT_HASH = re.compile(r"(?<![0-9A-Za-z])(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}(?![0-9A-Za-z])")
 
@@ -170,6 +176,30 @@ def test_no_issue_numbers_or_commit_hashes(page: Path) -> None:
     assert not found, "a reader has neither issues nor commits to look up:\n" + "\n".join(found)
 
 
+def lab_stamps(lines: list[str]) -> tuple[list[tuple[int, str]], int | None]:
+    """A results page's `Lab weights: recipe` lines (line, recipe) and the first line that runs the lab."""
+    stamps = [(n, match.group(1)) for n, line in enumerate(lines) if (match := LAB_WEIGHTS.match(line))]
+    return stamps, next((n for n, line in enumerate(lines) if LAB_RUN.search(line)), None)
+
+
+@pytest.mark.parametrize("page", sorted((ROOT / "docs" / "results").glob("*.md")), ids=page_id)
+def test_lab_figures_name_the_recipe_of_the_weights_they_were_measured_on(page: Path) -> None:
+    """docs/results/README.md, "Lab weights": a page that runs the lab's models says, before it does,
+    which recipe's weights its figures come from, and lab.recipes.RECIPES has that recipe."""
+    from lab.recipes import RECIPES
+
+    if page.name == "README.md":
+        return
+    stamps, first_run = lab_stamps(page.read_text().splitlines())
+    assert all(recipe in RECIPES for _, recipe in stamps), (
+        f"{page_id(page)}: {stamps} against {list(RECIPES)}"
+    )
+    if first_run is not None:
+        assert stamps and stamps[0][0] < first_run, (
+            f"{page_id(page)}:{first_run + 1} runs the lab's models with no `Lab weights: recipe` line above"
+        )
+
+
 def test_the_rules_catch_what_they_are_for(tmp_path: Path) -> None:
     """A figure named only in prose, or written by a command into another folder, is refused; a
     figure written at its path, or into its folder by --plots, is accepted."""
@@ -189,3 +219,14 @@ def test_the_rules_catch_what_they_are_for(tmp_path: Path) -> None:
     assert COMMIT_HASH.search("measured on commit 21cdaf1") and COMMIT_HASH.search("b05b485.json")
     assert not COMMIT_HASH.search("1,000,000 entries, 2000 scopes, 1000000 rows, a decade")
     assert ISSUE_NUMBER.search("Iss" + "ue 18: video") and not ISSUE_NUMBER.search("an issue of memory")
+    runs = [
+        "Lab weights: recipe `2026-11-27`",
+        "```sh",
+        "reprise lab trace --out t",
+        "reprise profile k --json p",
+    ]
+    assert lab_stamps(runs) == ([(0, "2026-11-27")], 3) and lab_stamps(runs[1:])[1] == 2
+    assert lab_stamps(["> Lab weights: recipe `x`", "reprise bench cache --json c.json"]) == (
+        [(0, "x")],
+        None,
+    )

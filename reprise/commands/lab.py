@@ -53,6 +53,7 @@ def judge_command(
     paths = ensure_lab_models(get_settings())
     judge = Judge.load(paths.judge, validated=False)
     report: dict[str, Any] = {
+        "lab_weights": _provenance(paths.weights),
         "attribute_accuracy": heldout_accuracy(judge, images),
         **degraded_accuracy(judge, images),
         "heldout_images": images,
@@ -159,6 +160,9 @@ def quality_command(
     report = compare_models(
         settings, names, prompts=prompts, seed=seed, guidance=guidance, steps=steps, log=lambda _: None
     )
+    from lab.models import lab_weights
+
+    report["lab_weights"] = _provenance(lab_weights(settings))
     rows = {"true renders": report["true_renders"], "chance": report["chance"], **report["models"]}
     for name, row in rows.items():
         typer.echo(
@@ -167,6 +171,15 @@ def quality_command(
         )
     if json_out is not None:
         json_out.write_text(json.dumps(report, indent=2) + "\n")
+
+
+def _provenance(weights: Path) -> dict[str, Any]:
+    """Which trained set measured: its manifest's digest and its recipe's name in
+    lab.recipes.RECIPES (docs/results/README.md, "Lab weights")."""
+    from lab.recipes import recipe_name
+
+    manifest = json.loads((weights / "manifest.json").read_text())
+    return {"recipe": recipe_name(manifest), "digest": manifest["digest"]}
 
 
 def _video_quality(

@@ -38,25 +38,28 @@ def train_command(
         "judges; video-judge and unet-video, the video parts, on one thread) into the trained weights of "
         "--out, with their manifest's seed; the rest is kept.",
     ),
+    recipe: str | None = typer.Option(
+        None,
+        "--recipe",
+        help="An earlier recipe of the committed weights, by the date it was adopted (lab.recipes.RECIPES), "
+        "to train the set a results page measured on; needs --out. Default: the committed weights' recipe.",
+    ),
 ) -> None:
-    """Train the quality lab's judge, autoencoders and UNets on this CPU (about 35 minutes on 2 cores;
+    """Train the quality lab's judge, autoencoders and UNets on this CPU (about 70 minutes on 2 cores;
     --smoke: seconds; --only unet-small: minutes), then assemble their pipelines. Same seed, same
     torch, kernels pinned to AVX2 (lab.build.PINNED_KERNELS): the same weights."""
-    from lab.build import SEED, assemble_into, model_dirs, train_lab
+    from lab.build import assemble_into, model_dirs
     from lab.models import WEIGHTS_DIR
 
     settings = get_settings()
     weights = (
         out if out is not None else (settings.data_dir / "lab-smoke" / "weights" if smoke else WEIGHTS_DIR)
     )
-    if only is not None:
-        try:
-            manifest = _retrain(weights, only, smoke=smoke)
-        except (ValueError, FileNotFoundError) as error:
-            typer.echo(str(error), err=True)
-            raise typer.Exit(1) from None
-    else:
-        manifest = train_lab(weights, smoke=smoke, seed=SEED if seed is None else seed, log=typer.echo)
+    try:
+        manifest = _train(weights, smoke=smoke, seed=seed, only=only, recipe=recipe, own_dir=out is not None)
+    except (ValueError, FileNotFoundError) as error:
+        typer.echo(str(error), err=True)
+        raise typer.Exit(1) from None
     paths = assemble_into(weights.parent / f"{weights.name}-pipelines", weights)
     report = {
         "models": model_dirs(paths),
@@ -74,7 +77,24 @@ def train_command(
         json_out.write_text(json.dumps(report, indent=2) + "\n")
 
 
-def _retrain(weights: Path, only: str, *, smoke: bool) -> dict[str, Any]:
+def _train(
+    weights: Path, *, smoke: bool, seed: int | None, only: str | None, recipe: str | None, own_dir: bool
+) -> dict[str, Any]:
+    """The whole set, or `--only` its named parts, by the recipe of that name (the committed weights'
+    by default; another only into a directory of its own)."""
+    from lab.build import SEED, train_lab
+    from lab.recipes import CURRENT, recipe_for
+
+    name = recipe or CURRENT
+    if name != CURRENT and not own_dir:
+        raise ValueError(f"--recipe {name} trains a set other than the committed one: give it --out DIR")
+    recipe_for(smoke, name)
+    if only is not None:
+        return _retrain(weights, only, smoke=smoke, recipe=name)
+    return train_lab(weights, smoke=smoke, seed=SEED if seed is None else seed, log=typer.echo, recipe=name)
+
+
+def _retrain(weights: Path, only: str, *, smoke: bool, recipe: str) -> dict[str, Any]:
     """`--only`: each named UNet again, then the stages after the models once if any is named, then
     the named video parts."""
     from lab.build import retrain_unet, retrain_video
@@ -86,9 +106,9 @@ def _retrain(weights: Path, only: str, *, smoke: bool) -> dict[str, Any]:
     manifest: dict[str, Any] = {}
     for name in names:
         if name not in STAGES and name not in VIDEO_PARTS:
-            manifest = retrain_unet(weights, name, smoke=smoke, log=typer.echo)
+            manifest = retrain_unet(weights, name, smoke=smoke, log=typer.echo, recipe_name=recipe)
     if any(name in STAGES for name in names):
-        manifest = retrain_stages(weights, smoke=smoke, log=typer.echo)
+        manifest = retrain_stages(weights, smoke=smoke, log=typer.echo, recipe=recipe)
     video = tuple(name for name in VIDEO_PARTS if name in names)
     if video:
         manifest = retrain_video(weights, video, smoke=smoke, log=typer.echo)

@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import shutil
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from lab.build import digests, pinned_cpu_kernels
 from lab.captions import caption
 from lab.judge import Judge
 from lab.models import WEIGHTS_DIR, ensure_lab_models, is_lab_model, lab_family
+from lab.recipes import CURRENT, RECIPES, recipe_name
 from lab.world import sample_scene
 from reprise.cli import app as cli
 from workers.runtime import DiffusionRuntime
@@ -97,6 +99,8 @@ def test_the_quality_command_runs_the_models_at_the_steps_asked(
     report = json.loads(out.read_text())
     assert report["steps"] == 3 and list(report["models"]) == ["lab:small"]
     assert 0.0 <= report["models"]["lab:small"]["mean"] <= 1.0 and "lab:small" in result.output
+    manifest = json.loads((WEIGHTS_DIR / "manifest.json").read_text())
+    assert report["lab_weights"] == {"recipe": CURRENT, "digest": manifest["digest"]}  # what measured
 
 
 def test_a_latent_of_the_first_family_refines_on_the_second_familys_model(lab_settings: Settings) -> None:
@@ -119,6 +123,7 @@ def test_the_judge_command_validates_the_judge_on_held_out_images(
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
     assert report["heldout_images"] == 300 and report["attribute_accuracy"] >= 0.95
+    assert report["lab_weights"]["recipe"] == CURRENT
     assert report["blurred_accuracy"] >= 0.9 and report["noisy_accuracy"] >= 0.9
 
 
@@ -158,6 +163,28 @@ def test_smoke_training_writes_the_contract_and_reproduces_its_weights(tmp_path:
     params = GenerationParams(prompt="a red box", steps=4, width=64, height=64)
     result = DiffusionRuntime(smoke, Role.LARGE).generate(params)
     assert result.final_latent.shape == (8, 8, 8)
+
+
+def test_the_committed_weights_are_the_newest_recipes_and_another_needs_its_own_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """lab/weights holds the set of the newest recipe (lab.recipes.RECIPES), which its manifest names;
+    `--recipe` trains another, a results page's, only into a directory of its own, and names no recipe
+    there is not."""
+    manifest = json.loads((WEIGHTS_DIR / "manifest.json").read_text())
+    assert manifest["recipe"] == json.loads(json.dumps(asdict(RECIPES[CURRENT].models)))
+    assert manifest["stages_recipe"] == asdict(RECIPES[CURRENT].stages) and max(RECIPES) == CURRENT
+    assert recipe_name(manifest) == CURRENT
+    other_stages = manifest["stages_recipe"] | {"judge_b_steps": 1}
+    assert recipe_name(manifest | {"stages_recipe": other_stages}) is None  # a recipe there is not
+    monkeypatch.setitem(RECIPES, "2000-01-01", RECIPES[CURRENT])
+    env = {"REPRISE_DATA_DIR": str(tmp_path / "data")}
+    into_committed = CliRunner().invoke(cli, ["models", "train", "--recipe", "2000-01-01"], env=env)
+    assert into_committed.exit_code == 1 and "--out" in into_committed.output
+    unknown = ["models", "train", "--recipe", "1999-01-01", "--out", str(tmp_path / "w")]
+    refused = CliRunner().invoke(cli, unknown, env=env)
+    assert refused.exit_code == 1 and CURRENT in refused.output and not (tmp_path / "w").exists()
+    assert (WEIGHTS_DIR / "manifest.json").read_text() == json.dumps(manifest, indent=2) + "\n"
 
 
 def test_training_pins_the_cpu_kernels_and_gives_the_environment_back(
