@@ -314,7 +314,7 @@ def run_replay(
     stack = watch.record(profile, options.steps) if watch.points else None
     embedder = watch.embedder(embedder)
     if gpu_workers is None and stack is not None:
-        gpu_workers = (stack.timeline[0].large + stack.timeline[0].small) or None
+        gpu_workers = (stack.start.large + stack.start.small) or None
     failed = [r for r in records if r.job is None or r.job.get("status") != "succeeded"]
     if failed:
         first = failed[0]

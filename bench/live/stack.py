@@ -107,14 +107,21 @@ class StackRecord:
         modes = {point.mode for point in self.timeline if point.mode is not None}
         return modes.pop() if len(modes) == 1 else None
 
+    @property
+    def start(self) -> StackPoint:
+        """The pools the stack started the replay with: its first reading with a GPU worker. Readings
+        before any (a replay begun as soon as the API answered, the workers still registering) are the
+        stack starting: what was submitted by then waited for those first pools."""
+        return next((point for point in self.timeline if point.large + point.small > 0), self.timeline[0])
+
     def schedule(self) -> tuple[ScheduledAllocation, ...]:
         """The changes of allocation after the start, placed by requests submitted. A reading with
         another number of GPU workers than the start's (a worker restarting) is left out: the
         simulator moves workers between pools, it does not add or remove them."""
         changes: list[ScheduledAllocation] = []
-        start = self.timeline[0]
+        start = self.start
         current = (start.large, start.small)
-        for point in self.timeline[1:]:
+        for point in self.timeline[self.timeline.index(start) + 1 :]:
             if point.large + point.small != start.large + start.small:
                 continue
             if (point.large, point.small) != current:
@@ -155,7 +162,7 @@ def differences(
             f"steps: the replay sent T = {record.steps}, this simulation runs T = {profile.steps} "
             f"(set REPRISE_STEPS={record.steps})"
         )
-    start = record.timeline[0]
+    start = record.start
     for option, ran, asked in (
         ("--large-workers", start.large, large_workers),
         ("--small-workers", start.small, small_workers),

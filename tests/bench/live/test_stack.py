@@ -195,6 +195,24 @@ def test_differences_name_every_option_to_change(bench_settings: Settings) -> No
     )
 
 
+def test_a_replay_begun_before_the_workers_registered_starts_from_their_first_pools(
+    bench_settings: Settings,
+) -> None:
+    """Readings with no GPU worker yet (the replay began as the API answered) are the stack starting: a
+    simulation compares with, and follows, the pools it had from its first worker on."""
+    profile = build_profile("configured", bench_settings)
+    points = [(0, 0, 0), (4, 1, 1), (46, 1, 1), (88, 2, 0)]
+    timeline = [{"t": n, "submitted": n, "large": large, "small": small} for n, large, small in points]
+    points_read = StackRecord.from_json({"timeline": timeline}).timeline
+    ran = StackRecord(MONITOR, profile.describe(), None, points_read)
+    assert (ran.start.large, ran.start.small, ran.start.submitted) == (1, 1, 4)
+    assert ran.schedule() == (ScheduledAllocation(88, 2, 0),)
+    same = differences(ran, profile=profile, large_workers=1, small_workers=1, monitor=MonitorMode.THROUGHPUT)
+    assert same == []
+    idle = StackRecord(MONITOR, profile.describe(), None, ran.timeline[:1])
+    assert idle.start is idle.timeline[0]  # never a worker: the reading it has
+
+
 def _replay_json(
     path: Path, profile: dict[str, Any], timeline: list[dict[str, Any]], monitor: dict[str, Any] = MONITOR
 ) -> Path:
