@@ -57,15 +57,19 @@ def _note(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def _embeddings(settings: Settings, workload: Workload, profiles: Sequence[Profile]) -> TraceEmbeddings:
+def _embeddings(
+    settings: Settings, workload: Workload, profiles: Sequence[Profile], quality_profile: Path | None
+) -> TraceEmbeddings:
     """The trace's vectors: in the lab's attribute space when every caching profile looks images up
-    there (the lab's default) on a lab trace, else the configured text embedder's."""
+    there (the lab's default) on a lab trace, each image read as asked at the fresh quality of the
+    profile the quality model reads (`quality_profile`, else the shipped one), else the configured
+    text embedder's."""
     caching = [profile for profile in profiles if profile.caches]
     images = all(profile.lookup is LookupMode.TEXT_TO_IMAGE for profile in caching)
     if images and settings.open_clip_model == LAB_ATTRIBUTES and is_lab_trace(list(workload.prompts.lines)):
         from bench.workload.lab_space import lab_space_embeddings
 
-        profiled = shipped_profile(HitPolicy.REFINE, True, LookupMode.TEXT_TO_IMAGE)
+        profiled = quality_profile or shipped_profile(HitPolicy.REFINE, True, LookupMode.TEXT_TO_IMAGE)
         shown = QualityModel.from_profile(profiled).fresh
         _note(f"lab trace, image lookups: the lab's attribute space, each image read as asked at {shown:.3f}")
         indices = [r.prompt_idx for r in workload.requests]
@@ -181,7 +185,8 @@ def simulate_main(settings: Settings, options: SimulateOptions) -> int:
         EvictionPolicyName(policy)  # a ValueError names an unknown policy before any work
     replayed = _replayed_schedules(options, profiles, cohost=settings.cohosting)
     workload = options.workload.workload()
-    embeddings = _embeddings(settings, workload, profiles) if any(p.caches for p in profiles) else None
+    caching = any(p.caches for p in profiles)
+    embeddings = _embeddings(settings, workload, profiles, options.quality_profile) if caching else None
 
     # 2. Plan the runs, 3. run them, then report.
     planned = _plan(

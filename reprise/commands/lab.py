@@ -151,6 +151,7 @@ def quality_command(
     """Judge each model's fresh generations of the same lab prompts: mean and 5th-percentile quality,
     the share showing every attribute, and the Frechet distance to true renders (judge features)."""
     from bench.quality.compare import compare_models
+    from lab.models import lab_weights
 
     settings = get_settings()
     if video:
@@ -160,8 +161,6 @@ def quality_command(
     report = compare_models(
         settings, names, prompts=prompts, seed=seed, guidance=guidance, steps=steps, log=lambda _: None
     )
-    from lab.models import lab_weights
-
     report["lab_weights"] = _provenance(lab_weights(settings))
     rows = {"true renders": report["true_renders"], "chance": report["chance"], **report["models"]}
     for name, row in rows.items():

@@ -4,6 +4,7 @@ profile of that route."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -97,3 +98,24 @@ def test_the_labs_default_is_simulated_as_image_lookups_with_its_own_profile(
     )
     assert report.embedder["name"] == LAB_ATTRIBUTES and ">0.7:25" in str(report.embedder["k_table"])
     assert report.quality is not None and "image-refine-small.json" in str(report.quality.source)
+
+
+def test_images_are_read_at_the_fresh_quality_of_the_profile_the_simulation_is_given(
+    tmp_path: Path, bench_settings: Settings
+) -> None:
+    """`bench simulate --quality-profile` names another profile (another set of weights): its large
+    model's fresh quality, not the shipped profile's, is the rate a simulated reading keeps an attribute."""
+    from bench.quality.model import shipped_profile
+    from bench.sim.runner import _embeddings
+
+    settings = bench_settings.model_copy(
+        update={"lookup_mode": LookupMode.TEXT_TO_IMAGE, "open_clip_model": LAB_ATTRIBUTES}
+    )
+    workload = build_workload(load_prompts(_trace(tmp_path, 6, repeat=False)), ArrivalSpec())
+    profiles = [build_profile("configured", settings)]
+    shipped = shipped_profile(HitPolicy.REFINE, True, LookupMode.TEXT_TO_IMAGE)
+    other = tmp_path / "other-weights.json"
+    other.write_text(json.dumps(json.loads(shipped.read_text()) | {"fresh_quality": 0.9}))
+    assert _embeddings(settings, workload, profiles, other).describe["shown"] == 0.9
+    by_default = _embeddings(settings, workload, profiles, None).describe["shown"]
+    assert by_default != 0.9 and by_default == json.loads(shipped.read_text())["fresh_quality"]
