@@ -25,7 +25,8 @@ class LabRecipe:
 
 SMOKE: Final = LabRecipe(training.SMOKE, stages.SMOKE)
 RECIPES: Final[Mapping[str, LabRecipe]] = {
-    "2026-11-25": LabRecipe(training.DEFAULT, stages.DEFAULT),
+    "2026-11-25": LabRecipe(training.FIRST, stages.FIRST),
+    "2026-11-27": LabRecipe(training.DEFAULT, stages.DEFAULT),
 }
 CURRENT: Final[str] = max(RECIPES)  # ISO dates: the newest sorts last
 

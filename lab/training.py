@@ -29,7 +29,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -90,7 +90,7 @@ class Recipe:
 
 
 # The second family (vae-b, unet-small-b) only has to exist for the cross-family path: shorter.
-DEFAULT: Final = Recipe(
+FIRST: Final = Recipe(
     vaes=(VaeRecipe("vae-a", 900, 1), VaeRecipe("vae-b", 400, 2)),
     vae_batch=32,
     unet_batch=64,
@@ -100,6 +100,17 @@ DEFAULT: Final = Recipe(
         UNetRecipe("unet-large", "vae-a", (64, 64), 1500, 10, cross_attention_levels=2),
         UNetRecipe("unet-small", "vae-a", (32, 32), 1200, 11, teacher="unet-large"),
         UNetRecipe("unet-small-b", "vae-b", (32, 32), 400, 12),
+    ),
+)
+# 2026-11-27: the autoencoder and the large UNet trained longer, until their losses stopped falling:
+# at 900 steps vae-a's round trip kept 0.88 of the attributes the judge reads (0.99 at 2700), so the
+# second judge could not agree on generated images however well it read true renders.
+DEFAULT: Final = replace(
+    FIRST,
+    vaes=(VaeRecipe("vae-a", 2700, 1), VaeRecipe("vae-b", 400, 2)),
+    unets=(
+        UNetRecipe("unet-large", "vae-a", (64, 64), 2500, 10, cross_attention_levels=2),
+        *FIRST.unets[1:],
     ),
 )
 SMOKE: Final = Recipe(

@@ -51,10 +51,12 @@ def test_the_committed_judge_is_validated_at_or_above_every_floor() -> None:
     assert isinstance(Judge.load(WEIGHTS_DIR / "judge"), Judge)
 
 
-def test_the_committed_second_judge_is_refused_as_a_scorer_below_the_held_out_floor() -> None:
-    """It was trained too briefly to score (held-out 0.75): it serves as a second opinion only."""
-    with pytest.raises(JudgeRefused, match="heldout_accuracy"):
-        Judge.load(WEIGHTS_DIR / "judge-b")
+def test_the_committed_second_judge_passes_every_floor_the_scorer_does() -> None:
+    """Trained until its held-out accuracy matched the first's (lab.stages), the second opinion would
+    itself be taken as a scorer: its validation clears every floor, agreement included."""
+    second = json.loads((WEIGHTS_DIR / "judge-b" / "judge.json").read_text())["validation"]
+    assert refusal(second) is None and second["heldout_accuracy"] >= 0.99
+    assert isinstance(Judge.load(WEIGHTS_DIR / "judge-b"), Judge)
 
 
 def test_a_judge_without_validation_is_refused_with_the_fix(tmp_path: Path) -> None:
@@ -141,4 +143,4 @@ def test_the_autoencoder_s_round_trip_keeps_a_render_readable_and_reports_each_j
         first, {"self": first, "judge_b": Judge.load(WEIGHTS_DIR / "judge-b", validated=False)}, scenes, trips
     )
     assert report["images"] == 24 and report["agreement_self"] == 1.0
-    assert 0.6 < report["score"] < 1.0 and 0.5 < report["agreement_judge_b"] < 1.0
+    assert 0.9 < report["score"] <= 1.0 and 0.9 < report["agreement_judge_b"] <= 1.0

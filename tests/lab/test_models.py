@@ -21,6 +21,7 @@ from core.vocabulary import Role
 from lab.build import digests, pinned_cpu_kernels
 from lab.captions import caption
 from lab.judge import Judge
+from lab.judge_floors import AGREEMENT_GOAL
 from lab.models import WEIGHTS_DIR, ensure_lab_models, is_lab_model, lab_family
 from lab.recipes import CURRENT, RECIPES, recipe_name
 from lab.world import sample_scene
@@ -46,6 +47,8 @@ def test_the_committed_weights_are_what_their_manifest_says_and_fit_the_budget()
     size = sum(path.stat().st_size for path in WEIGHTS_DIR.rglob("*") if path.is_file())
     assert size <= MAX_WEIGHT_BYTES
     assert manifest["command"] == "reprise models train" and manifest["judge_heldout_accuracy"] >= 0.95
+    # the two judges agree on the models' own images as the lab's goal asks (lab.judge_floors)
+    assert manifest["judge_validation"]["judge"]["generated_agreement"] >= AGREEMENT_GOAL
 
 
 def test_built_model_names_resolve_to_their_latent_families() -> None:
