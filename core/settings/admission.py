@@ -21,7 +21,7 @@ class AdmissionSettings(BaseSettings):
         LookupMode.TEXT_TO_TEXT,
         description="text (NIRVANA) or image (MoDM). Unset on the quality lab's models: image, in the lab's "
         "attribute space (REPRISE_OPEN_CLIP_MODEL=lab:attributes), where it measured a drop within 0.02 "
-        "with a quarter of the compute saved live (docs/results/quality-lab.md); text elsewhere.",
+        "with about a third of the compute saved live (docs/results/quality-lab.md); text elsewhere.",
     )
     hit_policy: HitPolicy = Field(HitPolicy.RESUME, description="resume (NIRVANA) or refine (MoDM).")
     k_table: str = Field(

@@ -84,7 +84,7 @@ class Settings(  # the subsystems, in the order docs/configuration.md lists them
     def _lab_lookup(self) -> Settings:
         """On the quality lab's models, what is left unset follows MoDM (3.2, 5.1, 5.2): a prompt is looked
         up against cached images, in the lab's attribute space, and a hit refines the cached final latent
-        on the small model. There it held the measured drop within NIRVANA's 0.02 while saving over a
+        on the small model. There it held the measured drop within NIRVANA's 0.02 while saving about a
         third of the compute, where MiniLM's text lookups with NIRVANA's resume lost 0.03 to 0.05
         (docs/results/quality-lab.md, "The default configuration, measured live"). REPRISE_LOOKUP_MODE=text
         and REPRISE_HIT_POLICY=resume give NIRVANA's."""
