@@ -204,11 +204,11 @@ class _Zeros:
 
 def test_a_batch_that_cannot_be_made_fails_its_members_and_the_next_run_starts_a_new_loop() -> None:
     """Whatever stops the loop hands its members back: no task thread waits on a loop that is gone."""
-    made: list[int] = []
+    unreachable = threading.Event()  # the hosted model cannot be reached until the test says so
+    unreachable.set()
 
     def new_batch() -> DenoisingBatch:
-        made.append(1)
-        if len(made) == 1:  # the hosted model cannot be reached, once
+        if unreachable.is_set():
             raise OSError(27, "File too large")
         return DenoisingBatch(_Zeros(), max_batch=4, device=torch.device("cpu"))
 
@@ -217,6 +217,7 @@ def test_a_batch_that_cannot_be_made_fails_its_members_and_the_next_run_starts_a
     results = _within(lambda: together(calls))  # type: ignore[arg-type]
     assert all(isinstance(result, OSError) for result in results), results
     assert not loop.busy
+    unreachable.clear()
     assert _within(lambda: loop.run(_member(3))).latents.shape == (1, 4, 8, 8)
 
 
