@@ -10,9 +10,10 @@ worker with REPRISE_MAX_BATCH > 1 does when its Celery threads each hand it a jo
 
 It passes when every job but the canceled one finishes within the batching's stated tolerance of its
 run alone (workers.runtime.batching.within_batch_tolerance: BATCH_ATOL plus BATCH_ULPS units in the
-last place of the stored dtype; each job's largest difference and whether it is bit for bit are
-kept), the canceled one ends with GenerationCanceled at its step and harms none of the others, the
-jobs shared UNet calls (largest batch >= 2, fewer calls than steps) and the loop ended idle.
+last place of the stored dtype at the latent's largest magnitude; each job's largest difference and
+whether it is bit for bit are kept), the canceled one ends with GenerationCanceled at its step and
+harms none of the others, the jobs shared UNet calls (largest batch >= 2, fewer calls than steps) and
+the loop ended idle.
 """
 
 from __future__ import annotations
@@ -166,7 +167,8 @@ def _outcome(
     worst = max(diffs, default=float("nan"))
     detail = (
         f"{len(jobs)} threads: {len(finished)}/{len(references)} finished, max |batched - alone| "
-        f"{worst:.3g} ({'within' if tolerated else 'NOT within'} atol {BATCH_ATOL:g} + {BATCH_ULPS} ulp, "
+        f"{worst:.3g} ({'within' if tolerated else 'NOT within'} atol {BATCH_ATOL:g} + {BATCH_ULPS} ulp "
+        "of the latent's scale, "
         f"{exact} bit for bit), cancel at step "
         f"{figures['canceled_at_step']}, {unet_calls} UNet calls for {steps} steps (largest batch "
         f"{largest}); {figures['together_images_per_s']} images/s together against "

@@ -398,7 +398,7 @@ def test_the_batch_size_comes_from_settings(runtime: DiffusionRuntime, lab_setti
         load_settings(max_batch=0)
 
 
-def test_the_batch_tolerance_is_batch_atol_plus_two_units_in_the_last_place_of_the_stored_dtype() -> None:
+def test_the_batch_tolerance_is_batch_atol_plus_two_units_in_the_last_place_at_the_latents_scale() -> None:
     from workers.runtime.batching import BATCH_ATOL, within_batch_tolerance
 
     alone = np.array([12.0, -3.0, 0.5], dtype=np.float16)  # spacing at 8..16 is 2**-7, above BATCH_ATOL
@@ -408,6 +408,11 @@ def test_the_batch_tolerance_is_batch_atol_plus_two_units_in_the_last_place_of_t
     three_ulps[0] = alone[0] + np.float16(3 * 2**-7)
     assert within_batch_tolerance(one_ulp, alone) and within_batch_tolerance(alone, alone)
     assert not within_batch_tolerance(three_ulps, alone)
+    small_off = alone.copy()  # a unit at the latent's scale (12) on an element of 0.5: rounded at 12
+    small_off[2] = alone[2] + np.float16(2**-7)
+    assert within_batch_tolerance(small_off, alone)
+    small_off[2] = alone[2] + np.float16(3 * 2**-7)
+    assert not within_batch_tolerance(small_off, alone)
     wide = np.array([12.0, -3.0, 0.5], dtype=np.float32)  # float32's spacing is far below BATCH_ATOL
     assert within_batch_tolerance(wide + np.float32(BATCH_ATOL * 0.9), wide)
     assert not within_batch_tolerance(wide + np.float32(BATCH_ATOL * 1.5), wide)
