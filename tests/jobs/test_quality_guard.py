@@ -4,6 +4,8 @@ configured table's bounds."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from jobs.policies.k_selection import NIRVANA_T2T, ThresholdTable, parse_table
@@ -116,13 +118,14 @@ def test_a_profiled_table_closer_than_a_bin_holds_until_an_estimate_moves_a_row(
 
 
 def test_a_row_short_of_a_sample_in_its_lowest_bin_acts_on_its_pooled_estimate() -> None:
-    # The 0.65:5 row: its lowest bin holds 2 audits, its hits above it 3 more; pooled, 5 at a mean of 0.1.
+    # The 0.65:5 row: its lowest bin holds 2 audits, its hits above it 3 more; its lowest four hits,
+    # pooled over two bins, lose 0.125.
     audits = _audits(0.66, 5, 0.2, n=2) + _audits(0.70, 5, 0.05, n=2) + _audits(0.74, 5, 0.0, n=1)
     decision = adjust(NIRVANA_T2T, NIRVANA_T2T, estimate(audits), SERVED, CONFIG)
     [change] = decision.changes
-    assert (change.k, change.reason, change.n) == (5, "tighten-pooled", 5)
-    assert change.drop_mean == pytest.approx((2 * 0.2 + 2 * 0.05) / 5)
-    assert change.new == pytest.approx(0.675)  # one bin: the lowest hits go first
+    assert (change.k, change.reason, change.n) == (5, "tighten-pooled", 4)
+    assert change.drop_mean == pytest.approx((2 * 0.2 + 2 * 0.05) / 4)
+    assert change.new == pytest.approx(0.675)  # from 0.675 up, three audits: not known to exceed
     # Pooled within the target, or pooled short of the sample: nothing moves.
     fine = _audits(0.66, 5, 0.05, n=1) + _audits(0.70, 5, 0.0, n=4)
     assert not adjust(NIRVANA_T2T, NIRVANA_T2T, estimate(fine), SERVED, CONFIG).changed
@@ -131,3 +134,41 @@ def test_a_row_short_of_a_sample_in_its_lowest_bin_acts_on_its_pooled_estimate()
     # Audits of other k's never pool into the row's estimate.
     others = _audits(0.66, 5, 0.3, n=1) + _audits(0.70, 10, 0.3, n=8)
     assert not adjust(NIRVANA_T2T, NIRVANA_T2T, estimate(others), SERVED, CONFIG).changed
+
+
+def test_the_lowest_hits_cannot_hide_behind_the_gains_of_exact_matches() -> None:
+    # The 0.65:5 row serves hits from 0.66 to 0.79 that lose 0.15 and exact matches that gain 0.07: all
+    # its hits together are within the target, its lowest are not. One pass takes it past every losing
+    # bin (NIRVANA's Algorithm 1: the lowest similarity above which the hits hold), not one bin.
+    losing = [a for s in (0.66, 0.69, 0.71, 0.74, 0.76, 0.79) for a in _audits(s, 5, 0.15)]
+    audits = losing + _audits(0.99, 5, -0.07, n=60)
+    assert sum(a.drop for a in audits) / len(audits) < CONFIG.target
+    decision = adjust(NIRVANA_T2T, NIRVANA_T2T, estimate(audits), SERVED, CONFIG)
+    change = decision.changes[-1]  # the row above it, 0.75:10, is pushed along
+    assert (change.k, change.reason, change.n) == (5, "tighten", 4)
+    assert change.drop_mean == pytest.approx(0.15)
+    assert change.new == pytest.approx(0.8)
+    # There it holds, and it does not come straight back down: the bins below are known to lose.
+    assert not adjust(decision.table, NIRVANA_T2T, estimate(audits), SERVED, CONFIG).changed
+
+
+def test_losses_above_the_lowest_hits_tighten_the_row_too() -> None:
+    # The lowest hits are fine, but all the row's hits together lose: it rises until they hold.
+    audits = _audits(0.66, 5, 0.0) + _audits(0.70, 5, 0.1, n=8) + _audits(0.80, 5, 0.0, n=4)
+    decision = adjust(NIRVANA_T2T, NIRVANA_T2T, estimate(audits), SERVED, CONFIG)
+    [change] = decision.changes
+    assert (change.reason, change.n) == ("tighten-pooled", 16)
+    assert change.drop_mean == pytest.approx(0.05)
+    assert change.new == pytest.approx(0.725)  # past the losing bin at 0.70
+
+
+def test_an_estimate_moves_a_row_only_a_standard_error_past_the_target() -> None:
+    # Four audits averaging 0.05: spread evenly they are known to exceed 0.02, spread widely they are not.
+    even = _audits(0.66, 5, 0.05)
+    wide = _audits(0.66, 5, 0.35, n=2) + _audits(0.66, 5, -0.25, n=2)
+    [narrow] = estimate(even).values()
+    [spread] = estimate(wide).values()
+    assert narrow.drop_mean == pytest.approx(spread.drop_mean) and narrow.standard_error == pytest.approx(0)
+    assert spread.standard_error == pytest.approx(math.sqrt(0.09 / 3))  # their variance 0.09, over n - 1
+    assert adjust(NIRVANA_T2T, NIRVANA_T2T, estimate(even), SERVED, CONFIG).changed
+    assert not adjust(NIRVANA_T2T, NIRVANA_T2T, estimate(wide), SERVED, CONFIG).changed
