@@ -101,16 +101,24 @@ def run_profile(
         else Sampler(builtin_path(settings, options.hit), steps=options.steps, guidance=options.guidance)
     )
     score = lab_scorer(settings) if lab else clip_scorer(settings)
-    image_mode = options.mode is LookupMode.TEXT_TO_IMAGE
-    if image_mode:
-        pairs = image_similarities(settings, pairs, large, lab=lab)
+    readings: list[dict[str, Any]] = []
+    if options.mode is LookupMode.TEXT_TO_IMAGE:
+        pairs, readings = image_similarities(settings, pairs, large, lab=lab)
     measured = measure(pairs, large, hit, score, options.ks, mode=options.operation, log=log)
-    return report(settings, options, measured, lab=lab, seconds=time.perf_counter() - started)
+    data = report(settings, options, measured, lab=lab, seconds=time.perf_counter() - started)
+    return data | ({"readings": readings} if readings else {})
 
 
-def image_similarities(settings: Settings, pairs: list[Pair], large: Sampler, *, lab: bool) -> list[Pair]:
-    """Pairs re-scored text-to-image: the query against the cached prompt's generated image."""
+def image_similarities(
+    settings: Settings, pairs: list[Pair], large: Sampler, *, lab: bool
+) -> tuple[list[Pair], list[dict[str, Any]]]:
+    """Pairs re-scored text-to-image: the query against the cached prompt's generated image. On the lab
+    also each cached image's reading in the lab's attribute space, with the prompt it was made for (the
+    simulator draws its cached images' keys from them: bench.workload.lab_space)."""
+    from PIL import Image
+
     from bench.quality.profile import seed_of
+    from workers.runtime.embedders.factory import build_image_embedder
 
     images: Images = []
     for start in range(0, len(pairs), 32):
@@ -118,24 +126,18 @@ def image_similarities(settings: Settings, pairs: list[Pair], large: Sampler, *,
         batch = large.generate([p.cached for p in chunk], [seed_of(p.cached) for p in chunk])
         images += large.images(batch.latents)
     queries = [pair.query for pair in pairs]
-    if lab:
-        from PIL import Image
-
-        from workers.runtime.embedders.factory import build_image_embedder
-
-        space = build_image_embedder(settings.model_copy(update={"open_clip_model": LAB_ATTRIBUTES}))
-        image_vectors = space.embed_image([Image.fromarray(i) for i in images])
-        query_vectors = space.embed_text(queries)
-    else:
-        from PIL import Image
-
-        from workers.runtime.embedders.factory import build_image_embedder
-
-        clip = build_image_embedder(settings)
-        image_vectors = clip.embed_image([Image.fromarray(i) for i in images])
-        query_vectors = clip.embed_text(queries)
+    space = build_image_embedder(
+        settings.model_copy(update={"open_clip_model": LAB_ATTRIBUTES}) if lab else settings
+    )
+    image_vectors = space.embed_image([Image.fromarray(i) for i in images])
+    query_vectors = space.embed_text(queries)
     sims = np.einsum("ij,ij->i", query_vectors, image_vectors)
-    return [Pair(p.query, p.cached, float(s), p.kind) for p, s in zip(pairs, sims, strict=True)]
+    scored = [Pair(p.query, p.cached, float(s), p.kind) for p, s in zip(pairs, sims, strict=True)]
+    if not lab:
+        return scored, []
+    from bench.workload.lab_space import reading_record
+
+    return scored, [reading_record(p.cached, v) for p, v in zip(pairs, image_vectors, strict=True)]
 
 
 def report(

@@ -23,10 +23,12 @@ stated tolerance allows for those and for sampling noise, never for a wrong poli
                    counts: the second term bounds the distance two samples of that size from one
                    distribution are expected to show (sum of binomial standard errors, by
                    Cauchy-Schwarz), so a replay of a few dozen hits is not failed for noise
-    quality_drop   |sim - measured| <= max(half the measured drop_ci95's width, QUALITY_TOLERANCE):
-                   the mean judged drop over all requests (bench.quality.drops). The first term is the
-                   measurement's own uncertainty (its audits are a sample); the second what a
-                   prediction may miss by and still be of use (QUALITY_TOLERANCE). A replay that
+    quality_drop   |sim - measured| <= QUALITY_TOLERANCE + half the measured drop_ci95's width:
+                   the mean judged drop over all requests (bench.quality.drops). The first term is what
+                   a prediction may miss the true drop by and still be of use (QUALITY_TOLERANCE); the
+                   second the measurement's own uncertainty (its audits are a sample), by which a
+                   measured drop may lie from the true one: a prediction within the tolerance of the
+                   truth lies within their sum of the measurement, 95 times in 100. A replay that
                    judged nothing checks nothing (both null: agrees); one whose drop was not
                    measured (no hit audited) fails the check when the simulator predicts one: an
                    unchecked quality is not agreement.
@@ -255,6 +257,6 @@ def quality_check(
     if sim is None or drop is None:
         return Check("quality_drop", sim, drop, None, QUALITY_TOLERANCE, False)
     half_width = (interval[1] - interval[0]) / 2.0 if interval else 0.0
-    allowed = max(QUALITY_TOLERANCE, half_width)
+    allowed = QUALITY_TOLERANCE + half_width
     difference = sim - drop
     return Check("quality_drop", sim, drop, difference, allowed, abs(difference) <= allowed)

@@ -61,19 +61,24 @@ def _embeddings(
     settings: Settings, workload: Workload, profiles: Sequence[Profile], quality_profile: Path | None
 ) -> TraceEmbeddings:
     """The trace's vectors: in the lab's attribute space when every caching profile looks images up
-    there (the lab's default) on a lab trace, each image read as asked at the fresh quality of the
-    profile the quality model reads (`quality_profile`, else the shipped one), else the configured
-    text embedder's."""
+    there (the lab's default) on a lab trace, each image read as the profile the quality model reads
+    (`quality_profile`, else the shipped one) read its images (bench.workload.lab_space), else the
+    configured text embedder's."""
     caching = [profile for profile in profiles if profile.caches]
     images = all(profile.lookup is LookupMode.TEXT_TO_IMAGE for profile in caching)
     if images and settings.open_clip_model == LAB_ATTRIBUTES and is_lab_trace(list(workload.prompts.lines)):
-        from bench.workload.lab_space import lab_space_embeddings
+        from bench.workload.lab_space import lab_space_embeddings, readings_of
 
         profiled = quality_profile or shipped_profile(HitPolicy.REFINE, True, LookupMode.TEXT_TO_IMAGE)
-        shown = QualityModel.from_profile(profiled).fresh
-        _note(f"lab trace, image lookups: the lab's attribute space, each image read as asked at {shown:.3f}")
+        shown, readings = QualityModel.from_profile(profiled).fresh, readings_of(profiled)
+        read = f"as asked at {shown:.3f}"
+        if readings:
+            read = f"as one of the {len(readings)} readings of {profiled.name}"
+        _note(f"lab trace, image lookups: the lab's attribute space, each image read {read}")
         indices = [r.prompt_idx for r in workload.requests]
-        return lab_space_embeddings(workload.prompts, indices, shown=shown, dim=settings.image_embedding_dim)
+        return lab_space_embeddings(
+            workload.prompts, indices, shown=shown, dim=settings.image_embedding_dim, readings=readings
+        )
     embedder = configured_embedder(settings)
     cache_dir = settings.data_dir / "bench" / "embeddings"
     _note(f"embedding {len(workload.requests)} prompts with {embedder.name} (cached in {cache_dir})")

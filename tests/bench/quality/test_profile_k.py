@@ -121,3 +121,10 @@ def test_image_mode_profiles_refine_hits_by_prompt_to_image_similarity_on_the_la
     image_sims = [m["similarity"] for m in report["measurements"]]
     text_sims = [m["similarity"] for m in text["measurements"]]
     assert image_sims != text_sims and all(-1.0 <= s <= 1.0 for s in image_sims)
+    # Every cached image's reading is kept with its prompt (the simulator draws its keys from them):
+    # a unit vector of the lab's space, for a prompt of the lab's world.
+    from bench.workload.lab_space import profiled_readings
+
+    readings = profiled_readings(report["readings"])
+    assert len(readings) == 16 and "readings" not in text
+    assert all(abs(float(np.linalg.norm(reading.vector)) - 1.0) < 1e-3 for reading in readings)

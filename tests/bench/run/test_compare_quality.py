@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from bench.run.compare import QUALITY_TOLERANCE, compare_reports
 from bench.run.report import BenchReport, Quality
 from tests.bench.run.test_report import report
@@ -21,7 +23,8 @@ def test_a_predicted_drop_within_the_tolerance_agrees() -> None:
     comparison = compare_reports(_judged(0.03), _judged(0.04, (0.03, 0.05)).as_json())
     assert comparison.ok, comparison.describe()
     check = next(c for c in comparison.checks if c.name == "quality_drop")
-    assert check.tolerance == QUALITY_TOLERANCE and "agrees" in comparison.describe()
+    assert check.tolerance == pytest.approx(QUALITY_TOLERANCE + 0.01)  # and half the interval's width
+    assert "agrees" in comparison.describe()
 
 
 def test_the_issues_prediction_disagrees_with_its_measurement() -> None:
@@ -32,8 +35,12 @@ def test_the_issues_prediction_disagrees_with_its_measurement() -> None:
     assert "DISAGREES" in comparison.describe()
 
 
-def test_a_wide_measured_interval_widens_the_tolerance() -> None:
-    assert compare_reports(_judged(0.0), _judged(0.05, (-0.01, 0.11))).ok  # half width 0.06
+def test_the_measured_intervals_half_width_adds_to_the_tolerance() -> None:
+    """A measurement is itself a sample: a prediction within the tolerance of the true drop lies within
+    the tolerance plus the measurement's half interval of the measured one."""
+    assert compare_reports(_judged(0.0), _judged(0.05, (-0.01, 0.11))).ok  # within 0.02 + 0.06
+    assert compare_reports(_judged(0.0), _judged(0.029, (0.019, 0.039))).ok  # 0.029 within 0.02 + 0.01
+    assert not compare_reports(_judged(0.0), _judged(0.031, (0.021, 0.041))).ok
     assert not compare_reports(_judged(0.0), _judged(0.05, (0.04, 0.06))).ok
 
 

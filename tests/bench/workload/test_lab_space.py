@@ -14,7 +14,12 @@ from bench.run.costs import StepCosts
 from bench.run.profiles import build_profile
 from bench.sim.config import SimConfig
 from bench.sim.simulate import run_simulation
-from bench.workload.lab_space import lab_space_embeddings, simulated_reading
+from bench.workload.lab_space import (
+    lab_space_embeddings,
+    profiled_readings,
+    reading_record,
+    simulated_reading,
+)
 from bench.workload.trace import ArrivalSpec, build_workload, load_prompts
 from core.settings import Settings, load_settings
 from core.vocabulary import LAB_ATTRIBUTES, HitPolicy, LookupMode
@@ -105,8 +110,9 @@ def test_the_labs_default_is_simulated_as_image_lookups_with_its_own_profile(
 def test_images_are_read_at_the_fresh_quality_of_the_profile_the_simulation_is_given(
     tmp_path: Path, bench_settings: Settings
 ) -> None:
-    """`bench simulate --quality-profile` names another profile (another set of weights): its large
-    model's fresh quality, not the shipped profile's, is the rate a simulated reading keeps an attribute."""
+    """`bench simulate --quality-profile` names another profile (another set of weights): its readings
+    (or, in a profile without them, its large model's fresh quality), not the shipped profile's, are what
+    the simulated readings follow."""
     from bench.quality.model import shipped_profile
     from bench.sim.runner import _embeddings
 
@@ -117,7 +123,55 @@ def test_images_are_read_at_the_fresh_quality_of_the_profile_the_simulation_is_g
     profiles = [build_profile("configured", settings)]
     shipped = shipped_profile(HitPolicy.REFINE, True, LookupMode.TEXT_TO_IMAGE)
     other = tmp_path / "other-weights.json"
-    other.write_text(json.dumps(json.loads(shipped.read_text()) | {"fresh_quality": 0.9}))
-    assert _embeddings(settings, workload, profiles, other).describe["shown"] == 0.9
-    by_default = _embeddings(settings, workload, profiles, None).describe["shown"]
-    assert by_default != 0.9 and by_default == json.loads(shipped.read_text())["fresh_quality"]
+    without_readings = {k: v for k, v in json.loads(shipped.read_text()).items() if k != "readings"}
+    other.write_text(json.dumps(without_readings | {"fresh_quality": 0.9}))
+    described = _embeddings(settings, workload, profiles, other).describe
+    assert described["shown"] == 0.9 and "one-hot" in str(described["lookup"])
+    by_default = _embeddings(settings, workload, profiles, None).describe
+    shipped_data = json.loads(shipped.read_text())
+    assert by_default["shown"] != 0.9 and by_default["shown"] == shipped_data["fresh_quality"]
+    # The shipped profile keeps the readings of its cached images: the simulation draws from them.
+    assert f"{len(shipped_data['readings'])} measured readings" in str(by_default["lookup"])
+
+
+def _soft_reading(asked: dict[str, str], rng: np.random.Generator) -> np.ndarray:
+    """A judge-like reading: every asked value most probable but not certain, one attribute misread."""
+    from lab.world import ATTRIBUTES
+    from workers.runtime.embedders.lab_attributes import attribute_vector
+
+    misread = dict(asked)
+    name = sorted(asked)[int(rng.integers(len(asked)))]
+    misread[name] = next(value for value in ATTRIBUTES[name] if value != asked[name])
+    vector = 0.7 * attribute_vector(asked, DIM) + 0.3 * attribute_vector(misread, DIM)
+    return np.asarray(vector / np.linalg.norm(vector), dtype=np.float32)
+
+
+def test_measured_readings_keep_their_similarity_when_moved_onto_another_prompt(tmp_path: Path) -> None:
+    """A profile's reading of one prompt's image, drawn for another prompt of the same attributes, sits
+    as far from that prompt as it sat from its own: the judge's confidence and misreads are kept."""
+    rng = np.random.default_rng(3)
+    scenes = [caption(sample_scene(rng), rng) for _ in range(60)]
+    by_shape: dict[tuple[str, ...], list[str]] = {}
+    for text in scenes:
+        asked = parse(text)
+        assert asked is not None
+        by_shape.setdefault(tuple(sorted(asked)), []).append(text)
+    shapes = sorted(by_shape, key=len)
+    assert len(shapes) == 2  # one object, two objects
+    source = by_shape[shapes[0]][0]
+    source_asked = parse(source)
+    assert source_asked is not None
+    vector = _soft_reading(source_asked, rng)
+    from workers.runtime.embedders.lab_attributes import attribute_vector
+
+    own = float(attribute_vector(source_asked, DIM) @ vector)
+    readings = profiled_readings([reading_record(source, vector)])
+    assert len(readings) == 1 and readings[0].asked == source_asked
+    alike, other = by_shape[shapes[0]][1:6], by_shape[shapes[1]][:5]
+    path = _write(tmp_path, "\n".join(alike + other))
+    embedded = lab_space_embeddings(load_prompts(path), range(10), shown=1.0, dim=DIM, readings=readings)
+    assert embedded.keys is not None
+    similarity = np.einsum("ij,ij->i", embedded.vectors, embedded.keys)
+    assert own < 0.99 and np.allclose(similarity[:5], own, atol=1e-3)
+    assert np.allclose(similarity[5:], 1.0)  # no reading of two objects: one-hot, every attribute as asked
+    assert "1 measured readings" in str(embedded.describe["lookup"])

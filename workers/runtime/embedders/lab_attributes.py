@@ -48,6 +48,16 @@ def attribute_vector(shown: dict[str, str] | None, dim: int) -> npt.NDArray[np.f
     return normalised
 
 
+def value_coordinate(name: str, value: str) -> int:
+    """The coordinate of attribute `name`'s `value` in the space."""
+    return _layout()[0][name][value]
+
+
+def space_size() -> int:
+    """How many coordinates the attribute values take (the column's first; one more is the outside's)."""
+    return _layout()[1] + 1
+
+
 @cache
 def _layout() -> tuple[dict[str, dict[str, int]], int]:
     """Each attribute value's coordinate, and how many there are (read, never changed)."""
