@@ -45,7 +45,7 @@ def train_command(
         "to train the set a results page measured on; needs --out. Default: the committed weights' recipe.",
     ),
 ) -> None:
-    """Train the quality lab's judge, autoencoders and UNets on this CPU (about 70 minutes on 2 cores;
+    """Train the quality lab's judge, autoencoders and UNets on this CPU (about an hour on 2 cores;
     --smoke: seconds; --only unet-small: minutes), then assemble their pipelines. Same seed, same
     torch, kernels pinned to AVX2 (lab.build.PINNED_KERNELS): the same weights."""
     from lab.build import assemble_into, model_dirs
@@ -88,7 +88,7 @@ def _train(
     name = recipe or CURRENT
     if name != CURRENT and not own_dir:
         raise ValueError(f"--recipe {name} trains a set other than the committed one: give it --out DIR")
-    recipe_for(smoke, name)
+    recipe_for(smoke, name)  # an unknown name is refused before any training, --only video-* included
     if only is not None:
         return _retrain(weights, only, smoke=smoke, recipe=name)
     return train_lab(weights, smoke=smoke, seed=SEED if seed is None else seed, log=typer.echo, recipe=name)
