@@ -270,9 +270,11 @@ def _lowest_hits(index: int, k: int, estimates: Estimates, min_sample: int) -> t
         key=lambda item: item.index,
     )
     taken: list[tuple[int, BinEstimate]] = []
+    wanted = min_sample
     for item in found:
-        taken.append((min(item.n, min_sample - sum(count for count, _ in taken)), item))
-        if sum(count for count, _ in taken) >= min_sample:
+        taken.append((min(item.n, wanted), item))
+        wanted -= taken[-1][0]
+        if not wanted:
             break
     if not taken:
         return None

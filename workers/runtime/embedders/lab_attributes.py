@@ -54,7 +54,8 @@ def value_coordinate(name: str, value: str) -> int:
 
 
 def space_size() -> int:
-    """How many coordinates the attribute values take (the column's first; one more is the outside's)."""
+    """How many of the column's coordinates the space uses: one per attribute value, and the last for
+    prompts outside the lab's world."""
     return _layout()[1] + 1
 
 
