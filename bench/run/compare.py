@@ -40,7 +40,10 @@ stated tolerance allows for those and for sampling noise, never for a wrong poli
                    on the replay's own vanilla run, so the level (the stack's step times, which a
                    per-step profile from one process does not give on shared cores) cancels and what
                    is checked is the simulator's claim, how much faster than vanilla a configuration
-                   serves. A replay without a live vanilla run does not check it, and says so.
+                   serves. A replay without a live vanilla run cannot be checked: the check fails,
+                   saying so (replay with --vanilla), unless the comparison was asked not to check
+                   throughput (`bench simulate --no-throughput`), when it passes as "not checked" and
+                   the printed verdict and the JSON say that throughput was not checked.
 """
 
 from __future__ import annotations
@@ -76,6 +79,10 @@ such runs. 0.15 allows that spread and still fails the error this check is for: 
 more than vanilla (1.0x) for a stack measured at 0.8x of it (tolerance 0.12)."""
 
 
+NO_VANILLA = "the replay made no vanilla run: replay with --vanilla, or pass --no-throughput"
+NOT_CHECKED = "throughput not checked (--no-throughput)"
+
+
 @dataclass(frozen=True, slots=True)
 class Check:
     name: str
@@ -85,6 +92,18 @@ class Check:
     tolerance: float
     ok: bool
     note: str = ""  # what the verdict rests on beyond the numbers (nothing checked, other weights)
+    checked: bool = True  # False: asked not to be made (--no-throughput); ok says nothing then
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "simulated": self.simulated,
+            "measured": self.measured,
+            "difference": self.difference,
+            "tolerance": self.tolerance,
+            "ok": self.ok,
+            "checked": self.checked,
+            "note": self.note,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +114,19 @@ class Comparison:
     def ok(self) -> bool:
         return all(check.ok for check in self.checks)
 
+    @property
+    def unchecked(self) -> tuple[str, ...]:
+        """The checks asked not to be made (they pass, and the verdict names them)."""
+        return tuple(check.name for check in self.checks if not check.checked)
+
+    def as_json(self) -> dict[str, Any]:
+        """Each check by name, the verdict, and what was not checked."""
+        return {
+            "ok": self.ok,
+            "not_checked": list(self.unchecked),
+            "checks": {check.name: check.as_json() for check in self.checks},
+        }
+
     def describe(self) -> str:
         """Aligned lines, one per check, then the verdict."""
         lines = [f"{'metric':<14} {'simulated':>10} {'measured':>10} {'diff':>8} {'tol':>7}  ok"]
@@ -103,7 +135,10 @@ class Comparison:
                 f"{c.name:<14} {_num(c.simulated):>10} {_num(c.measured):>10} {_num(c.difference):>8} "
                 f"{c.tolerance:>7.3f}  {'yes' if c.ok else 'NO'}" + (f"  ({c.note})" if c.note else "")
             )
-        lines.append("simulator agrees with the replay" if self.ok else "simulator DISAGREES with the replay")
+        verdict = "simulator agrees with the replay" if self.ok else "simulator DISAGREES with the replay"
+        if self.unchecked:
+            verdict += f" ({', '.join(self.unchecked)} NOT CHECKED)"
+        lines.append(verdict)
         return "\n".join(lines)
 
 
@@ -157,9 +192,13 @@ def _check(name: str, sim: float | None, measured: float | None, noise: float | 
 
 
 def compare_reports(
-    simulated: BenchReport | Mapping[str, Any], measured: BenchReport | Mapping[str, Any]
+    simulated: BenchReport | Mapping[str, Any],
+    measured: BenchReport | Mapping[str, Any],
+    *,
+    throughput: bool = True,
 ) -> Comparison:
-    """Check a simulated report against a measured one (reports or their JSON objects)."""
+    """Check a simulated report against a measured one (reports or their JSON objects); `throughput`
+    False leaves the speedup unchecked, and the comparison says so (`bench simulate --no-throughput`)."""
     _, sim_hit, sim_saved, sim_k = _fields(simulated)
     requests, hit, saved, k = _fields(measured)
     distance = total_variation(sim_k, k)
@@ -182,7 +221,7 @@ def compare_reports(
             ),
             Check("k_histogram", None, None, distance, k_tolerance, distance <= k_tolerance),
             quality_check(simulated, measured),
-            throughput_check(simulated, measured),
+            throughput_check(simulated, measured, checked=throughput),
         )
     )
 
@@ -222,15 +261,20 @@ def speedup(report: BenchReport | Mapping[str, Any], *, measured: bool) -> float
 
 
 def throughput_check(
-    simulated: BenchReport | Mapping[str, Any], measured: BenchReport | Mapping[str, Any]
+    simulated: BenchReport | Mapping[str, Any],
+    measured: BenchReport | Mapping[str, Any],
+    *,
+    checked: bool = True,
 ) -> Check:
-    """The speedup check (module docstring)."""
+    """The speedup check (module docstring): failed when the replay made no live vanilla run, unless
+    asked not to check (`checked` False), when it passes as not checked."""
     sim = speedup(simulated, measured=False)
     live = speedup(measured, measured=True)
+    allowed = THROUGHPUT_TOLERANCE * live if live is not None else THROUGHPUT_TOLERANCE
+    if not checked:
+        return Check("speedup", sim, live, None, allowed, True, NOT_CHECKED, checked=False)
     if live is None:
-        note = "not checked: the replay made no live vanilla run (bench replay --vanilla)"
-        return Check("speedup", sim, None, None, THROUGHPUT_TOLERANCE, True, note)
-    allowed = THROUGHPUT_TOLERANCE * live
+        return Check("speedup", sim, None, None, allowed, False, NO_VANILLA)
     if sim is None:
         return Check("speedup", None, live, None, allowed, False, "the simulation ran no vanilla")
     difference = sim - live

@@ -12,6 +12,7 @@ import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 from bench.workload.trace import (
@@ -48,6 +49,22 @@ def parse_size(text: str) -> int:
 
 def parse_list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
+
+
+class PlatformHost(StrEnum):
+    """Where a replay's platform work ran (bench.sim.platform): on the cores its model calls ran on
+    (shared), or on cores beside the accelerators (beside)."""
+
+    SHARED = "shared"
+    BESIDE = "beside"
+
+
+def parse_platform_host(text: str) -> PlatformHost:
+    """--platform-host: shared or beside."""
+    try:
+        return PlatformHost(text.strip().lower())
+    except ValueError:
+        raise ValueError(f"--platform-host {text!r}: choose shared or beside") from None
 
 
 def parse_batch_sizes(text: str) -> list[int]:
@@ -187,3 +204,6 @@ class SimulateOptions:
     allocator: Allocator = Allocator.DIFFSERVE  # cascade profiles: the MILP, or a fixed threshold (modm)
     cascade_pair: str = "sd15"  # DiffServe 4.1's light-heavy pair whose latencies the cascade runs at
     cascade_profile: Path | None = None  # `reprise cascade train --json`; None: the lab's shipped one
+    no_throughput: bool = False  # --compare leaves the speedup unchecked, and says so
+    platform_costs: Path | None = None  # a replay's JSON whose stages price each job's platform work
+    platform_host: PlatformHost = PlatformHost.SHARED  # every replay so far: the stack on 2 shared CPU cores

@@ -14,6 +14,7 @@ from bench.sim.autoscale import AutoscalerSpec
 from bench.sim.cache import CacheCounters
 from bench.sim.cascade import CascadeSpec
 from bench.sim.monitor import AllocationPoint, MonitorSpec
+from bench.sim.platform import PlatformCharge
 from bench.sim.pools import PoolTargets
 
 DEFAULT_LARGE_WORKERS = 3
@@ -45,6 +46,7 @@ class SimConfig:
     max_batch: int = 1  # jobs a worker denoises together (Settings.max_batch), with costs.batch_slowdown
     autoscaler: AutoscalerSpec | None = None  # KEDA's fleet size (bench.sim.autoscale); None: a fixed fleet
     cohost: bool = False  # Settings.cohost: small workers run misses on the large model when no hit waits
+    platform: PlatformCharge | None = None  # each job's platform cost on its worker (bench.sim.platform)
 
     @property
     def cohosting(self) -> bool:
@@ -75,3 +77,4 @@ class SimResult:
     counters: CacheCounters | None
     table: str | None
     allocation_timeline: tuple[AllocationPoint, ...] | None = None  # with a pool monitor: each decision
+    device_ms_per_job: float | None = None  # the workers' time on model calls over the jobs run

@@ -11,14 +11,11 @@ per-role limits apply.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from bench.run.costs import StepCosts
-from bench.run.report import BenchReport, SweepPoint
 from bench.sim.pools import MonitorSnapshot, PoolTargets
 from core.settings import Settings
 from core.vocabulary import MonitorMode, Role
@@ -84,25 +81,6 @@ def load_windows(
     return [
         LoadWindow(start + i * window_s, offered[i] / window_s, served[i] / window_s) for i in range(count)
     ]
-
-
-def write_simulation_json(
-    path: Path,
-    output: BenchReport | Sequence[BenchReport | SweepPoint],
-    timelines: Sequence[Sequence[AllocationPoint] | None],
-) -> None:
-    """Like bench.run.report.write_json, each run's object gaining `allocation_timeline` when a pool monitor
-    ran in it: [{t, large, small}, ...] from the start, one point per decision."""
-    items = [output] if isinstance(output, BenchReport) else list(output)
-    payload = []
-    for item, timeline in zip(items, timelines, strict=True):
-        data = item.as_json()
-        if timeline is not None:
-            data["allocation_timeline"] = [point.as_json() for point in timeline]
-        payload.append(data)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(payload[0] if isinstance(output, BenchReport) else payload, indent=2)
-    path.write_text(text + "\n", encoding="utf-8")
 
 
 def step_cost_ms(step_ms: float, decode_ms: float, steps: int) -> float:

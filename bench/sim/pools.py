@@ -79,6 +79,8 @@ class Worker:
     capacity: int = 1
     jobs: dict[int, float] = field(default_factory=dict)
     models: dict[int, tuple[str, float]] = field(default_factory=dict)  # seq -> its model, its step ms
+    platform: dict[int, float] = field(default_factory=dict)  # seq -> platform ms left after its steps
+    device_ms: float = 0.0  # time spent on the model calls so far (bench.sim.platform's calibration)
     available_s: float = 0.0
     updated_s: float = 0.0
     done_s: float | None = None
@@ -90,47 +92,82 @@ class Worker:
     def has_slot(self, now_s: float) -> bool:
         return not self.retired and len(self.jobs) < self.capacity and self.available_s <= now_s
 
-    def take(self, seq: int, work_ms: float, model: str, step_ms: Mapping[str, float]) -> None:
+    def take(
+        self, seq: int, work_ms: float, model: str, step_ms: Mapping[str, float], platform_ms: float = 0.0
+    ) -> None:
         """Start a job of `work_ms` (a batch of one's milliseconds) on `model`, whose step costs
-        step_ms[model]: what its batch shares (`rates`)."""
+        step_ms[model]: what its batch shares (`rates`); then `platform_ms` of the job's own platform
+        work (bench.sim.platform), which no batch shares."""
         self.jobs[seq] = work_ms
         self.models[seq] = (model, step_ms[model])
+        if platform_ms > 0:
+            self.platform[seq] = platform_ms
+
+    def _denoising(self) -> list[int]:
+        """The jobs still in their model calls (the others are in their platform work)."""
+        return [seq for seq, left in self.jobs.items() if left > 1e-6 or seq not in self.platform]
 
     def rates(self, slowdown: Callable[[int], float]) -> dict[int, float]:
-        """Milliseconds of its work each job does per millisecond. The jobs of one model share one
-        UNet call a step: n of them progress 1 / slowdown(n) as fast as one alone (a batch of n steps
+        """Milliseconds of its present work each job does per millisecond. The jobs of one model share
+        one UNet call a step: n of them progress 1 / slowdown(n) as fast as one alone (a batch of n steps
         slowdown(n) times as long). A worker hosting two models (a co-hosting small worker) runs one
         batch a model, and the two calls take turns on the device (workers.runtime.batch_loop, a loop a
         model): a round of one step of each lasts the sum of slowdown(n_m) x step_m over the models m,
-        in which a job of model m does step_m of its work."""
-        model_of = {seq: self.models.get(seq, ("", 1.0)) for seq in self.jobs}  # one model unless taken
+        in which a job of model m does step_m of its work. A job past its steps does its platform work
+        alone: the worker's time is shared evenly between the batch and each such job (one process's
+        time, work-conserving; with no platform work the batch has it all, as before)."""
+        denoising = self._denoising()
+        after = [seq for seq in self.jobs if seq not in denoising]
+        share = 1.0 / ((1 if denoising else 0) + len(after)) if self.jobs else 1.0
+        rates = dict.fromkeys(after, share)
+        model_of = {seq: self.models.get(seq, ("", 1.0)) for seq in denoising}  # one model unless taken
         groups = Counter(model_of.values())
         if len(groups) <= 1:
-            return dict.fromkeys(self.jobs, 1.0 / slowdown(len(self.jobs)))
+            return rates | dict.fromkeys(denoising, share / slowdown(len(denoising)))
         round_ms = sum(slowdown(n) * step for (_, step), n in groups.items())
-        return {seq: model_of[seq][1] / round_ms for seq in self.jobs}
+        return rates | {seq: share * model_of[seq][1] / round_ms for seq in denoising}
+
+    def _device_share(self) -> float:
+        """The share of the worker's time its model calls take now."""
+        denoising = self._denoising()
+        if not denoising:
+            return 0.0
+        return 1.0 / (1 + len(self.jobs) - len(denoising))
 
     def advance(self, now_s: float, slowdown: Callable[[int], float]) -> None:
-        """Run the jobs from updated_s to now, each at its rate (`rates`)."""
+        """Run the jobs from updated_s to now, each at its rate (`rates`): its steps, then its platform
+        work (a phase ends at an event: `next_done` schedules one at each)."""
         if self.jobs and now_s > self.updated_s:
             elapsed_ms = (now_s - self.updated_s) * 1000.0
             rates = self.rates(slowdown)
-            self.jobs = {seq: left - elapsed_ms * rates[seq] for seq, left in self.jobs.items()}
+            self.device_ms += elapsed_ms * self._device_share()
+            denoising = set(self._denoising())
+            for seq in list(self.jobs):
+                if seq in denoising:
+                    self.jobs[seq] -= elapsed_ms * rates[seq]
+                else:
+                    self.platform[seq] -= elapsed_ms * rates[seq]
         self.updated_s = now_s
 
     def next_done(self, now_s: float, slowdown: Callable[[int], float]) -> float | None:
-        """When the first job ends, if no job joins or leaves before."""
+        """When the first job ends its steps or its platform work, if no job joins or leaves before."""
         if not self.jobs:
             return None
         rates = self.rates(slowdown)
-        return now_s + min(max(0.0, left) / rates[seq] for seq, left in self.jobs.items()) / 1000.0
+        denoising = set(self._denoising())
+        left = {seq: self.jobs[seq] if seq in denoising else self.platform[seq] for seq in self.jobs}
+        return now_s + min(max(0.0, ms) / rates[seq] for seq, ms in left.items()) / 1000.0
 
     def finished(self) -> list[int]:
-        """Remove and return the jobs whose work is done (within a nanosecond of rounding)."""
-        ended = [seq for seq, left in self.jobs.items() if left <= 1e-6]
+        """Remove and return the jobs whose work is done, steps and platform work (within a nanosecond
+        of rounding)."""
+        ended = [
+            seq for seq, left in self.jobs.items() if left <= 1e-6 and self.platform.get(seq, 0.0) <= 1e-6
+        ]
         for seq in ended:
             del self.jobs[seq]
             self.models.pop(seq, None)
+            self.platform.pop(seq, None)
         return ended
 
 

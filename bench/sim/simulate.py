@@ -18,7 +18,10 @@ The model of one request:
      step cost + one VAE decode. A worker runs up to `SimConfig.batch_capacity` jobs at once (step-level
      batching, workers.runtime.batch_loop: REPRISE_MAX_BATCH where the costs carry the runtime bench's
      batch table, else one): while n share its steps each progresses 1 / slowdown(n) as fast as alone
-     (StepCosts.slowdown), so a job's end moves whenever another joins or leaves.
+     (StepCosts.slowdown), so a job's end moves whenever another joins or leaves. With measured
+     platform costs (`SimConfig.platform`, bench.sim.platform) each job then does its route's platform
+     work on the same worker, which no batch shares: a hit a hit's, a miss a miss's, a job of a run
+     that caches nothing vanilla's.
   4. at completion a hit counts one use of its entry and state (as reuse_job does); a miss, and with
      cache_all any hit, inserts an entry (captured states under resume, a final latent under refine),
      evicting first what the budget needs (jobs.passes.eviction.ensure_room's rule, batched:
@@ -202,7 +205,8 @@ class _Simulation:
                 continue
             worker.advance(now, self.costs.slowdown)
             work_ms = self._service_s(job, on_small=worker.role is Role.SMALL) * 1000.0
-            worker.take(job.request.seq, work_ms, next(reversed(job.evals)), self.step_ms)
+            model = next(reversed(job.evals))
+            worker.take(job.request.seq, work_ms, model, self.step_ms, self._platform_ms(job))
             self._schedule(worker, now)
             if not worker.has_slot(now):
                 ready.remove(worker)
@@ -228,6 +232,21 @@ class _Simulation:
         step_ms = self.costs.small_step_ms if on_small else self.costs.large_step_ms
         job.evals = {**job.evals, model: steps} if job.stage == "heavy" else {model: steps}
         return (steps * step_ms + self.costs.decode_ms) / 1000.0
+
+    def _platform_ms(self, job: SimJob) -> float:
+        """The job's platform work on its worker (bench.sim.platform): its route's, vanilla's in a run
+        that caches nothing; none without measured costs."""
+        charge = self.config.platform
+        if charge is None:
+            return 0.0
+        vanilla = not self.profile.caches and self.config.cascade is None
+        return charge.job_ms(hit=job.k is not None, vanilla=vanilla)
+
+    def device_ms_per_job(self) -> float | None:
+        """The workers' time on model calls over the jobs completed (a batch's time shared by its jobs)."""
+        if not self.outcomes:
+            return None
+        return sum(worker.device_ms for worker in self.pools.workers) / len(self.outcomes)
 
     def _next_job(self, queue: deque[SimJob]) -> SimJob | None:
         """The next job of `queue` a worker can run. A hit whose source was evicted since admission
@@ -440,6 +459,7 @@ def run_simulation(
         counters=lookup.cache.counters if lookup.cache is not None else None,
         table=lookup.table,
         allocation_timeline=tuple(simulation.timeline) if simulation.followed(monitor) else None,
+        device_ms_per_job=simulation.device_ms_per_job(),
     )
 
 

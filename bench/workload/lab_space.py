@@ -16,6 +16,15 @@ is found by, the second judge's reading of the image the large model made for it
   similarities come in shares of the prompt's attributes (5/6, 8/9, ...), where the stack's are spread
   around them.
 
+A prompt the lab's world cannot express (lab.captions.parse reads nothing in it, e.g. a DiffusionDB
+prompt) gets the service's vector for it too: the space's last coordinate, orthogonal to every image
+(attribute_vector(None)), so it finds no cached image by similarity, as on the stack; only the identical
+prompt's entry serves it (admission's prompt key, bench.sim.cache). What the second judge would read in
+the image the large model draws for it cannot be known without drawing it: its key is a reading that
+favours no value (`outside_reading`, each attribute's probabilities even, the second object's blocks
+weighted by the arrangements that show one), whose cosine with any lab prompt stays under 0.5, below
+every row of the lab's image table (lab-t2i's 0.85), so it serves no lab prompt either.
+
 The draw is seeded per prompt line, so a run repeats.
 """
 
@@ -103,6 +112,24 @@ def drawn_reading(
     return normalised
 
 
+def outside_reading(dim: int) -> npt.NDArray[np.float32]:
+    """The key of an image made for a prompt outside the lab's world (module docstring): the second
+    judge's reading with every attribute's values equally likely, laid out as the service lays out a
+    reading (workers.runtime.embedders.lab_attributes: the second object's blocks weighted by the
+    probability that the image shows two objects), unit length."""
+    from lab.world import ATTRIBUTES, PAIR_LAYOUTS
+    from workers.runtime.embedders.lab_attributes import value_coordinate
+
+    pair = len(PAIR_LAYOUTS) / len(ATTRIBUTES["arrangement"])  # even arrangement probabilities
+    vector = np.zeros(dim, dtype=np.float32)
+    for name, values in ATTRIBUTES.items():
+        weight = pair if name.startswith("b_") else 1.0
+        for value in values:
+            vector[value_coordinate(name, value)] = weight / len(values)
+    normalised: npt.NDArray[np.float32] = vector / np.float32(np.linalg.norm(vector))
+    return normalised
+
+
 def lab_space_embeddings(
     prompts: Prompts,
     indices: Sequence[int],
@@ -111,21 +138,23 @@ def lab_space_embeddings(
     dim: int,
     readings: Sequence[Reading] = (),
 ) -> TraceEmbeddings:
-    """Queries (every prompt's attributes) and keys (a drawn reading of its image) for the lines in
-    `indices`; ValueError naming the line when a prompt is not of the lab's world."""
+    """Queries (every prompt's vector as the service embeds it) and keys (a drawn reading of its image)
+    for the lines in `indices`; a prompt outside the lab's world lands where the service puts it, its
+    image on `outside_reading` (module docstring)."""
     from lab.captions import parse
     from workers.runtime.embedders.lab_attributes import attribute_vector
 
     size = len(prompts.lines)
     queries: Vectors = np.zeros((size, dim), dtype=np.float32)
     keys: Vectors = np.zeros((size, dim), dtype=np.float32)
+    outside = 0
     for line in sorted(set(indices)):
         asked = parse(prompts.lines[line])
         if asked is None:
-            raise ValueError(
-                f"line {line + 1} is not a lab prompt ({prompts.lines[line]!r}): the lab's attribute space "
-                "simulates lab traces only (`reprise lab trace`)"
-            )
+            queries[line] = attribute_vector(None, dim)
+            keys[line] = outside_reading(dim)
+            outside += 1
+            continue
         rng = np.random.default_rng(zlib.crc32(prompts.lines[line].encode()))  # the request's seed (seed_of)
         queries[line] = attribute_vector(asked, dim)
         drawn = drawn_reading(asked, readings, rng, dim)
@@ -138,5 +167,6 @@ def lab_space_embeddings(
         + (f"({len(readings)} measured readings)" if readings else "(simulated one-hot readings)"),
         "shown": shown,
         "dim": dim,
+        "outside_world": outside,  # distinct prompts the lab's world cannot express: they match no image
     }
     return TraceEmbeddings(vectors=queries, embed_ms_per_prompt=0.0, describe=describe, keys=keys)

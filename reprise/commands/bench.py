@@ -137,6 +137,30 @@ VideoFramesOpt = Annotated[
     typer.Option("--video-frames", min=1, max=128, help="Submit video jobs of this many frames (FlexCache)."),
 ]
 CompareOpt = Annotated[Path | None, typer.Option("--compare", help="A replay's JSON to validate against.")]
+NoThroughputOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-throughput",
+        help="With --compare: leave the speedup over vanilla unchecked (a replay without --vanilla cannot "
+        "check it, and then fails); the report says it was not checked.",
+    ),
+]
+PlatformCostsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--platform-costs",
+        help="A `bench replay --json` output with `stages`: each job is charged its route's measured "
+        "platform cost beside its steps (default: the --compare replay's, where it has stages).",
+    ),
+]
+PlatformHostOpt = Annotated[
+    str,
+    typer.Option(
+        "--platform-host",
+        help="Where the replay's platform work ran: shared (every process on the model calls' cores, as "
+        "on the 2-core CPU host of the repository's replays) or beside (cores beside the GPUs).",
+    ),
+]
 JobsOpt = Annotated[int, typer.Option("--jobs", min=1, help="Simulations to run in parallel processes.")]
 ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bar on stderr.")]
 
@@ -209,6 +233,9 @@ def simulate_command(
     json_path: JsonOpt = None,
     plots: PlotsOpt = None,
     compare: CompareOpt = None,
+    no_throughput: NoThroughputOpt = False,
+    platform_costs: PlatformCostsOpt = None,
+    platform_host: PlatformHostOpt = "shared",
     seed: SeedOpt = 0,
     jobs: JobsOpt = 1,
     progress: ProgressOpt = True,
@@ -233,6 +260,8 @@ def simulate_command(
             monitor=parse.parse_monitor(monitor), monitor_period_s=monitor_period_s,
             allocator=parse.parse_allocator(allocator), cascade_pair=cascade_pair,
             cascade_profile=cascade_profile, jobs=jobs, json_path=json_path, plots=plots, compare=compare,
+            no_throughput=no_throughput, platform_costs=platform_costs,
+            platform_host=parse.parse_platform_host(platform_host),
         )  # fmt: skip
         return simulate_main(get_settings(), options)
 

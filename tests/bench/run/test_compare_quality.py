@@ -20,7 +20,7 @@ def _judged(drop: float | None, interval: tuple[float, float] | None = None) -> 
 
 
 def test_a_predicted_drop_within_the_tolerance_agrees() -> None:
-    comparison = compare_reports(_judged(0.03), _judged(0.04, (0.03, 0.05)).as_json())
+    comparison = compare_reports(_judged(0.03), _judged(0.04, (0.03, 0.05)).as_json(), throughput=False)
     assert comparison.ok, comparison.describe()
     check = next(c for c in comparison.checks if c.name == "quality_drop")
     assert check.tolerance == pytest.approx(QUALITY_TOLERANCE + 0.01)  # and half the interval's width
@@ -29,7 +29,7 @@ def test_a_predicted_drop_within_the_tolerance_agrees() -> None:
 
 def test_the_issues_prediction_disagrees_with_its_measurement() -> None:
     """-0.002 predicted against 0.055 measured (a 300-request lab trace, 64 hits audited)."""
-    comparison = compare_reports(_judged(-0.002), _judged(0.055, (0.035, 0.077)).as_json())
+    comparison = compare_reports(_judged(-0.002), _judged(0.055, (0.035, 0.077)).as_json(), throughput=False)
     assert not comparison.ok
     assert [c.name for c in comparison.checks if not c.ok] == ["quality_drop"]
     assert "DISAGREES" in comparison.describe()
@@ -38,13 +38,19 @@ def test_the_issues_prediction_disagrees_with_its_measurement() -> None:
 def test_the_measured_intervals_half_width_adds_to_the_tolerance() -> None:
     """A measurement is itself a sample: a prediction within the tolerance of the true drop lies within
     the tolerance plus the measurement's half interval of the measured one."""
-    assert compare_reports(_judged(0.0), _judged(0.05, (-0.01, 0.11))).ok  # within 0.02 + 0.06
-    assert compare_reports(_judged(0.0), _judged(0.029, (0.019, 0.039))).ok  # 0.029 within 0.02 + 0.01
-    assert not compare_reports(_judged(0.0), _judged(0.031, (0.021, 0.041))).ok
-    assert not compare_reports(_judged(0.0), _judged(0.05, (0.04, 0.06))).ok
+    assert compare_reports(
+        _judged(0.0), _judged(0.05, (-0.01, 0.11)), throughput=False
+    ).ok  # within 0.02 + 0.06
+    assert compare_reports(
+        _judged(0.0), _judged(0.029, (0.019, 0.039)), throughput=False
+    ).ok  # 0.029 within 0.02 + 0.01
+    assert not compare_reports(_judged(0.0), _judged(0.031, (0.021, 0.041)), throughput=False).ok
+    assert not compare_reports(_judged(0.0), _judged(0.05, (0.04, 0.06)), throughput=False).ok
 
 
 def test_an_unmeasured_drop_is_not_agreement_but_an_unjudged_trace_checks_nothing() -> None:
-    assert not compare_reports(_judged(0.01), _judged(None)).ok  # judged, no hit audited
-    assert not compare_reports(_judged(0.01), report()).ok  # a lab replay with its quality missing
-    assert compare_reports(report(), report()).ok  # neither judged (not a lab trace)
+    assert not compare_reports(_judged(0.01), _judged(None), throughput=False).ok  # judged, no hit audited
+    assert not compare_reports(
+        _judged(0.01), report(), throughput=False
+    ).ok  # a lab replay with its quality missing
+    assert compare_reports(report(), report(), throughput=False).ok  # neither judged (not a lab trace)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.run.compare import THROUGHPUT_TOLERANCE, compare_reports
+from bench.run.compare import NO_VANILLA, NOT_CHECKED, THROUGHPUT_TOLERANCE, compare_reports
 from tests.bench.run.test_report import report
 
 
@@ -44,10 +44,32 @@ def test_the_tolerance_is_relative_to_the_measured_speedup() -> None:
     assert not _speedup(outside * 4.0, 4.0, _replay(3.0, 3.0))[1].ok
 
 
-def test_a_replay_without_a_live_vanilla_run_checks_nothing_and_says_so() -> None:
-    comparison, check = _speedup(9.0, 1.0, _replay(1.0, None))
-    assert check.ok and check.measured is None
-    assert "no live vanilla run" in comparison.describe()
+def test_a_replay_without_a_live_vanilla_run_fails_the_check_and_says_why() -> None:
+    """Nothing to check the speedup against is no agreement: the check fails, naming the two ways out."""
+    comparison, check = _speedup(1.0, 1.0, _replay(1.0, None))  # the same throughput: still no check
+    assert not check.ok and check.measured is None and not comparison.ok
+    assert check.note == NO_VANILLA and "--vanilla" in check.note and "--no-throughput" in check.note
+    assert NO_VANILLA in comparison.describe() and "DISAGREES" in comparison.describe()
+
+
+def test_no_throughput_leaves_the_speedup_unchecked_and_says_so() -> None:
+    """Asked not to check, the speedup passes as unchecked, whatever the figures, and the verdict and
+    the JSON name it; the other checks are made as before."""
+    replay = _replay(1.0, None)
+    comparison = compare_reports(
+        report(throughput_rps=9.0, vanilla_throughput_rps=1.0), replay, throughput=False
+    )
+    check = next(c for c in comparison.checks if c.name == "speedup")
+    assert check.ok and not check.checked and check.note == NOT_CHECKED
+    assert comparison.ok and comparison.unchecked == ("speedup",)
+    assert "speedup NOT CHECKED" in comparison.describe().splitlines()[-1]
+    data = comparison.as_json()
+    assert data["not_checked"] == ["speedup"] and data["checks"]["speedup"]["checked"] is False
+    assert all(data["checks"][name]["checked"] for name in ("hit_rate", "compute_saved", "k_histogram"))
+    wrong = compare_reports(report(hit_rate=0.9), replay, throughput=False)  # another check still fails
+    assert [c.name for c in wrong.checks if not c.ok] == ["hit_rate"]
+    with_vanilla = compare_reports(report(throughput_rps=9.0, vanilla_throughput_rps=1.0), _replay(1.0, 1.0))
+    assert not with_vanilla.ok and with_vanilla.unchecked == ()  # checked by default: 9x against 1x
 
 
 def test_a_simulation_without_vanilla_cannot_agree() -> None:
@@ -65,4 +87,5 @@ def test_compute_saved_weighed_by_other_costs_is_not_compared() -> None:
     assert next(c for c in same.checks if c.name == "compute_saved").ok
     check = next(c for c in other.checks if c.name == "compute_saved")
     assert not check.ok and "pass both the same --costs" in check.note and not other.ok
-    assert compare_reports(report(step_costs=lab), report().as_json()).ok  # a replay from before step_costs
+    before = compare_reports(report(step_costs=lab), report().as_json(), throughput=False)
+    assert before.ok  # a replay from before step_costs

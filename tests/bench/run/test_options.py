@@ -6,7 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from bench.run.options import WorkloadOptions, guarded, parse_list, parse_size, workload_options
+from bench.run.options import (
+    PlatformHost,
+    WorkloadOptions,
+    guarded,
+    parse_list,
+    parse_platform_host,
+    parse_size,
+    workload_options,
+)
 from bench.workload.trace import DEFAULT_PROMPTS, ArrivalKind, PromptOrder
 from core.errors import TraceError
 
@@ -53,3 +61,10 @@ def test_guarded_turns_bad_input_into_status_2(capsys: pytest.CaptureFixture[str
     assert guarded(bad) == 2
     assert "error: prompts file x is empty" in capsys.readouterr().err
     assert guarded(lambda: 0) == 0
+
+
+def test_the_platform_host_is_shared_or_beside() -> None:
+    assert parse_platform_host(" Beside ") is PlatformHost.BESIDE
+    assert parse_platform_host("shared") is PlatformHost.SHARED
+    with pytest.raises(ValueError, match="--platform-host 'gpu': choose shared or beside"):
+        parse_platform_host("gpu")

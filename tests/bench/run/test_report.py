@@ -135,7 +135,7 @@ def test_a_costs_file_without_the_contract_fields_is_refused(tmp_path: Path) -> 
 
 def test_comparison_accepts_agreement_within_tolerance() -> None:
     simulated = report(hit_rate=0.52, compute_saved=0.14, k_histogram={5: 62, 25: 42})
-    comparison = compare_reports(simulated, report().as_json())
+    comparison = compare_reports(simulated, report().as_json(), throughput=False)
     assert comparison.ok, comparison.describe()
     assert "agrees" in comparison.describe()
 
@@ -149,21 +149,27 @@ def test_comparison_accepts_agreement_within_tolerance() -> None:
     ],
 )
 def test_comparison_flags_each_metric_out_of_tolerance(changes: dict[str, Any], failing: str) -> None:
-    comparison = compare_reports(report(**changes), report())
+    comparison = compare_reports(report(**changes), report(), throughput=False)
     assert not comparison.ok
     assert [check.name for check in comparison.checks if not check.ok] == [failing]
 
 
 def test_comparison_tolerance_widens_for_few_requests() -> None:
     few = report(requests=20)
-    assert compare_reports(report(hit_rate=0.8), few).ok  # 3 standard errors of 0.5 over 20 is 0.34
-    assert not compare_reports(report(hit_rate=0.8), report(requests=2000)).ok
+    assert compare_reports(
+        report(hit_rate=0.8), few, throughput=False
+    ).ok  # 3 standard errors of 0.5 over 20 is 0.34
+    assert not compare_reports(report(hit_rate=0.8), report(requests=2000), throughput=False).ok
 
 
 def test_k_distribution_tolerance_widens_for_few_hits() -> None:
     # The same shift between the two distributions (TV 0.2): noise for 10 hits, a real difference for 100.
-    assert compare_reports(report(k_histogram={5: 4, 25: 6}), report(k_histogram={5: 6, 25: 4})).ok
-    many = compare_reports(report(k_histogram={5: 40, 25: 60}), report(k_histogram={5: 60, 25: 40}))
+    assert compare_reports(
+        report(k_histogram={5: 4, 25: 6}), report(k_histogram={5: 6, 25: 4}), throughput=False
+    ).ok
+    many = compare_reports(
+        report(k_histogram={5: 40, 25: 60}), report(k_histogram={5: 60, 25: 40}), throughput=False
+    )
     assert [check.name for check in many.checks if not check.ok] == ["k_histogram"]
 
 
@@ -179,7 +185,7 @@ def test_comparison_bounds_the_relative_error_when_little_is_saved() -> None:
     # passed this fivefold error.
     measured = report(requests=200, hit_rate=0.02, compute_saved=0.0085, k_histogram={5: 2, 10: 2})
     simulated = report(requests=200, hit_rate=0.02, compute_saved=0.043, k_histogram={5: 2, 10: 2})
-    comparison = compare_reports(simulated, measured)
+    comparison = compare_reports(simulated, measured, throughput=False)
     assert [check.name for check in comparison.checks if not check.ok] == ["compute_saved"]
     assert "DISAGREES" in comparison.describe()
     saved = next(check for check in comparison.checks if check.name == "compute_saved")
@@ -188,9 +194,11 @@ def test_comparison_bounds_the_relative_error_when_little_is_saved() -> None:
     # (hits kept on a small worker the stack had moved) passed the old check; it fails now.
     live = report(requests=300, hit_rate=0.1, compute_saved=0.0299, k_histogram={5: 8, 10: 14})
     assert not compare_reports(
-        report(hit_rate=0.1, compute_saved=0.0569, k_histogram={5: 8, 10: 14}), live
+        report(hit_rate=0.1, compute_saved=0.0569, k_histogram={5: 8, 10: 14}), live, throughput=False
     ).ok
-    assert compare_reports(report(hit_rate=0.1, compute_saved=0.0299, k_histogram={5: 8, 10: 14}), live).ok
+    assert compare_reports(
+        report(hit_rate=0.1, compute_saved=0.0299, k_histogram={5: 8, 10: 14}), live, throughput=False
+    ).ok
     # The systematic allowance: a quarter of the measured value, between 0.01 and 0.05.
     assert tolerance(0.40, 0.0) == pytest.approx(0.05)
     assert tolerance(0.10, 0.0) == pytest.approx(0.025)

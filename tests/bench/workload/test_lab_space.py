@@ -23,6 +23,7 @@ from bench.workload.lab_space import (
 from bench.workload.trace import ArrivalSpec, build_workload, load_prompts
 from core.settings import Settings, load_settings
 from core.vocabulary import LAB_ATTRIBUTES, HitPolicy, LookupMode
+from jobs.policies.k_selection import PRESETS
 from lab.captions import caption, parse
 from lab.world import sample_scene
 from workers.runtime.embedders.factory import build_image_embedder
@@ -49,10 +50,25 @@ def test_queries_are_the_services_vectors_and_readings_keep_what_is_shown(tmp_pa
     assert misread.keys is not None and np.allclose(np.einsum("ij,ij->i", misread.keys, misread.vectors), 0.0)
     drawn, again = (lab_space_embeddings(prompts, lines, shown=0.7, dim=DIM).keys for _ in range(2))
     assert drawn is not None and again is not None and np.array_equal(drawn, again)  # seeded per prompt
-    with pytest.raises(ValueError, match="not a lab prompt"):
-        lab_space_embeddings(
-            load_prompts(_write(tmp_path, "an astronaut riding a horse")), [0], shown=0.7, dim=DIM
-        )
+
+
+def test_a_prompt_outside_the_labs_world_gets_the_services_vector_and_matches_no_image(
+    tmp_path: Path,
+) -> None:
+    """A real prompt lands where the service's attribute embedder puts it (the last coordinate), and the
+    key drawn for its image serves no prompt, of the lab's world or outside it, at the lab table's floor."""
+    lab = list(load_prompts(_trace(tmp_path, 40, repeat=False)).lines)
+    outside = ["an astronaut riding a horse, trending on artstation", "a castle at dusk, oil painting"]
+    prompts = load_prompts(_write(tmp_path, "\n".join(outside + lab)))
+    service = build_image_embedder(load_settings(open_clip_model=LAB_ATTRIBUTES))
+    embedded = lab_space_embeddings(prompts, range(len(prompts)), shown=0.7, dim=DIM)
+    assert np.allclose(embedded.vectors, service.embed_text(list(prompts.lines)))
+    assert embedded.keys is not None and embedded.describe["outside_world"] == len(outside)
+    assert np.allclose(np.linalg.norm(embedded.keys, axis=1), 1.0)
+    similarities = embedded.vectors @ embedded.keys[: len(outside)].T  # every query against their images
+    floor = PRESETS["lab-t2i"].lowest_similarity
+    assert float(similarities.max()) < floor
+    assert np.allclose(embedded.vectors[: len(outside)] @ embedded.keys.T, 0.0)  # they match no image at all
 
 
 def _write(tmp_path: Path, text: str) -> Path:
