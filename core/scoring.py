@@ -76,15 +76,6 @@ class Scorer(Protocol):
     @property
     def scale(self) -> ScoreScale: ...
 
-    @property
-    def worth_a_decode(self) -> bool:
-        """Whether a served job whose image was not decoded is decoded to be scored. The lab judge:
-        yes (a small network on 64-pixel images; the lab's service reports every job's quality).
-        CLIP score on real models: no, a served job is scored only when its image is decoded anyway
-        (an eager decode, an image-space lookup): one VAE decode per job would undo LatentBox's
-        decode on read (4.1)."""
-        ...
-
     def reads(self, prompt: str) -> bool:
         """Whether this scorer has a score for an image of `prompt` (CLIP score: every prompt; the
         judge: a prompt of a lab scene), so that a caller need not make an image only to learn that

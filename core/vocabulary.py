@@ -202,3 +202,30 @@ class LogFormat(StrEnum):
     AUTO = "auto"  # text on a terminal, json otherwise
     TEXT = "text"
     JSON = "json"
+
+
+JOB_STAGES: tuple[str, ...] = (
+    "queue",
+    "admission",
+    "claim",
+    "read",
+    "encode_prompt",
+    "denoise",
+    "vae_decode",
+    "vae_encode",
+    "score",
+    "store",
+    "cache_fill",
+    "complete",
+    "notify",
+)
+"""Where a job's time goes, in a job's order (workers.stages says what each covers): waiting in queue and
+admission, then its run on a GPU worker."""
+DEVICE_STAGES: frozenset[str] = frozenset({"encode_prompt", "denoise", "vae_decode", "vae_encode"})
+"""The stages that are model calls: a job's device time is their sum, the rest is the platform's."""
+
+
+def in_stage_order(stages_ms: dict[str, float]) -> dict[str, float]:
+    """A job's stages in JOB_STAGES order (others after, by name): JSONB keeps no key order."""
+    order = {name: index for index, name in enumerate(JOB_STAGES)}
+    return {name: stages_ms[name] for name in sorted(stages_ms, key=lambda n: (order.get(n, len(order)), n))}

@@ -8,12 +8,13 @@ ended. The functions take a session and leave committing to the caller.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
-from sqlalchemy import func, literal, select, update
+from sqlalchemy import Integer, String, column, func, literal, select, update, values
+from sqlalchemy.dialects.postgresql import UUID
 from sqlalchemy.orm import Session
 
 from core.vocabulary import TERMINAL_STATUSES, AdmissionOutcome, JobStatus, Route
@@ -204,10 +205,11 @@ def complete(
     final_latent_key: str,
     vae_decodes: int = 0,
     quality: float | None = None,
+    stages_ms: dict[str, float] | None = None,
 ) -> bool:
-    """Mark the run succeeded, with the VAE decodes its generation ran and the judge's quality of its
-    image (where the lab's models run). Only the lease holder's completion counts; returns whether it
-    did."""
+    """Mark the run succeeded, with the VAE decodes its generation ran, the judge's quality of its
+    image (where the lab's models run) and its time by stage (workers.stages). Only the lease holder's
+    completion counts; returns whether it did."""
     result = session.execute(
         update(Job)
         .where(Job.id == job_id, Job.lease_owner == owner, Job.status == JobStatus.PROCESSING.value)
@@ -218,6 +220,7 @@ def complete(
             final_latent_key=final_latent_key,
             vae_decodes=vae_decodes,
             quality=quality,
+            stages_ms=stages_ms,
             finished_at=utcnow(),
             lease_until=None,
         )
@@ -243,6 +246,38 @@ def _end(job: Job, status: JobStatus, now: datetime, *, error: str | None) -> No
 
 def is_cancel_requested(session: Session, job_id: uuid.UUID) -> bool:
     return bool(session.scalar(select(Job.cancel_requested).where(Job.id == job_id)))
+
+
+def cancel_requested_among(session: Session, job_ids: Collection[uuid.UUID]) -> set[uuid.UUID]:
+    """Of `job_ids`, those whose cancel was requested: one query for every run a worker holds."""
+    if not job_ids:
+        return set()
+    rows = session.scalars(select(Job.id).where(Job.id.in_(list(job_ids)), Job.cancel_requested.is_(True)))
+    return set(rows)
+
+
+def record_progress_many(
+    session: Session, reports: Sequence[tuple[uuid.UUID, str, int, int]]
+) -> set[uuid.UUID]:
+    """Several running jobs' progress in one statement: (job, owner, step, total) each; only each lease
+    holder's run reports. Returns the jobs whose row it changed."""
+    if not reports:
+        return set()
+    given = values(
+        column("job_id", UUID(as_uuid=True)),
+        column("owner", String),
+        column("step", Integer),
+        column("total", Integer),
+        name="reported",
+    ).data([tuple(report) for report in reports])
+    changed = session.scalars(
+        update(Job)
+        .where(Job.id == given.c.job_id, Job.lease_owner == given.c.owner)
+        .where(Job.status == JobStatus.PROCESSING.value)
+        .values(progress_step=given.c.step, progress_total=given.c.total)
+        .returning(Job.id)
+    )
+    return set(changed)
 
 
 @dataclass(frozen=True)

@@ -135,6 +135,7 @@ class Job(Base):
     progress_step: Mapped[int | None] = mapped_column(Integer)  # schedule steps done, while it runs
     progress_total: Mapped[int | None] = mapped_column(Integer)  # the schedule's T
     quality: Mapped[float | None] = mapped_column(Float)  # the scorer's: the image's, or a video's
+    stages_ms: Mapped[dict[str, float] | None] = mapped_column(JSONB)  # workers.stages: stage -> ms
     # DiffServe's light stage, for a job that went through the cascade (db.cascade.LightStage.as_json)
     cascade: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     attempts: Mapped[int] = mapped_column(Integer, default=0)

@@ -2,7 +2,7 @@
 
     reprise:job:done:<job id>       a message when the job reached a final status
     reprise:job:progress:<job id>   a message when it started, and as its steps go (at most every
-                                    workers.progress.PROGRESS_EVERY_S): {"step": s, "total": T}
+                                    workers.run_watch.PROGRESS_EVERY_S): {"step": s, "total": T}
 
 Best effort by design: a reader also looks at the job row every few seconds, so a lost announcement
 costs it a little latency, never a wrong answer. The row holds the truth (status, progress_step).

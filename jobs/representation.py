@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.params import params_from_row, video_params_from_row
-from core.vocabulary import AdmissionOutcome, DecodeMode, JobKind, JobStatus
+from core.vocabulary import AdmissionOutcome, DecodeMode, JobKind, JobStatus, in_stage_order
 from db.models import Job
 from jobs.estimates import Estimate, remaining_s
 
@@ -117,6 +117,14 @@ class GenerationMetrics(BaseModel):
     )
     queue_time_s: float | None = Field(description="From creation to the start of generation.")
     run_time_s: float | None = Field(description="From the start of generation to completion.")
+    stages_ms: dict[str, float] = Field(
+        default_factory=dict,
+        description="Where the job's time went, in ms by stage: queue (waiting, admission's own time "
+        "excluded) and admission, then its run's worker time: claim, read (a hit's cached item), "
+        "encode_prompt, denoise (its share of the batched steps' model calls), vae_decode, vae_encode, "
+        "score, store, cache_fill, complete. The model's calls (encode_prompt, denoise, vae_*) are the "
+        "job's device time, the rest the platform's. Filled once the job has succeeded.",
+    )
 
 
 class VideoGenerationMetrics(GenerationMetrics):
@@ -293,12 +301,25 @@ def _metrics(job: Job) -> VideoGenerationMetrics | GenerationMetrics:
         "admission_ms": dict(job.admission_ms or {}),
         "queue_time_s": _seconds(job.created_at, job.started_at),
         "run_time_s": _seconds(job.started_at, job.finished_at),
+        "stages_ms": _stages_ms(job),
     }
     if job.kind == JobKind.VIDEO:
         return VideoGenerationMetrics(
             **metrics, video_hit=_video_hit(job.video_hit), background_entry=job.background_entry_id
         )
     return GenerationMetrics(**metrics)
+
+
+def _stages_ms(job: Job) -> dict[str, float]:
+    """The job's time by stage: waiting and admission from its row's times, then its run's stages as its
+    worker recorded them (workers.stages); empty until it has succeeded."""
+    if job.stages_ms is None:
+        return {}
+    admission = float((job.admission_ms or {}).get("total", 0.0))
+    waited = _seconds(job.created_at, job.started_at)
+    before = {"queue": round(max(waited * 1e3 - admission, 0.0), 3)} if waited is not None else {}
+    run = {name: float(ms) for name, ms in job.stages_ms.items()}
+    return in_stage_order(before | {"admission": round(admission, 3)} | run)
 
 
 def _admission(stored: str | None) -> AdmissionOutcome | None:

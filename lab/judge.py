@@ -131,7 +131,6 @@ class Judge:
 
     name: Final = "lab-judge"
     scale: Final[ScoreScale] = JUDGE_SCALE
-    worth_a_decode: Final = True  # core.scoring.Scorer.worth_a_decode
 
     def __init__(self, net: nn.Module) -> None:
         self._net = net.eval()

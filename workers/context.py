@@ -29,6 +29,7 @@ from jobs.dispatch import CeleryDispatcher, Dispatcher
 
 if TYPE_CHECKING:
     from core.scoring import Scorer, VideoScorer
+    from workers.run_watch import RunWatch
     from workers.runtime.runtime import DiffusionRuntime
     from workers.runtime.video import VideoRuntime
 
@@ -63,6 +64,7 @@ class WorkerContext:
         self.cascade_cache: dict[str, tuple[float, Any]] = {}
         self.decode_node: Any = None  # workers.decoding: the decode role's node (its cache), on first use
         self.redis: Any = None  # workers.decoding: a client of the broker's Redis, on first use
+        self._run_watch: RunWatch | None = None
 
     @property
     def owner(self) -> str:
@@ -142,6 +144,16 @@ class WorkerContext:
             self.redis = broker_client(self.settings)
         client: redis.Redis = self.redis
         return client
+
+    def run_watch(self) -> RunWatch:
+        """The cancel flags and progress of this process's runs, kept off the denoising's thread
+        (workers.run_watch), made on first use."""
+        with self._building:
+            if self._run_watch is None:
+                from workers.run_watch import RunWatch
+
+                self._run_watch = RunWatch(self.settings, self.broker)
+            return self._run_watch
 
     def runtime(self) -> DiffusionRuntime:
         """The model of the role the running task serves (`serving_role`): the worker's own, built on

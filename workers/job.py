@@ -21,9 +21,11 @@ from db import jobs as jobs_db
 from db.engine import session_scope
 from db.job_runs import Claim, ClaimOutcome, claim_run
 from db.models import Job
+from jobs.webhooks import wants_event
 from workers import metrics
 from workers.context import WorkerContext
 from workers.notify import notify
+from workers.stages import stage
 from workers.task_signals import current_queue
 
 
@@ -42,11 +44,17 @@ class JobView:
     decode_mode: str = DecodeMode.LAZY
     kind: str = JobKind.IMAGE.value
     background_entry_id: uuid.UUID | None = None  # a decoupled video hit's background source
+    webhook_url: str | None = None
+    webhook_events_filter: tuple[str, ...] = ()
 
     @property
     def route(self) -> str:
         """hit when admission found a source to reuse; miss otherwise."""
         return Route.HIT.value if self.source_entry_id is not None else Route.MISS.value
+
+    def wants(self, event: WebhookEvent) -> bool:
+        """Whether the request asked for `event` on its webhook (jobs.webhooks.wants_event)."""
+        return self.webhook_url is not None and wants_event(list(self.webhook_events_filter), event)
 
     @property
     def caches(self) -> bool:
@@ -70,6 +78,8 @@ def job_view(session: Session, job: Job) -> JobView:
         decode_mode=job.decode_mode,
         kind=job.kind,
         background_entry_id=job.background_entry_id,
+        webhook_url=job.webhook_url,
+        webhook_events_filter=tuple(job.webhook_events_filter or ()),
     )
 
 
@@ -79,7 +89,7 @@ def claim_job(
     """The job, claimed for this run; None when there is nothing to run (ended, moved, missing).
     Raises LeaseBusy while another run holds the job's lease."""
     settings = context.settings
-    with session_scope(settings) as session:
+    with stage("claim"), session_scope(settings) as session:
         claim: Claim = claim_run(
             session,
             job_id,
@@ -105,5 +115,5 @@ def claim_job(
         if admitted_at is not None:
             waited = (datetime.now(UTC) - admitted_at).total_seconds()
             metrics.QUEUE_WAIT.labels(queue=current_queue()).observe(max(waited, 0.0))
-        notify(context, job_id, WebhookEvent.STARTED)
+        notify(context, job_id, WebhookEvent.STARTED, wanted=view.wants(WebhookEvent.STARTED))
     return view

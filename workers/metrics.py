@@ -61,6 +61,15 @@ QUEUE_WAIT = Histogram(
     ["queue"],
     buckets=SECONDS,
 )
+STAGE_SECONDS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+JOB_STAGE_SECONDS = Histogram(
+    "reprise_worker_job_stage_seconds",
+    "A completed job's worker time in one stage (workers.stages: claim, read, encode_prompt, denoise, "
+    "vae_decode, vae_encode, score, store, cache_fill, complete, notify), by role, route and stage; "
+    "denoise is the job's share of its batched steps.",
+    ["role", "route", "stage"],
+    buckets=STAGE_SECONDS,
+)
 RUN_SECONDS = Histogram(
     "reprise_worker_run_duration_seconds",
     "A generation's denoising and decoding, by role, model and route.",

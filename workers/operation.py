@@ -6,7 +6,6 @@ metrics."""
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,19 +19,16 @@ from db.blobs import keys
 from db.codec.latent import encode_latent
 from db.engine import session_scope
 from db.images import record_image_key
-from db.job_runs import complete, finish, is_cancel_requested, reroute_to_miss
-from workers import metrics
+from db.job_runs import complete, finish, reroute_to_miss
+from workers import metrics, stages
 from workers.context import WorkerContext
 from workers.job import JobView
 from workers.lease import LeaseKeeper
 from workers.notify import notify
-from workers.progress import ProgressReporter
 from workers.runtime.denoising import OnStep, ShouldStop
 from workers.runtime.results import GenerationResult
 
 log = logging.getLogger(__name__)
-
-CANCEL_POLL_S = 0.25  # how often a running job re-reads its cancel flag
 
 Operation = Callable[[ShouldStop, OnStep], GenerationResult]
 EndJob = Callable[[JobStatus, str | None], None]
@@ -42,26 +38,21 @@ def run_denoising(
     context: WorkerContext, job_id: uuid.UUID, lease: LeaseKeeper, operation: Operation, end: EndJob
 ) -> GenerationResult | None:
     """Run the denoising, reporting its progress; None when it stopped: canceled (`end` records it) or a
-    lost lease (LeaseLost: the job runs again elsewhere), or its input was invalid (`end` fails it)."""
-    last_poll = [0.0]
+    lost lease (LeaseLost: the job runs again elsewhere), or its input was invalid (`end` fails it). Its
+    cancel flag and progress go through the process's run watch (workers.run_watch), so the steps never
+    wait on the database."""
+    with context.run_watch().watching(job_id, context.owner) as watched:
 
-    def should_stop() -> bool:
-        if lease.lost:
-            return True
-        now = time.monotonic()
-        if now - last_poll[0] < CANCEL_POLL_S:
-            return False
-        last_poll[0] = now
-        with session_scope(context.settings) as session:
-            return is_cancel_requested(session, job_id)
+        def should_stop() -> bool:
+            return lease.lost or watched.canceled
 
-    try:
-        return operation(should_stop, ProgressReporter(context, job_id))
-    except GenerationCanceled:
-        lease.check()  # stopped for a lost lease: no cancel to record, the job runs again elsewhere
-        end(JobStatus.CANCELED, None)
-    except InvalidInput as invalid:
-        end(JobStatus.FAILED, f"invalid input: {invalid}")
+        try:
+            return operation(should_stop, watched.report)
+        except GenerationCanceled:
+            lease.check()  # stopped for a lost lease: no cancel to record, the job runs again elsewhere
+            end(JobStatus.CANCELED, None)
+        except InvalidInput as invalid:
+            end(JobStatus.FAILED, f"invalid input: {invalid}")
     return None
 
 
@@ -105,7 +96,8 @@ def complete_run(
     restarted run counts nothing twice; a run that lost its lease writes nothing (LeaseLost).
     `before_complete`: what else commits with it (a cascade's light stage)."""
     lease.check()
-    with session_scope(context.settings) as session:
+    clock = stages.current()
+    with stages.stage("complete"), session_scope(context.settings) as session:
         if completion.output is not None:
             record_image_key(session, job.id, *completion.output)
         if before_complete is not None:
@@ -119,6 +111,7 @@ def complete_run(
             final_latent_key=final_key,
             vae_decodes=completion.vae_decodes,
             quality=completion.quality,
+            stages_ms=clock.so_far() if clock is not None else None,
         )
         if completed:
             for entry_id, k in completion.used:
@@ -127,7 +120,9 @@ def complete_run(
             stats.record_decodes(session, generations=1, generation_decodes=completion.vae_decodes)
     if completed:
         count_success(context, result)
-        notify(context, job.id, WebhookEvent.COMPLETED)
+        notify(context, job.id, WebhookEvent.COMPLETED, wanted=job.wants(WebhookEvent.COMPLETED))
+        if clock is not None:
+            observe_stages(context, result, clock.so_far())
     log.info(  # the line starts "job <id> done" for every kind: operators' searches match it
         "job %s done on %s (%s): %d steps from %d in %.2fs",
         *(job.id, result.model, job.kind, result.steps_run, result.start_step, result.wall_s),
@@ -138,10 +133,11 @@ def store_final_latent(
     context: WorkerContext, job_id: uuid.UUID, result: GenerationResult
 ) -> tuple[str, bytes]:
     """The run's final latent, encoded (pcodec) and stored under the job: its key and blob."""
-    with metrics.timed(metrics.CODEC_SECONDS, operation="encode"):
-        blob = encode_latent(result.final_latent, family=result.family, k=None)
-    key = keys.job_prefix(job_id) + "final.latent"
-    context.blobs.put(key, blob)
+    with stages.stage("store"):
+        with metrics.timed(metrics.CODEC_SECONDS, operation="encode"):
+            blob = encode_latent(result.final_latent, family=result.family, k=None)
+        key = keys.job_prefix(job_id) + "final.latent"
+        context.blobs.put(key, blob)
     return key, blob
 
 
@@ -180,6 +176,14 @@ def end_job(
 
 def count_job(context: WorkerContext, model: str, route: str, outcome: str) -> None:
     metrics.JOBS.labels(role=context.serving_role.value, model=model, route=route, outcome=outcome).inc()
+
+
+def observe_stages(context: WorkerContext, result: GenerationResult, spent: dict[str, float]) -> None:
+    """A completed job's time by stage (workers.stages) in the stage histogram."""
+    route = Route.HIT.value if result.start_step > 0 else Route.MISS.value
+    role = context.serving_role.value
+    for name, ms in spent.items():
+        metrics.JOB_STAGE_SECONDS.labels(role=role, route=route, stage=name).observe(ms / 1e3)
 
 
 def count_success(context: WorkerContext, result: GenerationResult) -> None:

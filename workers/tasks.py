@@ -38,6 +38,7 @@ from workers.cascade import escalated_job, light_job
 from workers.context import WorkerContext, get_context
 from workers.generation import generate_job, reuse_job
 from workers.role_switch import in_pool
+from workers.stages import job_stages
 from workers.webhook_delivery import run_delivery
 
 app = get_celery_app()
@@ -78,7 +79,7 @@ def _run_leased(
     settings = context.settings
     owner: str | None = None
     try:
-        with _in_pool(context, name), context.run_owner() as owner:
+        with _in_pool(context, name), context.run_owner() as owner, job_stages():
             body(context, uuid.UUID(job_id))
     except LeaseBusy as busy:
         waits = math.ceil(settings.task_time_limit_s / settings.lease_s) + LEASE_RETRY_SLACK

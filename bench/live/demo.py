@@ -1,7 +1,8 @@
 """The demo `make run` (`reprise run --demo N`) plays once the stack is up: N prompts through the
 HTTP API with the demo tenant's key, with a progress bar, then a summary of what the cache did. On the quality
 lab's models (the default) the prompts are a lab trace (scenes of the lab's world, Zipf-repeated and
-paraphrased: lab.trace) and the summary adds the judge's quality of hits and misses, and the drop
+paraphrased: lab.trace) and the summary adds the judge's quality of hits and misses (each image the
+workers did not judge read through the API and judged here: bench.live.judging), and the drop
 over all requests with its 95% interval from DEMO_AUDITS hits audited afresh (bench.live.audit: each
 is the same request again with the cache off, so the audits cost DEMO_AUDITS more full generations
 after the replay; the summary prints the seconds they took). On
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.live.audit import audit_hits
+from bench.live.judging import configured_scorer_of, judge_records
 from bench.live.records import JobRecord, outcome_from_record
 from bench.live.replay import ReplayOptions, replay_workload
 from bench.quality.replayed import replay_quality
@@ -25,6 +27,7 @@ from bench.run.outcomes import RequestOutcome, percentile, summarize_quality
 from bench.run.profiles import ProfileName, build_profile
 from bench.workload.trace import DEFAULT_PROMPTS, ArrivalKind, ArrivalSpec, build_workload, load_prompts
 from core.errors import TraceError
+from core.scoring import Scorer
 from core.settings import Settings
 
 DEMO_CONCURRENCY = 4  # requests in flight: enough to keep one worker per role busy
@@ -92,10 +95,12 @@ def _run_demo(
         should_stop=should_stop,
     )
     print(demo_summary([outcome_from_record(record) for record in records]), flush=True)
+    scorer = configured_scorer_of(settings) if _on_lab_models(settings) else None
+    records = judge_records(records, base_url=base_url, api_key=api_key, scorer=scorer)
     judged = [(r.job.get("metrics") or {}) for r in records if r.job is not None]
     print(quality_line(judged), flush=True)
     if any(row.get("quality") is not None for row in judged):
-        print(drop_line(base_url, api_key, records), flush=True)
+        print(drop_line(base_url, api_key, records, scorer=scorer), flush=True)
 
 
 def _on_lab_models(settings: Settings) -> bool:
@@ -124,12 +129,20 @@ def quality_line(metrics: Sequence[dict[str, Any]]) -> str:
     return "  quality      " + "  ".join(parts) + "  (the lab judge: share of the prompt's attributes shown)"
 
 
-def drop_line(base_url: str, api_key: str, records: Sequence[JobRecord], audits: int = DEMO_AUDITS) -> str:
-    """The drop over all requests with its 95% interval, from `audits` hits audited afresh."""
+def drop_line(
+    base_url: str,
+    api_key: str,
+    records: Sequence[JobRecord],
+    audits: int = DEMO_AUDITS,
+    *,
+    scorer: Scorer | None = None,
+) -> str:
+    """The drop over all requests with its 95% interval, from `audits` hits audited afresh (`scorer`
+    reads the fresh images their workers did not judge: bench.live.judging)."""
     started = time.monotonic()
     outcomes = [outcome_from_record(record) for record in records]
     jobs = [record.job for record in records]
-    scores = audit_hits(base_url, api_key, list(zip(outcomes, jobs, strict=True)), audits)
+    scores = audit_hits(base_url, api_key, list(zip(outcomes, jobs, strict=True)), audits, scorer=scorer)
     spent = time.monotonic() - started
     judged, source = replay_quality(outcomes, jobs, audits=scores)
     quality = summarize_quality([o for o in judged if o.succeeded], source)

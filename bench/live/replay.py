@@ -24,12 +24,15 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from bench.live.audit import audit_hits
+from bench.live.cpu import per_request_ms, read_stack_cpu
 from bench.live.decodes import decode_figures, stack_decode_counters
+from bench.live.judging import judge_records
 from bench.live.pngs import fetch_png_sizes
 from bench.live.records import (
     TERMINAL,
@@ -48,6 +51,7 @@ from bench.run.profiles import Profile
 from bench.run.progress import ProgressBar
 from bench.run.report import BenchReport
 from bench.workload.trace import ArrivalKind, Request, Workload
+from core.scoring import Scorer
 
 RETRY_STATUSES = frozenset({429, 503})  # in-flight limit, backpressure: both send Retry-After
 MAX_POLL_INTERVAL_S = 5.0  # open loop: polls back off to this; latency comes from server timestamps
@@ -295,6 +299,34 @@ def replay_workload(
     return sorted(records, key=lambda r: r.request.seq)
 
 
+WARMUP_PREFIX = "warm-up {index}: "  # a warm-up's prompt: no request of the replay repeats it
+
+
+def warm_up(workload: Workload, options: ReplayOptions, requests: int) -> int:
+    """Send `requests` requests with the cache off before the counted runs, as many clients at once as
+    the workload's, so that the counted runs all find the stack warm (models loaded, connections open,
+    the first batches made): none caches, none is looked up, and each prompt is marked as a warm-up's
+    so that no request of the replay finds its prompt embedding kept. Returns those that succeeded."""
+    if requests <= 0 or not workload.requests:
+        return 0
+    shown = [workload.requests[i % len(workload.requests)] for i in range(requests)]
+    warmups = tuple(
+        replace(r, seq=i, prompt=WARMUP_PREFIX.format(index=i) + r.prompt, arrival_s=None)
+        for i, r in enumerate(shown)
+    )
+    closed = replace(workload.spec, kind=ArrivalKind.CLOSED, concurrency=max(workload.spec.concurrency, 1))
+    records = asyncio.run(
+        _Replayer(
+            replace(workload, spec=closed, requests=warmups),
+            options,
+            cache_mode="off",
+            progress=None,
+            should_stop=lambda: False,
+        ).run()
+    )
+    return sum(r.job is not None and r.job.get("status") == "succeeded" for r in records)
+
+
 def run_replay(
     workload: Workload,
     options: ReplayOptions,
@@ -305,12 +337,25 @@ def run_replay(
     embedder: Mapping[str, Any],
     gpu_workers: int | None = None,
     show_progress: bool = True,
-) -> tuple[BenchReport, list[JobRecord], StackRecord | None]:
+    stack_dir: Path | None = None,
+    scorer: Scorer | None = None,
+) -> tuple[BenchReport, list[JobRecord], StackRecord | None, dict[str, float] | None]:
     """Replay, fetch a few images for png_bytes, audit `options.quality_sample` judged hits, and
-    report, with what the stack ran (None when /v1/stats could not be read). `gpu_workers` (large +
-    small) prices the vanilla estimate; None: the pools the stack started the replay with."""
+    report, with what the stack ran (None when /v1/stats could not be read) and the CPU milliseconds
+    per request its processes spent by role during the replay alone (bench.live.cpu; None where no
+    stack runs under `stack_dir`, the data directory of a local `reprise run`). `gpu_workers` (large +
+    small) prices the vanilla estimate; None: the pools the stack started the replay with. `scorer`: the
+    workers' scorer, which reads the images they did not judge themselves (bench.live.judging)."""
     watch = StackWatch(started_at=datetime.now(UTC))
+    cpu_before = read_stack_cpu(stack_dir) if stack_dir is not None else None
     records = replay_workload(workload, options, profile=profile, show_progress=show_progress, watch=watch)
+    cpu_after = read_stack_cpu(stack_dir) if stack_dir is not None else None
+    succeeded = sum(r.job is not None and r.job.get("status") == "succeeded" for r in records)
+    cpu_ms = (
+        per_request_ms(cpu_after.since(cpu_before), succeeded)
+        if cpu_before is not None and cpu_after is not None
+        else None
+    )
     stack = watch.record(profile, options.steps) if watch.points else None
     embedder = watch.embedder(embedder)
     if gpu_workers is None and stack is not None:
@@ -326,11 +371,13 @@ def run_replay(
     sizes = (
         asyncio.run(fetch_png_sizes(options, records, options.fetch_images)) if options.fetch_images else []
     )
+    records = judge_records(records, base_url=options.base_url, api_key=options.api_key, scorer=scorer)
     audits = audit_hits(
         options.base_url,
         options.api_key,
         [(outcome_from_record(r), r.job) for r in records],
         options.quality_sample,
+        scorer=scorer,
     )
     records = [replace(record, fresh_quality=audits.get(index)) for index, record in enumerate(records)]
     report = replay_report(
@@ -353,4 +400,4 @@ def run_replay(
         decodes=decode_figures((r.job for r in records), counters),
         threshold_timeline=tuple(watch.thresholds) if watch.thresholds else None,
     )
-    return report, records, stack
+    return report, records, stack, cpu_ms

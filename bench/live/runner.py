@@ -10,12 +10,13 @@ the same requests with the cache off on the same stack: the measured baseline (v
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench.live.stack import timeline_text, write_replay_json
+from bench.live.stages import device_s_per_request, stage_summary, stages_text
 from bench.live.video import video_summary
 from bench.run import plots
 from bench.run.costs import load_costs
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from bench.live.stack import StackRecord
     from bench.run.report import BenchReport
     from bench.workload.trace import Workload
+    from core.scoring import Scorer
 
 
 def _note(text: str) -> None:
@@ -58,18 +60,26 @@ class ReplayCliOptions:
     progress: bool = True
     video_frames: int | None = None  # video jobs: no image fetched (judged and audited where judged)
     vanilla: bool = False  # then the same requests with the cache off on the same stack
+    warmup: int = 16  # cache-off requests sent before the counted runs, so that both find the stack warm
+    stack_dir: Path | None = None  # a local stack's data directory: its CPU is read (bench.live.cpu)
 
 
 def _vanilla_run(
-    settings: Settings, workload: Workload, options: ReplayOptions, configured: BenchReport
-) -> dict[str, float | None]:
+    settings: Settings,
+    workload: Workload,
+    options: ReplayOptions,
+    configured: BenchReport,
+    stack_dir: Path | None,
+    scorer: Scorer | None,
+) -> dict[str, Any]:
     """The same requests again with the cache off (every one a full generation on the large model), on
     the stack as the configured run left it: the measured baseline the configured run's throughput is
-    compared with (vanilla_measured_rps; vanilla_throughput_rps stays the estimate from costs)."""
+    compared with (vanilla_measured_rps; vanilla_throughput_rps stays the estimate from costs), with its
+    stages, device seconds and CPU per request beside the configured run's."""
     from bench.live.replay import run_replay
 
     _note("vanilla: the same requests with the cache off, on the same stack")
-    vanilla, _, _ = run_replay(
+    vanilla, records, _, cpu_ms = run_replay(
         workload,
         options,
         profile=build_profile("vanilla", settings),
@@ -77,11 +87,31 @@ def _vanilla_run(
         costs_measured=False,
         embedder={},
         show_progress=True,
+        stack_dir=stack_dir,
+        scorer=scorer,
     )
     measured, served = vanilla.throughput_rps, configured.throughput_rps
     ratio = round(served / measured, 4) if measured and served is not None else None
     _note(f"vanilla measured: {measured} rps; configured/vanilla = {ratio}")
-    return {"vanilla_measured_rps": measured, "vs_vanilla_measured": ratio}
+    figures = _accounting([r.job for r in records], cpu_ms, prefix="vanilla_")
+    return {"vanilla_measured_rps": measured, "vs_vanilla_measured": ratio} | figures
+
+
+def _accounting(
+    jobs: Sequence[Mapping[str, Any] | None], cpu_ms: dict[str, float] | None, *, prefix: str = ""
+) -> dict[str, Any]:
+    """A run's stages per route, device seconds and stack CPU per request (bench.live.stages,
+    bench.live.cpu), under its keys (`prefix`: vanilla_ for the vanilla run), said on stderr."""
+    summary = stage_summary(jobs)
+    device = device_s_per_request(jobs)
+    name = prefix.rstrip("_") or "configured"
+    _note(f"{name} stages, median ms: {stages_text(summary) or 'none recorded'}")
+    _note(f"{name} device s/request: {device}; stack CPU ms/request: {cpu_ms or 'not read (no local stack)'}")
+    return {
+        f"{prefix}stages": summary,
+        f"{prefix}device_s_per_request": device,
+        f"{prefix}cpu_ms_per_request": cpu_ms,
+    }
 
 
 def _api_key(settings: Settings, options: ReplayCliOptions) -> str:
@@ -119,8 +149,9 @@ def _noted_stack(stack: StackRecord | None, records: Sequence[JobRecord]) -> dic
 
 def replay_main(settings: Settings, options: ReplayCliOptions) -> int:
     """Replay against a running stack and report; 0 when every request succeeded, 1 otherwise."""
+    from bench.live.judging import configured_scorer_of
     from bench.live.records import outcome_from_record
-    from bench.live.replay import ReplayOptions, run_replay
+    from bench.live.replay import ReplayOptions, run_replay, warm_up
 
     profile = build_profile(options.profile, settings)
     for line in settings_mismatches(profile, settings):
@@ -144,7 +175,11 @@ def replay_main(settings: Settings, options: ReplayCliOptions) -> int:
         **configured_embedder(settings).describe,
         "lookup": "text-to-text" if profile.lookup.value == "text" else "text-to-image",
     }
-    report, records, stack = run_replay(
+    scorer = configured_scorer_of(settings)  # reads the images the workers did not judge
+    if options.warmup:
+        warmed = warm_up(workload, replace(replay_options, fetch_images=0, quality_sample=0), options.warmup)
+        _note(f"warm-up: {warmed} of {options.warmup} cache-off requests before the counted runs")
+    report, records, stack, cpu_ms = run_replay(
         workload,
         replay_options,
         profile=profile,
@@ -153,12 +188,19 @@ def replay_main(settings: Settings, options: ReplayCliOptions) -> int:
         embedder=embedder,
         gpu_workers=options.gpu_workers,
         show_progress=options.progress,
+        stack_dir=options.stack_dir,
+        scorer=scorer,
     )
     print(markdown_table([report]))
     body = report.as_json() | {"stack_step_ms": _noted_stack(stack, records)}
+    body |= _accounting([r.job for r in records], cpu_ms)
+    body["comparison"] = {
+        "warmup_requests": options.warmup,
+        "order": "configured, then vanilla" if options.vanilla and profile.caches else "one run",
+    }
     if options.vanilla and profile.caches:
         unaudited = replace(replay_options, fetch_images=0, quality_sample=0)
-        body |= _vanilla_run(settings, workload, unaudited, report)
+        body |= _vanilla_run(settings, workload, unaudited, report, options.stack_dir, scorer)
     if options.video_frames:
         body["video"] = _video_figures(records, report.throughput_rps)
         _note(f"video: {body['video']}")

@@ -3,6 +3,7 @@ quality and throughput claim rests on."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -67,6 +68,20 @@ def replay_command(
     json_path: JsonOpt = None,
     plots: PlotsOpt = None,
     seed: SeedOpt = 0,
+    warmup: int = typer.Option(
+        16,
+        "--warmup",
+        min=0,
+        help="Cache-off requests sent before the counted runs (not counted), so that the configured run "
+        "and vanilla's both find the stack warm.",
+    ),
+    stack_dir: Path | None = typer.Option(
+        None,
+        "--stack-dir",
+        help="The data directory of the local `reprise run` serving --base-url, whose processes' CPU per "
+        "request the report gives by role (default: this checkout's REPRISE_DATA_DIR when a stack runs "
+        "there; none for a remote stack).",
+    ),
 ) -> None:
     """Replay a trace through a running stack's HTTP API and report hit rate, k, compute saved, latency."""
     from bench.live.runner import ReplayCliOptions, replay_main
@@ -93,6 +108,8 @@ def replay_command(
                     plots=plots,
                     video_frames=video_frames,
                     vanilla=vanilla,
+                    warmup=warmup,
+                    stack_dir=stack_dir if stack_dir is not None else get_settings().data_dir.resolve(),
                 ),
             )
         )

@@ -36,7 +36,6 @@ class Brightness:
 
     name = "brightness"
     scale: ScoreScale = JUDGE_SCALE
-    worth_a_decode = True
 
     def reads(self, prompt: str) -> bool:
         return True

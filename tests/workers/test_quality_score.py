@@ -97,21 +97,9 @@ def test_real_models_with_real_clip_weights_are_scored_by_clip_score(tmp_path: P
     assert isinstance(configured_scorer(settings, Role.SMALL, _no_embedder), Judge)
 
 
-class _CountingRuntime:
-    def __init__(self) -> None:
-        self.decodes = 0
-
-    def decode(self, latent: Any, *, family: str) -> Any:
-        self.decodes += 1
-        return SimpleNamespace(image=Image.new("RGB", (4, 4)))
-
-
 class _Scorer:
     name = "stand-in"
     scale = CLIP_SCALE
-
-    def __init__(self, *, worth_a_decode: bool) -> None:
-        self.worth_a_decode = worth_a_decode
 
     def reads(self, prompt: str) -> bool:
         return True
@@ -120,17 +108,13 @@ class _Scorer:
         return [42.0 for _ in images]
 
 
-def _judge_a_job(scorer: _Scorer, image: Image.Image | None) -> tuple[float | None, int, int]:
-    runtime = _CountingRuntime()
-    context = SimpleNamespace(scorer=lambda: scorer, runtime=lambda: runtime)
+class _Runtime:
+    def decode(self, latent: Any, *, family: str) -> Any:
+        raise AssertionError("a served job is never decoded only to be scored")
+
+
+def test_a_served_job_is_scored_only_when_its_image_was_decoded_anyway() -> None:
+    context = SimpleNamespace(scorer=lambda: _Scorer(), runtime=lambda: _Runtime())
     job = SimpleNamespace(params=SimpleNamespace(prompt="a lighthouse"))
-    result = SimpleNamespace(final_latent=None, family="sd15")
-    quality, _, decodes = _judged(cast(Any, context), cast(Any, job), cast(Any, result), image, 1)
-    return quality, decodes, runtime.decodes
-
-
-def test_a_served_job_is_decoded_to_be_scored_only_by_a_scorer_worth_a_decode() -> None:
-    assert _judge_a_job(_Scorer(worth_a_decode=True), None) == (42.0, 2, 1)  # the lab judge's way
-    assert _judge_a_job(_Scorer(worth_a_decode=False), None) == (None, 1, 0)  # CLIP: decode on read kept
-    assert _judge_a_job(_Scorer(worth_a_decode=False), Image.new("RGB", (4, 4))) == (42.0, 1, 0)
-    assert Judge.worth_a_decode and not ClipScore.worth_a_decode
+    assert _judged(cast(Any, context), cast(Any, job), None) is None  # LatentBox's decode on read kept
+    assert _judged(cast(Any, context), cast(Any, job), Image.new("RGB", (4, 4))) == 42.0

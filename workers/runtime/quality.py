@@ -29,7 +29,6 @@ class ClipScore:
 
     name: Final = "clip-score"
     scale: Final[ScoreScale] = CLIP_SCALE
-    worth_a_decode: Final = False  # core.scoring.Scorer.worth_a_decode: LatentBox's decode on read
 
     def __init__(self, embedder: ImageEmbedder) -> None:
         self._embedder = embedder

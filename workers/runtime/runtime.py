@@ -30,7 +30,7 @@ from PIL import Image
 from core.errors import GenerationCanceled, LatentError, RoleMismatch, StepsError
 from core.params import GenerationParams, check_k, check_params
 from core.vocabulary import Role
-from workers import metrics
+from workers import metrics, stages
 from workers.runtime.batch_loop import BatchLoop
 from workers.runtime.batching import BatchMember, DenoisingBatch
 from workers.runtime.decode_batching import DecodeBatcher
@@ -189,9 +189,11 @@ class DiffusionRuntime(ModelHost):
             # 2. Bring the source into this model's latent space
             crossing = source_family != self.family
             if crossing:
-                pixels = vae_decode(self._family_vae(source_family), source)
+                with stages.stage("vae_decode"):
+                    pixels = vae_decode(self._family_vae(source_family), source)
                 self.vae_decodes += 1
-                source = vae_encode(self._vae, pixels, self.dtype)
+                with stages.stage("vae_encode"):
+                    source = vae_encode(self._vae, pixels, self.dtype)
             # 3. Encode the prompt
             embeds, guided = self._encode_prompt(pipe, params)
             # 4. Schedule; noise the source to the timestep of step k (the first one run)
@@ -394,12 +396,12 @@ class DiffusionRuntime(ModelHost):
         """encode_prompt, one thread at a time: a tokenizer shared by threads is not safe. Measured with
         four batching threads encoding at once on the lab's model: about one run in five came out with
         another prompt's embedding (a final latent off by up to 2.6); with this lock, none in 20."""
-        with self._encoding:
+        with self._encoding, stages.stage("encode_prompt"):  # the wait for the lock is no model call
             return self._prompts.encode(pipe, params, self.device)
 
     def _to_image(self, vae: Any, latents: torch.Tensor) -> Image.Image:
         self.vae_decodes += 1
-        with metrics.timed(metrics.DECODE_SECONDS, role=self.role.value):
+        with stages.stage("vae_decode"), metrics.timed(metrics.DECODE_SECONDS, role=self.role.value):
             return to_image(vae, latents)
 
     def _new_scheduler(self, steps: int, *, start_step: int) -> Any:
@@ -427,6 +429,7 @@ class DiffusionRuntime(ModelHost):
         decodes: int,
     ) -> GenerationResult:
         metrics.observe_steps(self.role.value, self.model_name, run.step_ms, device=self.device)
+        stages.add("denoise", sum(run.step_ms) - run.shared_ms)  # its rows' share of each batched call
         return GenerationResult(
             image=image,
             final_latent=to_numpy(run.latents),

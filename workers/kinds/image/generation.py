@@ -16,10 +16,10 @@ from db import cache
 from db import cascade as cascade_db
 from db.blobs import keys
 from db.cascade import LightStage
-from db.codec.latent import decode_latent
+from db.codec.latent import DecodedLatent, decode_latent
 from db.engine import session_scope
 from db.images import ImageFormat, encode_image
-from workers import metrics
+from workers import metrics, stages
 from workers.audit import maybe_audit
 from workers.context import WorkerContext
 from workers.job import JobView
@@ -63,16 +63,11 @@ def reuse_run(context: WorkerContext, job: JobView, lease: LeaseKeeper) -> None:
     settings = context.settings
     entry_id, k = job.source_entry_id, job.k
     try:
-        with session_scope(settings) as session:
-            if settings.hit_policy is HitPolicy.RESUME:
-                blob = cache.read_state_blob(session, context.blobs, entry_id=entry_id, k=k)
-            else:
-                blob = cache.read_final_latent(session, context.blobs, entry_id=entry_id)
+        with stages.stage("read"):
+            source = _read_source(context, entry_id, k)
     except SourceVanished as vanished:
         _reroute(context, job, str(vanished))
         return
-    with metrics.timed(metrics.CODEC_SECONDS, operation="decode"):
-        source = decode_latent(blob)
     runtime = context.runtime()
     if settings.hit_policy is HitPolicy.RESUME and source.family != runtime.family:
         _reroute(context, job, f"latent family {source.family} is not {runtime.family}'s")
@@ -91,6 +86,17 @@ def reuse_run(context: WorkerContext, job: JobView, lease: LeaseKeeper) -> None:
     used = (entry_id, k if settings.hit_policy is HitPolicy.RESUME else None)
     cache_it = settings.cache_all and job.caches
     finish_run(context, job, lease, result, cache_it=cache_it, used=used)
+
+
+def _read_source(context: WorkerContext, entry_id: uuid.UUID, k: int) -> DecodedLatent:
+    """The hit's cached latent: the state at k (resume) or the final latent (refine), decoded."""
+    with session_scope(context.settings) as session:
+        if context.settings.hit_policy is HitPolicy.RESUME:
+            blob = cache.read_state_blob(session, context.blobs, entry_id=entry_id, k=k)
+        else:
+            blob = cache.read_final_latent(session, context.blobs, entry_id=entry_id)
+    with metrics.timed(metrics.CODEC_SECONDS, operation="decode"):
+        return decode_latent(blob)
 
 
 def run_operation(
@@ -123,12 +129,14 @@ def finish_run(
     final_key, final_blob = store_final_latent(context, job.id, result)
     image, decodes = _pixels(context, job, result, cache_it=cache_it)
     if cache_it:
-        insert_entry(context, job, result, final_blob, image)
-    quality, image, decodes = _judged(context, job, result, image, decodes)
+        with stages.stage("cache_fill"):
+            insert_entry(context, job, result, final_blob, image)
+    quality = _judged(context, job, image)
     output = None
     if image is not None and job.decode_mode == DecodeMode.EAGER:  # the first read needs no decode
         output = (ImageFormat.PNG.value, keys.image_key(job.id, ImageFormat.PNG.value))
-        context.blobs.put(output[1], encode_image(image, ImageFormat.PNG))
+        with stages.stage("store"):
+            context.blobs.put(output[1], encode_image(image, ImageFormat.PNG))
     models, evals = _models_and_evaluations(result, cascade)
     completion = Completion(
         models, evals, decodes, output=output, quality=quality, used=[used] if used else ()
@@ -155,25 +163,18 @@ def _models_and_evaluations(
     return [cascade.light_model, result.model], evals
 
 
-def _judged(
-    context: WorkerContext, job: JobView, result: GenerationResult, image: Image.Image | None, decodes: int
-) -> tuple[float | None, Image.Image | None, int]:
+def _judged(context: WorkerContext, job: JobView, image: Image.Image | None) -> float | None:
     """The configured scorer's score of the image for its prompt (WorkerContext.scorer: the lab judge
-    on the lab's models, CLIP score on real ones), decoding the image if the run did not (one more VAE
-    decode, counted), with the image and the decode count. None where no scorer is configured or the
-    scorer cannot read the prompt (the judge: a prompt of no lab scene), or where the image was not
-    decoded and the scorer is not worth a decode (CLIP score: Scorer.worth_a_decode), and then nothing
-    is decoded."""
+    on the lab's models, CLIP score on real ones), when the run decoded it anyway (an eager request, an
+    image-mode cache entry). None where it did not: a decode only to score would undo LatentBox's decode
+    on read (4.1), and on a hit of a few steps it costs a good part of the run; the benchmark reads such
+    images itself (bench.live.judging) and the quality guard's audits score a sample (workers.audit).
+    None too where no scorer is configured or it cannot read the prompt (the judge: no lab scene)."""
     scorer = context.scorer()
-    if scorer is None or not scorer.reads(job.params.prompt):
-        return None, image, decodes
-    if image is None and not scorer.worth_a_decode:
-        return None, image, decodes
-    if image is None:
-        image = context.runtime().decode(result.final_latent, family=result.family).image
-        decodes += 1
-    quality = scorer.score([image], [job.params.prompt])[0]
-    return quality, image, decodes
+    if image is None or scorer is None or not scorer.reads(job.params.prompt):
+        return None
+    with stages.stage("score"):
+        return scorer.score([image], [job.params.prompt])[0]
 
 
 def _pixels(
