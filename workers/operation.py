@@ -90,11 +90,13 @@ def complete_run(
     completion: Completion,
     *,
     before_complete: Callable[[Session], None] | None = None,
+    on_completed: Callable[[Session], None] | None = None,
 ) -> None:
     """Complete the job with its run. Every counted effect (the sources' uses, the interval statistics)
     commits with the completion, which only the lease holder's first completion makes: a redelivered or
     restarted run counts nothing twice; a run that lost its lease writes nothing (LeaseLost).
-    `before_complete`: what else commits with it (a cascade's light stage)."""
+    `before_complete`: what else commits with it (a cascade's light stage); `on_completed`: what commits
+    with it only when this run completed the job (the cache entry the run filled)."""
     lease.check()
     clock = stages.current()
     with stages.stage("complete"), session_scope(context.settings) as session:
@@ -114,6 +116,8 @@ def complete_run(
             stages_ms=clock.so_far() if clock is not None else None,
         )
         if completed:
+            if on_completed is not None:
+                on_completed(session)
             for entry_id, k in completion.used:
                 cache.record_use(session, entry_id=entry_id, k=k)
             record_service(session, context, result)

@@ -89,6 +89,8 @@ def test_get_returns_what_the_workers_wrote(
         k=20,
         models_used=["tiny-small"],
         denoiser_evals={"tiny-small": 30},
+        admission_ms={"embed": 4.0, "lookup": 2.5, "total": 7.0},
+        stages_ms={"store": 3.0, "claim": 1.5, "denoise": 2500.0, "complete": 2.0},
         created_at=created,
         started_at=created + timedelta(seconds=2),
         finished_at=created + timedelta(seconds=5),
@@ -110,10 +112,20 @@ def test_get_returns_what_the_workers_wrote(
         "vae_decodes": 0,
         "quality": None,
         "cascade": None,
-        "admission_ms": {},
+        "admission_ms": {"embed": 4.0, "lookup": 2.5, "total": 7.0},
         "queue_time_s": 2.0,
         "run_time_s": 3.0,
+        # Waiting is what admission did not take of the 2 s before the run; the run's stages in its order.
+        "stages_ms": {
+            "queue": 1993.0,
+            "admission": 7.0,
+            "claim": 1.5,
+            "denoise": 2500.0,
+            "store": 3.0,
+            "complete": 2.0,
+        },
     }
+    assert list(job["metrics"]["stages_ms"]) == ["queue", "admission", "claim", "denoise", "store", "complete"]
     assert job["completed_at"] is not None
 
 

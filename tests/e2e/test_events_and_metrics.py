@@ -51,8 +51,9 @@ def test_a_job_streams_its_progress_and_ends_with_done(stack: Stack, tenant: Ten
 
 
 def test_a_waiting_job_knows_its_place(stack: Stack, tenant: TenantCredentials) -> None:
-    # One large worker runs up to max_batch jobs at once: four more than that must wait behind them.
-    count = stack.settings.max_batch + 4
+    # The large worker, and the small one co-hosting the large model, run up to max_batch jobs each at
+    # once: four more than both hold must wait behind them.
+    count = 2 * stack.settings.max_batch + 4
     with Client(stack.base_url, tenant.api_key) as reprise:
         jobs, places = [], []
         for n in range(count):  # each job's place read as its client would, right after submitting it
@@ -61,7 +62,7 @@ def test_a_waiting_job_knows_its_place(stack: Stack, tenant: TenantCredentials) 
         for job in jobs:
             reprise.wait(job.id, timeout=240)
     waiting = [place for place in places if place is not None]
-    assert waiting, f"{count} jobs on one large worker holding {stack.settings.max_batch}: some must wait"
+    assert waiting, f"{count} jobs on two workers holding {stack.settings.max_batch} each: some must wait"
     assert all(place.position >= 1 for place in waiting)
     assert max(place.position for place in waiting) >= 2
 

@@ -63,12 +63,15 @@ def test_near_duplicate_is_served_from_the_cache_by_the_small_pool(
     stack: Stack, tenant: TenantCredentials, webhook_receiver: WebhookReceiver
 ) -> None:
     prompt = "a big red square on the left on a plain white background"
-    first = submit(stack, tenant, {"prompt": prompt, "seed": 7, "webhook": webhook_receiver.url})
+    first = submit(
+        stack, tenant, {"prompt": prompt, "seed": 7, "webhook": webhook_receiver.url, "decode": "eager"}
+    )
     done = wait_status(stack, tenant, first["id"], TERMINAL)
     assert done["status"] == "succeeded", done
     assert done["metrics"]["route"] == "miss"
     assert done["metrics"]["denoiser_evaluations"] == {"lab-large": 10}
-    assert 0.0 <= done["metrics"]["quality"] <= 1.0  # the lab's models ran: the judge scored the image
+    # Decoded at once (an eager request), its image was judged by the lab's judge on the way.
+    assert 0.0 <= done["metrics"]["quality"] <= 1.0 and done["metrics"]["vae_decodes"] == 1
 
     second = submit(stack, tenant, {"prompt": prompt.replace("big", "large"), "seed": 8})
     hit = wait_status(stack, tenant, second["id"], TERMINAL)
@@ -85,6 +88,9 @@ def test_near_duplicate_is_served_from_the_cache_by_the_small_pool(
     assert metrics["k"] == expected_k
     assert metrics["models"] == ["lab-small"]
     assert metrics["denoiser_evaluations"] == {"lab-small": 10 - expected_k}
+    # Its latent alone was stored (LatentBox's decode on read): nothing decoded it only to judge it.
+    assert metrics["quality"] is None and metrics["vae_decodes"] == 0
+    assert metrics["stages_ms"]["denoise"] > 0 and "vae_decode" not in metrics["stages_ms"]
 
     # The image is decoded from the stored latent on the decode pool, in each format asked for.
     for fmt, magic in (("png", b"\x89PNG"), ("jpeg", b"\xff\xd8"), ("webp", b"RIFF")):

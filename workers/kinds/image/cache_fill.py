@@ -1,13 +1,17 @@
-"""Filling the cache from a finished image generation: its latents stored, its entry indexed (DESIGN: the
-miss path), after making room in the scope's budget."""
+"""Filling the cache from a finished image generation (DESIGN: the miss path): its embeddings and latents
+made and stored after making room in the scope's budget (`prepare_entry`), then its entry indexed in the
+job's completion transaction (`PreparedEntry.index`), so that the entry exists exactly when the job
+completed, and filling the cache costs the run no transaction of its own."""
 
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 from PIL import Image
+from sqlalchemy.orm import Session
 
 from core.prompt_key import prompt_key
 from core.scopes import insert_scope
@@ -15,7 +19,6 @@ from core.vocabulary import LookupMode
 from db import cache
 from db.blobs import keys
 from db.codec.latent import encode_latent
-from db.engine import session_scope
 from jobs.passes import eviction
 from workers import metrics
 from workers.context import WorkerContext
@@ -26,20 +29,57 @@ from workers.runtime.results import GenerationResult
 ENTRY_NAMESPACE = uuid.UUID("5d0f4a4e-52c4-4b8e-9a53-6d1f1c2f7a10")
 
 
-def insert_entry(
+@dataclass(frozen=True)
+class PreparedEntry:
+    """An entry whose blobs are stored, to be indexed with the job's completion."""
+
+    entry_id: uuid.UUID
+    scope: str
+    job: JobView
+    result: GenerationResult
+    text_embedding: npt.NDArray[np.float32]
+    image_embedding: npt.NDArray[np.float32] | None
+    final_key: str
+    final_bytes: int
+    states: list[cache.NewState]
+
+    def index(self, session: Session) -> None:
+        """Index the entry in `session` (the completion's transaction); nothing when a previous delivery
+        of the job indexed it already."""
+        if cache.entry_exists(session, self.entry_id):
+            return
+        params = self.job.params
+        cache.insert_entry(
+            session,
+            entry_id=self.entry_id,
+            scope=self.scope,
+            model_family=self.result.family,
+            prompt=params.prompt,
+            text_embedding=self.text_embedding,
+            image_embedding=self.image_embedding,
+            final_latent_key=self.final_key,
+            final_bytes=self.final_bytes,
+            steps=self.result.steps,
+            states=self.states,
+            source_job_id=self.job.id,
+            size=(params.width, params.height),
+            prompt_key=prompt_key(params),
+        )
+
+
+def prepare_entry(
     context: WorkerContext,
     job: JobView,
     result: GenerationResult,
     final_blob: bytes,
     image: Image.Image | None,
-) -> None:
-    """Store the run's latents and index the entry, after making room in the scope's budget."""
+) -> PreparedEntry:
+    """Embed the entry and store its latents, after making room in the scope's budget. A redelivered run
+    stores the same blobs under the same keys again (an entry's id derives from its job's), and its
+    index finds the entry there (PreparedEntry.index)."""
     settings = context.settings
     entry_id = uuid.uuid5(ENTRY_NAMESPACE, str(job.id))
     scope = insert_scope(job.tenant_id, shared_cache=job.shared_cache)
-    with session_scope(settings) as session:
-        if cache.entry_exists(session, entry_id):
-            return  # a previous delivery of this job cached it already
     # The text embedding is always indexed; the image embedding only in image lookup mode
     # (REPRISE_LOOKUP_MODE=image), the one mode that reads it, since embedding an image needs its
     # pixels and so a VAE decode at generation. Entries cached in text mode have no image embedding:
@@ -63,23 +103,17 @@ def insert_entry(
         states.append(cache.NewState(k=k, blob_key=key, bytes=len(blob)))
     final_key = keys.final_latent_key(entry_id)
     context.blobs.put(final_key, final_blob)
-    with session_scope(settings) as session:
-        cache.insert_entry(
-            session,
-            entry_id=entry_id,
-            scope=scope,
-            model_family=result.family,
-            prompt=job.params.prompt,
-            text_embedding=text_embedding,
-            image_embedding=image_embedding,
-            final_latent_key=final_key,
-            final_bytes=len(final_blob),
-            steps=result.steps,
-            states=states,
-            source_job_id=job.id,
-            size=(job.params.width, job.params.height),
-            prompt_key=prompt_key(job.params),
-        )
+    return PreparedEntry(
+        entry_id=entry_id,
+        scope=scope,
+        job=job,
+        result=result,
+        text_embedding=np.asarray(text_embedding, dtype=np.float32),
+        image_embedding=image_embedding,
+        final_key=final_key,
+        final_bytes=len(final_blob),
+        states=states,
+    )
 
 
 def embed_image(context: WorkerContext, image: Image.Image) -> npt.NDArray[np.float32]:

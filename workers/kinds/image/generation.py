@@ -23,7 +23,7 @@ from workers import metrics, stages
 from workers.audit import maybe_audit
 from workers.context import WorkerContext
 from workers.job import JobView
-from workers.kinds.image.cache_fill import insert_entry
+from workers.kinds.image.cache_fill import prepare_entry
 from workers.lease import LeaseKeeper
 from workers.operation import Completion, Operation, complete_run, reroute, run_job, store_final_latent
 from workers.runtime.denoising import OnStep, ShouldStop
@@ -128,9 +128,10 @@ def finish_run(
     lease.check()
     final_key, final_blob = store_final_latent(context, job.id, result)
     image, decodes = _pixels(context, job, result, cache_it=cache_it)
+    entry = None
     if cache_it:
         with stages.stage("cache_fill"):
-            insert_entry(context, job, result, final_blob, image)
+            entry = prepare_entry(context, job, result, final_blob, image)
     quality = _judged(context, job, image)
     output = None
     if image is not None and job.decode_mode == DecodeMode.EAGER:  # the first read needs no decode
@@ -146,7 +147,21 @@ def finish_run(
         if cascade is not None and not cascade.escalated:
             cascade_db.record_light_stage(session, job.id, owner=context.owner, stage=cascade)
 
-    complete_run(context, job, lease, result, final_key, completion, before_complete=keep_light_stage)
+    def index_entry(session: Session) -> None:  # the entry exists exactly when the job completed
+        if entry is not None:
+            with stages.stage("cache_fill"):
+                entry.index(session)
+
+    complete_run(
+        context,
+        job,
+        lease,
+        result,
+        final_key,
+        completion,
+        before_complete=keep_light_stage,
+        on_completed=index_entry,
+    )
     if used is not None:  # a hit: the quality guard audits a share of them against a fresh generation
         maybe_audit(context, job, quality, final_key)
 
