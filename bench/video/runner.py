@@ -34,12 +34,34 @@ from bench.video.compression import CompressionFigures, measure_compression
 from bench.video.trace import lab_video_trace, motion_trace, moving_scene_trace
 from bench.workload.embeddings import configured_embedder
 from core.settings import Settings
-from core.vocabulary import EvictionPolicyName
+from core.vocabulary import BUILTIN_VIDEO_MODELS, EvictionPolicyName, ModelSet
 from jobs.policies.k_selection import NIRVANA_T2T, ThresholdTable
 
 DEFAULT_BUDGET_SHARE = 0.1
 """The budget as a share of the trace's uncompressed misses: ours, small enough that eviction decides
 (the paper's 1 TB holds 80k uncompressed videos against a 50k-prompt replay after a fill, 6.2.2)."""
+
+
+DEFAULT_FRAMES = 16
+"""Frames of the compression runs on a model with no judge: a video job's default length (docs/video.md)."""
+
+
+def bench_frames(model: str, frames: int | None) -> int:
+    """The frames the compression runs take: on the lab's trained video model, the frames its video judge
+    reads (lab.motion.FRAMES, the length the model was trained on), since the judged reuse scores every
+    run; on any other model `frames`, or DEFAULT_FRAMES. A length the judge cannot read is refused with
+    the option that fixes it (ValueError)."""
+    from lab.motion import FRAMES
+
+    if model != BUILTIN_VIDEO_MODELS[ModelSet.LAB]:
+        return DEFAULT_FRAMES if frames is None else frames
+    if frames is not None and frames != FRAMES:
+        raise ValueError(
+            f"{model}'s video judge reads videos of {FRAMES} frames, the length the model was trained on: "
+            f"pass --frames {FRAMES} (or leave --frames out), or --model tiny-video to measure "
+            f"compression at {frames} frames without judging"
+        )
+    return FRAMES
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +152,7 @@ def measure_video(
     costs: VideoCosts = VideoCosts(),
     table: ThresholdTable = NIRVANA_T2T,
     compression_prompts: int = 4,
-    frames: int = 16,
+    frames: int = DEFAULT_FRAMES,
     compression_steps: int = 50,
     compression_capture: tuple[int, ...] | None = None,
     noise_window: int | None = None,

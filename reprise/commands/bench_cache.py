@@ -67,7 +67,12 @@ def video_command(
     compression_prompts: int = typer.Option(
         4, "--compression-prompts", min=1, help="Prompts run on the video model for compression."
     ),
-    frames: int = typer.Option(16, "--frames", min=1, help="Frames of those runs."),
+    frames: int | None = typer.Option(
+        None,
+        "--frames",
+        min=1,
+        help="Frames of those runs. Default: on lab:video the frames its judge reads (8), else 16.",
+    ),
     noise_window: int | None = typer.Option(
         None, "--noise-window", min=1, help="FreeNoise's window for those runs (default: i.i.d. noise)."
     ),
@@ -93,12 +98,16 @@ def video_command(
     stitched hits."""
     import torch
 
-    from bench.video.runner import JudgedReuse, format_table, measure_video
+    from bench.video.runner import JudgedReuse, bench_frames, format_table, measure_video
     from lab.models import load_video_judge
     from workers.runtime.video import LAB_VIDEO_MODEL, load_video_pipeline, video_model_source
 
     settings = get_settings()
     model = model or settings.video_model_name
+    try:
+        run_frames = bench_frames(model, frames)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--frames") from None
     settings = settings.model_copy(update={"video_model": model})
     pipe = load_video_pipeline(video_model_source(settings), device=torch.device("cpu"), dtype=torch.float32)
     judged = None
@@ -106,7 +115,7 @@ def video_command(
         judged = JudgedReuse(load_video_judge(settings), quality_requests, quality_k, log=typer.echo)
     result = measure_video(
         settings, pipe, trace=trace, requests=requests, seed=seed, budget_share=budget_share,
-        compression_prompts=compression_prompts, frames=frames, noise_window=noise_window,
+        compression_prompts=compression_prompts, frames=run_frames, noise_window=noise_window,
         model=model, judged=judged,
     )  # fmt: skip
     typer.echo(format_table(result))
