@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
-from sqlalchemy import Integer, String, column, func, literal, select, update, values
-from sqlalchemy.dialects.postgresql import UUID
+from sqlalchemy import func, literal, select, text, update
 from sqlalchemy.orm import Session
 
 from core.vocabulary import TERMINAL_STATUSES, AdmissionOutcome, JobStatus, Route
@@ -260,24 +259,31 @@ def record_progress_many(
     session: Session, reports: Sequence[tuple[uuid.UUID, str, int, int]]
 ) -> set[uuid.UUID]:
     """Several running jobs' progress in one statement: (job, owner, step, total) each; only each lease
-    holder's run reports. Returns the jobs whose row it changed."""
+    holder's run reports. Returns the jobs whose row it changed. One textual statement over arrays, so
+    that it is compiled once and prepared by the driver, however many runs it reports."""
     if not reports:
         return set()
-    given = values(
-        column("job_id", UUID(as_uuid=True)),
-        column("owner", String),
-        column("step", Integer),
-        column("total", Integer),
-        name="reported",
-    ).data([tuple(report) for report in reports])
+    ids, owners, steps, totals = (list(column) for column in zip(*reports, strict=True))
     changed = session.scalars(
-        update(Job)
-        .where(Job.id == given.c.job_id, Job.lease_owner == given.c.owner)
-        .where(Job.status == JobStatus.PROCESSING.value)
-        .values(progress_step=given.c.step, progress_total=given.c.total)
-        .returning(Job.id)
+        _PROGRESS_MANY,
+        {
+            "ids": ids,
+            "owners": owners,
+            "steps": steps,
+            "totals": totals,
+            "processing": JobStatus.PROCESSING.value,
+        },
     )
     return set(changed)
+
+
+_PROGRESS_MANY = text(
+    "UPDATE jobs SET progress_step = reported.step, progress_total = reported.total "
+    "FROM unnest(CAST(:ids AS uuid[]), CAST(:owners AS text[]), CAST(:steps AS integer[]), "
+    "CAST(:totals AS integer[])) AS reported(job_id, owner, step, total) "
+    "WHERE jobs.id = reported.job_id AND jobs.lease_owner = reported.owner AND jobs.status = :processing "
+    "RETURNING jobs.id"
+)
 
 
 @dataclass(frozen=True)

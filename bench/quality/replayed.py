@@ -68,7 +68,8 @@ def replay_quality(
     done = sum(1 for index, score in audits.items() if score is not None and judged[index].hit)
     hits = sum(1 for o in judged if o.hit and o.quality is not None and o.succeeded)
     source = (
-        f"judged by the workers; {done} of {hits} hits audited against a fresh generation on the stack "
-        f"(same request, cache off); drop over all requests by stratum, 95% interval: {INTERVAL_METHOD}"
+        f"judged with the workers' scorer (by the workers where they decoded the image, else on the image "
+        f"read back: bench.live.judging); {done} of {hits} hits audited against a fresh generation on the "
+        f"stack (same request, cache off); drop over all requests by stratum, 95% interval: {INTERVAL_METHOD}"
     )
     return judged, source

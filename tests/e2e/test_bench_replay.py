@@ -48,8 +48,13 @@ def test_replay_reports_the_contract_fields_and_hits_on_repeats(stack: Stack, tm
     assert report["embedder"]["name"] == "minilm"
     # what a step took on the stack under the replay's own load, per model its jobs ran
     assert report["stack_step_ms"] and all(row["step_ms"] > 0 for row in report["stack_step_ms"].values())
-    # The lab's models ran: the workers judged every image; each hit was audited, generated again on
-    # the stack with the cache off, to measure its drop (a miss is its own fresh generation).
+    # Where the jobs' time went, per route, and what the model's calls took of it (bench.live.stages).
+    assert {"claim", "encode_prompt", "denoise", "complete"} <= set(report["stages"]["hit"])
+    assert report["stages"]["miss"]["denoise"]["jobs"] == 2 and report["device_s_per_request"] > 0
+    assert "cpu_ms_per_request" in report and report["comparison"]["warmup_requests"] == 16
+    # The lab's models ran: every image was judged (a hit's read back and judged by the benchmark, whose
+    # latent alone the stack stored); each hit was audited, generated again on the stack with the cache
+    # off, to measure its drop (a miss is its own fresh generation).
     quality = report["quality"]
     assert (quality["judged"], quality["compared"], quality["audited"]) == (6, 6, 4)
     assert 0 <= quality["hit_mean"] <= 1 and 0 <= quality["miss_mean"] <= 1
@@ -74,3 +79,4 @@ def _measured_vanilla(stderr: str, report: dict[str, Any]) -> None:
     assert report["vanilla_measured_rps"] > 0
     ratio = report["throughput_rps"] / report["vanilla_measured_rps"]
     assert report["vs_vanilla_measured"] == pytest.approx(ratio, rel=1e-3)
+    assert set(report["vanilla_stages"]) == {"miss"} and report["vanilla_device_s_per_request"] > 0
