@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 
 from bench.live.audit import audit_hits
-from bench.live.cpu import per_request_ms, read_stack_cpu
+from bench.live.cpu import StackCpu, per_request_ms, read_stack_cpu
 from bench.live.decodes import decode_figures, stack_decode_counters
 from bench.live.judging import judge_records
 from bench.live.pngs import fetch_png_sizes
@@ -327,6 +327,28 @@ def warm_up(workload: Workload, options: ReplayOptions, requests: int) -> int:
     return sum(r.job is not None and r.job.get("status") == "succeeded" for r in records)
 
 
+def _cpu_per_request(
+    stack_dir: Path | None, before: StackCpu | None, records: Sequence[JobRecord]
+) -> dict[str, float] | None:
+    """The local stack's CPU per succeeded request by role since `before` (bench.live.cpu)."""
+    after = read_stack_cpu(stack_dir) if stack_dir is not None else None
+    if before is None or after is None:
+        return None
+    succeeded = sum(r.job is not None and r.job.get("status") == "succeeded" for r in records)
+    return per_request_ms(after.since(before), succeeded)
+
+
+def _say_failures(records: Sequence[JobRecord]) -> None:
+    failed = [r for r in records if r.job is None or r.job.get("status") != "succeeded"]
+    if failed:
+        first = failed[0]
+        why = first.error or f"status {first.job.get('status') if first.job else '?'}"
+        print(
+            f"replay: {len(failed)} of {len(records)} requests did not succeed (first: {why})",
+            file=sys.stderr,
+        )
+
+
 def run_replay(
     workload: Workload,
     options: ReplayOptions,
@@ -349,25 +371,11 @@ def run_replay(
     watch = StackWatch(started_at=datetime.now(UTC))
     cpu_before = read_stack_cpu(stack_dir) if stack_dir is not None else None
     records = replay_workload(workload, options, profile=profile, show_progress=show_progress, watch=watch)
-    cpu_after = read_stack_cpu(stack_dir) if stack_dir is not None else None
-    succeeded = sum(r.job is not None and r.job.get("status") == "succeeded" for r in records)
-    cpu_ms = (
-        per_request_ms(cpu_after.since(cpu_before), succeeded)
-        if cpu_before is not None and cpu_after is not None
-        else None
-    )
+    cpu_ms = _cpu_per_request(stack_dir, cpu_before, records)
     stack = watch.record(profile, options.steps) if watch.points else None
-    embedder = watch.embedder(embedder)
     if gpu_workers is None and stack is not None:
         gpu_workers = (stack.start.large + stack.start.small) or None
-    failed = [r for r in records if r.job is None or r.job.get("status") != "succeeded"]
-    if failed:
-        first = failed[0]
-        why = first.error or f"status {first.job.get('status') if first.job else '?'}"
-        print(
-            f"replay: {len(failed)} of {len(records)} requests did not succeed (first: {why})",
-            file=sys.stderr,
-        )
+    _say_failures(records)
     sizes = (
         asyncio.run(fetch_png_sizes(options, records, options.fetch_images)) if options.fetch_images else []
     )
@@ -386,7 +394,7 @@ def run_replay(
         workload=workload,
         costs=costs,
         costs_measured=costs_measured,
-        embedder=embedder,
+        embedder=watch.embedder(embedder),
         gpu_workers=gpu_workers,
         png_bytes=statistics.mean(sizes) if sizes else (float(costs.png_bytes) if costs_measured else None),
         audits=audits,

@@ -10,7 +10,7 @@ the same requests with the cache off on the same stack: the measured baseline (v
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from bench.live.records import JobRecord
     from bench.live.replay import ReplayOptions
     from bench.live.stack import StackRecord
+    from bench.run.costs import StepCosts
     from bench.run.report import BenchReport
     from bench.workload.trace import Workload
     from core.scoring import Scorer
@@ -93,15 +94,16 @@ def _vanilla_run(
     measured, served = vanilla.throughput_rps, configured.throughput_rps
     ratio = round(served / measured, 4) if measured and served is not None else None
     _note(f"vanilla measured: {measured} rps; configured/vanilla = {ratio}")
-    figures = _accounting([r.job for r in records], cpu_ms, prefix="vanilla_")
+    figures = _accounting(records, cpu_ms, prefix="vanilla_")
     return {"vanilla_measured_rps": measured, "vs_vanilla_measured": ratio} | figures
 
 
 def _accounting(
-    jobs: Sequence[Mapping[str, Any] | None], cpu_ms: dict[str, float] | None, *, prefix: str = ""
+    records: Sequence[JobRecord], cpu_ms: dict[str, float] | None, *, prefix: str = ""
 ) -> dict[str, Any]:
     """A run's stages per route, device seconds and stack CPU per request (bench.live.stages,
     bench.live.cpu), under its keys (`prefix`: vanilla_ for the vanilla run), said on stderr."""
+    jobs = [record.job for record in records]
     summary = stage_summary(jobs)
     device = device_s_per_request(jobs)
     name = prefix.rstrip("_") or "configured"
@@ -147,6 +149,15 @@ def _noted_stack(stack: StackRecord | None, records: Sequence[JobRecord]) -> dic
     return steps
 
 
+def _costs(path: Path | None) -> StepCosts:
+    if path is None:
+        _note(
+            "no --costs: compute_saved weighs the small model by the default cost ratio "
+            "(run `reprise bench runtime --json FILE` on the stack's models and pass it)"
+        )
+    return load_costs(path)
+
+
 def replay_main(settings: Settings, options: ReplayCliOptions) -> int:
     """Replay against a running stack and report; 0 when every request succeeded, 1 otherwise."""
     from bench.live.judging import configured_scorer_of
@@ -156,12 +167,7 @@ def replay_main(settings: Settings, options: ReplayCliOptions) -> int:
     profile = build_profile(options.profile, settings)
     for line in settings_mismatches(profile, settings):
         _note(f"warning: the stack may not run profile {profile.name}: {line}")
-    costs = load_costs(options.costs)
-    if options.costs is None:
-        _note(
-            "no --costs: compute_saved weighs the small model by the default cost ratio "
-            "(run `reprise bench runtime --json FILE` on the stack's models and pass it)"
-        )
+    costs = _costs(options.costs)
     workload = options.workload.workload()
     replay_options = ReplayOptions(
         base_url=options.base_url,
@@ -192,8 +198,7 @@ def replay_main(settings: Settings, options: ReplayCliOptions) -> int:
         scorer=scorer,
     )
     print(markdown_table([report]))
-    body = report.as_json() | {"stack_step_ms": _noted_stack(stack, records)}
-    body |= _accounting([r.job for r in records], cpu_ms)
+    body = report.as_json() | {"stack_step_ms": _noted_stack(stack, records)} | _accounting(records, cpu_ms)
     body["comparison"] = {
         "warmup_requests": options.warmup,
         "order": "configured, then vanilla" if options.vanilla and profile.caches else "one run",

@@ -41,6 +41,25 @@ VanillaOpt = Annotated[
     ),
 ]
 
+WarmupOpt = Annotated[
+    int,
+    typer.Option(
+        "--warmup",
+        min=0,
+        help="Cache-off requests sent before the counted runs (not counted), so that the configured run "
+        "and vanilla's both find the stack warm.",
+    ),
+]
+StackDirOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--stack-dir",
+        help="The data directory of the local `reprise run` serving --base-url, whose processes' CPU per "
+        "request the report gives by role (default: this checkout's REPRISE_DATA_DIR when a stack runs "
+        "there; none for a remote stack).",
+    ),
+]
+
 
 @bench_app.command("replay")
 def replay_command(
@@ -68,20 +87,8 @@ def replay_command(
     json_path: JsonOpt = None,
     plots: PlotsOpt = None,
     seed: SeedOpt = 0,
-    warmup: int = typer.Option(
-        16,
-        "--warmup",
-        min=0,
-        help="Cache-off requests sent before the counted runs (not counted), so that the configured run "
-        "and vanilla's both find the stack warm.",
-    ),
-    stack_dir: Path | None = typer.Option(
-        None,
-        "--stack-dir",
-        help="The data directory of the local `reprise run` serving --base-url, whose processes' CPU per "
-        "request the report gives by role (default: this checkout's REPRISE_DATA_DIR when a stack runs "
-        "there; none for a remote stack).",
-    ),
+    warmup: WarmupOpt = 16,
+    stack_dir: StackDirOpt = None,
 ) -> None:
     """Replay a trace through a running stack's HTTP API and report hit rate, k, compute saved, latency."""
     from bench.live.runner import ReplayCliOptions, replay_main

@@ -17,6 +17,7 @@ from PIL import Image
 from core.errors import LatentError
 from core.params import GenerationParams, Limits
 from workers.runtime.results import Latent
+from workers.stages import stage
 
 
 def checked_latent(
@@ -73,16 +74,19 @@ def checked_latent(
 
 
 def vae_decode(vae: Any, latents: torch.Tensor) -> torch.Tensor:
-    """Latents to pixels in [-1, 1] (undoing the VAE's latent scaling and shift)."""
+    """Latents to pixels in [-1, 1] (undoing the VAE's latent scaling and shift); a job's vae_decode stage."""
     shift = vae.config.shift_factor or 0.0
     scaled = latents / vae.config.scaling_factor + shift
-    pixels: torch.Tensor = vae.decode(scaled.to(vae.dtype), return_dict=False)[0]
+    with stage("vae_decode"):
+        pixels: torch.Tensor = vae.decode(scaled.to(vae.dtype), return_dict=False)[0]
     return pixels
 
 
 def vae_encode(vae: Any, pixels: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Pixels in [-1, 1] to this VAE's latents in `dtype`, using the posterior's mode (deterministic)."""
-    posterior = vae.encode(pixels.to(vae.dtype)).latent_dist
+    """Pixels in [-1, 1] to this VAE's latents in `dtype`, using the posterior's mode (deterministic); a
+    job's vae_encode stage."""
+    with stage("vae_encode"):
+        posterior = vae.encode(pixels.to(vae.dtype)).latent_dist
     latents: torch.Tensor = (posterior.mode() - (vae.config.shift_factor or 0.0)) * vae.config.scaling_factor
     return latents.to(dtype)
 

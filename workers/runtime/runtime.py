@@ -1,11 +1,9 @@
-"""The diffusion runtime: one process hosts one role's model (workers.runtime.hosting) and runs the
-operations on it.
+"""The diffusion runtime: one process hosts one role's model (workers.runtime.hosting) and runs on it:
 
     generate  full T-step generation, capturing intermediate latents (a cache miss)
     resume    NIRVANA 4.1: continue a cached intermediate latent from step k for T-k steps
     refine    MoDM 5.1: noise a cached final latent to step k, denoise T-k steps (img2img)
     decode    LatentBox 4.1: a stored latent back to pixels, VAE only
-
 and batches several generate and resume runs in one UNet call per step (workers.runtime.batching):
 generation_member / resume_member prepare a job as a batch member, new_batch makes the batch a
 worker loop admits them to between steps, batch_result turns a retired member into its result, and
@@ -14,7 +12,8 @@ generate_batch runs a list of members to the end.
 Each operation checks its inputs, then runs the denoising loop of workers.runtime.denoising
 (capture, evaluation counts, cancellation) and the VAE of workers.runtime.latents. generate, resume
 and refine return the final latent and decode it to an image only when asked (decode=True):
-LatentBox stores latents and decodes on read. `vae_decodes` counts every VAE decoder pass.
+LatentBox stores latents and decodes on read. `vae_decodes` counts every VAE decoder pass. The time
+each takes of a job's run is its stage (workers.stages): encode_prompt, denoise, vae_decode, vae_encode.
 """
 
 from __future__ import annotations
@@ -189,11 +188,9 @@ class DiffusionRuntime(ModelHost):
             # 2. Bring the source into this model's latent space
             crossing = source_family != self.family
             if crossing:
-                with stages.stage("vae_decode"):
-                    pixels = vae_decode(self._family_vae(source_family), source)
+                pixels = vae_decode(self._family_vae(source_family), source)
                 self.vae_decodes += 1
-                with stages.stage("vae_encode"):
-                    source = vae_encode(self._vae, pixels, self.dtype)
+                source = vae_encode(self._vae, pixels, self.dtype)
             # 3. Encode the prompt
             embeds, guided = self._encode_prompt(pipe, params)
             # 4. Schedule; noise the source to the timestep of step k (the first one run)
@@ -401,7 +398,7 @@ class DiffusionRuntime(ModelHost):
 
     def _to_image(self, vae: Any, latents: torch.Tensor) -> Image.Image:
         self.vae_decodes += 1
-        with stages.stage("vae_decode"), metrics.timed(metrics.DECODE_SECONDS, role=self.role.value):
+        with metrics.timed(metrics.DECODE_SECONDS, role=self.role.value):
             return to_image(vae, latents)
 
     def _new_scheduler(self, steps: int, *, start_step: int) -> Any:
