@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 
-from core.settings import get_settings
+from core.settings import Settings, get_settings
 from reprise.commands.bench import bench_app
 
 
@@ -47,9 +48,28 @@ def cache_command(
         churn_rounds=churn_rounds,
     )  # fmt: skip
     typer.echo(format_table(result))
-    if json_path is not None:
-        json_path.write_text(json.dumps(result.as_json(), indent=2) + "\n")
-        typer.echo(f"wrote {json_path}")
+    _write_json(json_path, result)
+
+
+def _write_json(path: Path | None, result: Any) -> None:
+    """Also write the results (their as_json()) to `path`, when one was given (--json)."""
+    if path is not None:
+        path.write_text(json.dumps(result.as_json(), indent=2) + "\n")
+        typer.echo(f"wrote {path}")
+
+
+def _video_model(settings: Settings, model: str, quality_requests: int, quality_k: int) -> tuple[Any, Any]:
+    """The video model's pipeline on the CPU, and on lab:video the judged reuse its judge measures."""
+    import torch
+
+    from bench.video.runner import JudgedReuse
+    from lab.models import load_video_judge
+    from workers.runtime.video import LAB_VIDEO_MODEL, load_video_pipeline, video_model_source
+
+    pipe = load_video_pipeline(video_model_source(settings), device=torch.device("cpu"), dtype=torch.float32)
+    if model != LAB_VIDEO_MODEL:
+        return pipe, None
+    return pipe, JudgedReuse(load_video_judge(settings), quality_requests, quality_k, log=typer.echo)
 
 
 @bench_app.command("video")
@@ -96,11 +116,7 @@ def video_command(
     states; hit rate, compute saved and throughput of whole-prompt vs decoupled lookup on a video trace
     at the paper's costs (simulated); on lab:video, the judged quality of misses, whole-prompt and
     stitched hits."""
-    import torch
-
-    from bench.video.runner import JudgedReuse, bench_frames, format_table, measure_video
-    from lab.models import load_video_judge
-    from workers.runtime.video import LAB_VIDEO_MODEL, load_video_pipeline, video_model_source
+    from bench.video.runner import bench_frames, format_table, measure_video
 
     settings = get_settings()
     model = model or settings.video_model_name
@@ -109,19 +125,14 @@ def video_command(
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--frames") from None
     settings = settings.model_copy(update={"video_model": model})
-    pipe = load_video_pipeline(video_model_source(settings), device=torch.device("cpu"), dtype=torch.float32)
-    judged = None
-    if model == LAB_VIDEO_MODEL:
-        judged = JudgedReuse(load_video_judge(settings), quality_requests, quality_k, log=typer.echo)
+    pipe, judged = _video_model(settings, model, quality_requests, quality_k)
     result = measure_video(
         settings, pipe, trace=trace, requests=requests, seed=seed, budget_share=budget_share,
         compression_prompts=compression_prompts, frames=run_frames, noise_window=noise_window,
         model=model, judged=judged,
     )  # fmt: skip
     typer.echo(format_table(result))
-    if json_path is not None:
-        json_path.write_text(json.dumps(result.as_json(), indent=2) + "\n")
-        typer.echo(f"wrote {json_path}")
+    _write_json(json_path, result)
 
 
 @bench_app.command("video-trace")
