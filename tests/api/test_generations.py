@@ -125,7 +125,8 @@ def test_get_returns_what_the_workers_wrote(
             "complete": 2.0,
         },
     }
-    assert list(job["metrics"]["stages_ms"]) == ["queue", "admission", "claim", "denoise", "store", "complete"]
+    order = ["queue", "admission", "claim", "denoise", "store", "complete"]
+    assert list(job["metrics"]["stages_ms"]) == order
     assert job["completed_at"] is not None
 
 
