@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from bench.workload.trace import (
     DEFAULT_PROMPTS,
@@ -207,3 +208,37 @@ class SimulateOptions:
     no_throughput: bool = False  # --compare leaves the speedup unchecked, and says so
     platform_costs: Path | None = None  # a replay's JSON whose stages price each job's platform work
     platform_host: PlatformHost = PlatformHost.SHARED  # every replay so far: the stack on 2 shared CPU cores
+
+
+_WORKLOAD_OPTIONS = (
+    "trace",
+    "arrivals",
+    "process",
+    "order",
+    "rate",
+    "concurrency",
+    "time_scale",
+    "limit",
+    "seed",
+)
+"""The command-line options that say what to send and when, in `workload_options`' order."""
+
+
+def simulate_options(given: Mapping[str, Any]) -> SimulateOptions:
+    """`reprise bench simulate`'s raw options, each under its parameter's name, as SimulateOptions: the
+    workload's read as replay reads them, profiles, sizes, lists and modes parsed from their text, and
+    every other option (named as its field) as given."""
+    parsed: dict[str, Any] = {
+        "workload": workload_options(*(given[name] for name in _WORKLOAD_OPTIONS)),
+        "profiles": tuple(parse_list(given["profile"])),
+        "cache_bytes": parse_size(given["cache_bytes"]) if given["cache_bytes"] else None,
+        "sizes": tuple(parse_size(size) for size in parse_list(given["sizes"] or "")),
+        "policies": tuple(parse_list(given["policies"] or "")),
+        "rates": tuple(float(r) for r in parse_list(given["rates"] or "")),
+        "monitor": parse_monitor(given["monitor"]),
+        "allocator": parse_allocator(given["allocator"]),
+        "platform_host": parse_platform_host(given["platform_host"]),
+    }
+    names = {field.name for field in fields(SimulateOptions)}
+    as_given = {name: value for name, value in given.items() if name in names and name not in parsed}
+    return SimulateOptions(**parsed, **as_given)

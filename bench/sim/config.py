@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,3 +79,7 @@ class SimResult:
     table: str | None
     allocation_timeline: tuple[AllocationPoint, ...] | None = None  # with a pool monitor: each decision
     device_ms_per_job: float | None = None  # the workers' time on model calls over the jobs run
+
+
+ConfigFor = Callable[[Profile, int], SimConfig]
+"""The deployment every run of a simulation simulates, for a profile and a cache budget."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import IntEnum
 
+from bench.run.outcomes import RequestOutcome
+from bench.sim.cascade import cascade_quality
 from bench.workload.trace import Request
 from core.vocabulary import Role
 
@@ -37,3 +39,25 @@ class SimJob:
     evals: dict[str, int] = field(default_factory=dict)
     stage: str | None = None  # DiffServe's cascade: "light", then "heavy" when escalated
     draw: tuple[float, float | None, float | None] | None = None  # (score, light, heavy quality)
+
+    def outcome(self, now: float, steps: int) -> RequestOutcome:
+        """The job's outcome, completed at `now` out of `steps` steps: a hit with its k and similarity, a
+        cascade job with its sample's qualities (bench.quality.model predicts the others')."""
+        hit = self.k is not None
+        quality, fresh_quality = cascade_quality(self.stage, self.draw)
+        return RequestOutcome(
+            seq=self.request.seq,
+            prompt_idx=self.request.prompt_idx,
+            status="succeeded",
+            hit=hit,
+            k=self.k,
+            steps=steps,
+            denoiser_evaluations=self.evals,
+            arrival_s=self.arrival_s,
+            completed_s=now,
+            latency_ms=(now - self.arrival_s) * 1000.0,
+            admission_ms=self.admission_ms,
+            similarity=self.similarity if hit else None,
+            quality=quality,
+            fresh_quality=fresh_quality,
+        )

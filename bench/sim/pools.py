@@ -60,6 +60,43 @@ class MonitorSnapshot:
         return self.hits / admitted if admitted else None
 
 
+@dataclass(slots=True)
+class PeriodDemand:
+    """What was admitted since an allocator last looked: MoDM's monitor reads its arrivals, hits, misses
+    and hits' k (a MonitorSnapshot), DiffServe's controller its misses and the light pool's seconds asked."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    k_counts: Counter[int] = field(default_factory=Counter)
+    light_work_s: float = 0.0  # light-pool seconds asked this period (the cascade's allocator)
+
+    def admit(self, k: int | None) -> None:
+        """One admission: a hit with its k, or a miss."""
+        self.counts["arrivals"] += 1
+        self.counts["hits" if k is not None else "misses"] += 1
+        if k is not None:
+            self.k_counts[k] += 1
+
+    def snapshot(
+        self, now_s: float, period_s: float, queued: Mapping[Role, int], targets: PoolTargets
+    ) -> MonitorSnapshot:
+        return MonitorSnapshot(
+            now_s=now_s,
+            period_s=period_s,
+            arrivals=self.counts["arrivals"],
+            hits=self.counts["hits"],
+            misses=self.counts["misses"],
+            k_counts=dict(self.k_counts),
+            queued=queued,
+            targets=targets,
+        )
+
+    def clear(self) -> None:
+        """A new period."""
+        self.counts.clear()
+        self.k_counts.clear()
+        self.light_work_s = 0.0
+
+
 class PoolMonitor(Protocol):
     """Decides worker counts per role. Must keep the total unchanged; None keeps the current targets."""
 

@@ -19,7 +19,8 @@ def judged_report(
     done: list[RequestOutcome], load: Workload, cfg: SimConfig, vanilla: float | None, emb: dict[str, object]
 ) -> BenchReport:
     """The run's report, with each request's quality predicted from a profile on a lab trace. A cascade
-    sets its own requests' quality (bench.sim.cascade); on a trace of no lab scene nothing is judged."""
+    sets its own requests' quality (bench.sim.cascade); on a trace of no lab scene nothing is judged. A
+    run that caches nothing outside a cascade is its own vanilla: its throughput is vanilla's."""
     judged, source = simulated_quality(
         done,
         prompts=[r.prompt for r in load.requests],
@@ -34,7 +35,10 @@ def judged_report(
     elif cfg.cascade is not None:
         source += f"; cascade from {cfg.cascade.profile.source}"
     context = replace(report_context(load, cfg, vanilla, emb), quality_source=source, quality_interval=False)
-    return summarize(judged, context)
+    report = summarize(judged, context)
+    if not cfg.profile.caches and cfg.cascade is None:
+        report = replace(report, vanilla_throughput_rps=report.throughput_rps)
+    return report
 
 
 def report_context(

@@ -41,12 +41,12 @@ from bench.run.outcomes import RequestOutcome, step_ms_by_model
 from bench.run.progress import ProgressBar
 from bench.sim.autoscale import Autoscaler
 from bench.sim.cache import SimCache
-from bench.sim.cascade import apply_batches, cascade_quality, cascade_summary, escalate, start_controller
+from bench.sim.cascade import apply_batches, cascade_summary, escalate, start_controller
 from bench.sim.config import SimConfig, SimResult
 from bench.sim.events import Event, SimJob
 from bench.sim.lookup import simulated_lookup
 from bench.sim.monitor import AllocationPoint, SimulatedMonitor
-from bench.sim.pools import MonitorSnapshot, PoolMonitor, Pools, PoolTargets, Worker
+from bench.sim.pools import PeriodDemand, PoolMonitor, Pools, PoolTargets, Worker
 from bench.sim.report import judged_report
 from bench.workload.embeddings import TraceEmbeddings
 from bench.workload.trace import Workload
@@ -88,8 +88,7 @@ class _Simulation:
         self.jobs: dict[int, SimJob] = {}
         self.outcomes: list[RequestOutcome] = []
         self.next_closed = 0
-        self.window: Counter[str] = Counter()
-        self.window_k: Counter[int] = Counter()
+        self.demand = PeriodDemand()  # what the allocators read each period
         self.requests = workload.requests
         self.query_rows = [r.prompt_idx for r in self.requests]
         self.timeline = [AllocationPoint(0.0, self.pools.targets.large, self.pools.targets.small)]
@@ -97,7 +96,6 @@ class _Simulation:
         self.requeued = False  # a hit went back to the miss queue during a dispatch pass
         self.light_queue: deque[SimJob] = deque()  # DiffServe's light stages (cascade_light)
         self.controller = start_controller(config.cascade, workload, self.pools) if config.cascade else None
-        self.light_work_s = 0.0  # light-pool seconds asked this period (the cascade's allocator)
         self.stages = Counter[str]()  # light stages run, and escalated
         spec = config.autoscaler  # the ScaledObjects' target, a pod's batch of jobs: a worker's batch here
         self.autoscaler = Autoscaler(replace(spec, jobs_per_worker=config.batch_capacity)) if spec else None
@@ -175,14 +173,11 @@ class _Simulation:
         if self.config.cascade is not None and k is None:  # a miss goes light-first (DiffServe 3.1)
             job.role, job.stage = Role.SMALL, "light"
             job.draw = self.config.cascade.profile.draw(request.prompt_idx)
-            self.light_work_s += self.config.cascade.light_stage_ms / 1e3
+            self.demand.light_work_s += self.config.cascade.light_stage_ms / 1e3
         elif job.role is Role.SMALL:
-            self.light_work_s += (self.profile.steps - (k or 0)) * self.costs.small_step_ms / 1e3
+            self.demand.light_work_s += (self.profile.steps - (k or 0)) * self.costs.small_step_ms / 1e3
         self.jobs[seq] = job
-        self.window["arrivals"] += 1
-        self.window["hits" if k is not None else "misses"] += 1
-        if k is not None:
-            self.window_k[k] += 1
+        self.demand.admit(k)
         self.push(now + self.admit_s, Event.READY, seq)
 
     # --- workers ---------------------------------------------------------------------------
@@ -285,24 +280,7 @@ class _Simulation:
             self.cache.record_use(job.entry_row, job.k, now)  # as reuse_job does, once the run is done
         if self.cache is not None and (not hit or self.profile.cache_all):
             self.cache.insert(job.request.prompt_idx, now)
-        self.outcomes.append(
-            RequestOutcome(
-                seq=job.request.seq,
-                prompt_idx=job.request.prompt_idx,
-                status="succeeded",
-                hit=hit,
-                k=job.k,
-                steps=self.profile.steps,
-                denoiser_evaluations=job.evals,
-                arrival_s=job.arrival_s,
-                completed_s=now,
-                latency_ms=(now - job.arrival_s) * 1000.0,
-                admission_ms=job.admission_ms,
-                similarity=job.similarity if hit else None,
-                quality=cascade_quality(job.stage, job.draw)[0],
-                fresh_quality=cascade_quality(job.stage, job.draw)[1],
-            )
-        )
+        self.outcomes.append(job.outcome(now, self.profile.steps))
         if self.progress is not None and (
             len(self.outcomes) % 50 == 0 or len(self.outcomes) == len(self.requests)
         ):
@@ -336,15 +314,13 @@ class _Simulation:
         if self.controller.spec.allocator is Allocator.DIFFSERVE:
             queued = (len(self.light_queue) + len(self.small_queue), len(self.large_queue))
             plan = self.controller.decide(
-                now, self.window["misses"] / period, self.light_work_s / period, queued
+                now, self.demand.counts["misses"] / period, self.demand.light_work_s / period, queued
             )
             self.pools.set_targets(PoolTargets(large=plan.heavy_workers, small=plan.light_workers))
             apply_batches(self.pools, plan)
             self._rebalance(now)
             self._dispatch(now)
-        self.window.clear()
-        self.window_k.clear()
-        self.light_work_s = 0.0
+        self.demand.clear()
         self.push(now + period, Event.MONITOR, 0)
 
     def followed(self, monitor: PoolMonitor | None) -> bool:
@@ -379,18 +355,9 @@ class _Simulation:
 
     def _monitor(self, now: float) -> None:
         assert self.monitor is not None
-        snapshot = MonitorSnapshot(
-            now_s=now,
-            period_s=self.monitor.period_s,
-            arrivals=self.window["arrivals"],
-            hits=self.window["hits"],
-            misses=self.window["misses"],
-            k_counts=dict(self.window_k),
-            queued={Role.LARGE: len(self.large_queue), Role.SMALL: len(self.small_queue)},
-            targets=self.pools.targets,
-        )
-        self.window.clear()
-        self.window_k.clear()
+        queued = {Role.LARGE: len(self.large_queue), Role.SMALL: len(self.small_queue)}
+        snapshot = self.demand.snapshot(now, self.monitor.period_s, queued, self.pools.targets)
+        self.demand.clear()  # the light pool's seconds too: only DiffServe's controller reads them
         targets = self.monitor(snapshot)
         if targets is not None:
             self.pools.set_targets(targets)
@@ -450,8 +417,6 @@ def run_simulation(
     report = judged_report(outcomes, workload, config, vanilla_throughput_rps, lookup.embedder)
     if simulation.controller is not None:
         report = cascade_summary(report, simulation.controller, simulation.stages)
-    if not profile.caches and config.cascade is None:
-        report = replace(report, vanilla_throughput_rps=report.throughput_rps)
     return SimResult(
         report=report,
         outcomes=tuple(outcomes),

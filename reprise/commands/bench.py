@@ -241,31 +241,15 @@ def simulate_command(
     progress: ProgressOpt = True,
 ) -> None:
     """Simulate a trace with profiled costs and the service's own policies (no GPU, no images)."""
-    from bench.run import options as parse
+    given = dict(locals())  # every option by its name, before anything else is named here
+    from bench.run.options import guarded, simulate_options
     from bench.sim.runner import simulate_main
 
     def main() -> int:
-        options = parse.SimulateOptions(
-            workload=parse.workload_options(
-                trace, arrivals, process, order, rate, concurrency, time_scale, limit, seed
-            ),
-            profiles=tuple(parse.parse_list(profile)),
-            costs=costs, batch_table=batch_table,
-            cache_bytes=parse.parse_size(cache_bytes) if cache_bytes else None,
-            large_workers=large_workers, small_workers=small_workers, autoscale=autoscale, sweep=sweep,
-            sizes=tuple(parse.parse_size(size) for size in parse.parse_list(sizes or "")),
-            policies=tuple(parse.parse_list(policies or "")), progress=progress,
-            rates=tuple(float(r) for r in parse.parse_list(rates or "")),
-            k_table=k_table, quality_profile=quality_profile, quality_from=quality_from, switch_s=switch_s,
-            monitor=parse.parse_monitor(monitor), monitor_period_s=monitor_period_s,
-            allocator=parse.parse_allocator(allocator), cascade_pair=cascade_pair,
-            cascade_profile=cascade_profile, jobs=jobs, json_path=json_path, plots=plots, compare=compare,
-            no_throughput=no_throughput, platform_costs=platform_costs,
-            platform_host=parse.parse_platform_host(platform_host),
-        )  # fmt: skip
+        options = simulate_options(given)
         return simulate_main(get_settings(), options)
 
-    raise typer.Exit(parse.guarded(main))
+    raise typer.Exit(guarded(main))
 
 
 @bench_app.command("chaos")

@@ -12,8 +12,8 @@ from bench.run.costs import load_costs
 from bench.run.options import workload_options
 from bench.run.profiles import build_profile
 from bench.sim.config import SimConfig
-from bench.sim.runner import _embeddings, _stack_lookup
 from bench.sim.simulate import run_simulation
+from bench.sim.stack_lookup import stack_embeddings, stack_lookup
 from bench.workload.trace import Request, Workload
 from core.prompt_key import normalised
 from core.settings import Settings
@@ -39,7 +39,7 @@ def test_real_prompts_under_the_labs_default_hit_only_their_identical_repeats(
     assert bench_settings.open_clip_model == LAB_ATTRIBUTES  # the lab's default, as the stack runs it
     workload = _real_workload(200)
     profile = build_profile("configured", bench_settings)
-    embeddings = _embeddings(bench_settings, workload, [profile], None)
+    embeddings = stack_embeddings(bench_settings, workload, [profile], None)
     assert embeddings.keys is not None and embeddings.describe["name"] == LAB_ATTRIBUTES
     config = SimConfig(
         profile=profile, costs=load_costs(COSTS), cache_bytes=10**12, large_workers=1, small_workers=1
@@ -64,7 +64,7 @@ def test_distinct_real_prompts_under_the_labs_default_never_hit(bench_settings: 
             distinct.append(replace(request, seq=len(distinct)))
     workload = replace(workload, requests=tuple(distinct))
     profile = build_profile("configured", bench_settings)
-    embeddings = _embeddings(bench_settings, workload, [profile], None)
+    embeddings = stack_embeddings(bench_settings, workload, [profile], None)
     config = SimConfig(profile=profile, costs=load_costs(COSTS), cache_bytes=10**12)
     report = run_simulation(workload, config, settings=bench_settings, embeddings=embeddings).report
     assert report.requests == len(distinct) and report.hit_rate == 0.0
@@ -76,18 +76,20 @@ def test_a_replays_embedder_record_decides_the_lookup(bench_settings: Settings) 
     whose embedder this process does not run is refused, naming both."""
     profiles = [build_profile("configured", bench_settings)]
     text = {"name": "minilm", "lookup": "text-to-text"}
-    assert _stack_lookup(bench_settings, profiles, text) == ("minilm", False, "the replay's embedder record")
-    assert _stack_lookup(bench_settings, profiles, None)[:2] == (LAB_ATTRIBUTES, True)
+    assert stack_lookup(bench_settings, profiles, text) == ("minilm", False, "the replay's embedder record")
+    assert stack_lookup(bench_settings, profiles, None)[:2] == (LAB_ATTRIBUTES, True)
     # A replay from before the stack reported its lookup names its own text embedder beside image lookups
     # (bench/results/replay/diffusiondb-file-index-default-vanilla-16.json): the image side is the settings'.
     older = {"name": "minilm", "lookup": "text-to-image"}
-    assert _stack_lookup(bench_settings, profiles, older)[:2] == (LAB_ATTRIBUTES, True)
+    assert stack_lookup(bench_settings, profiles, older)[:2] == (LAB_ATTRIBUTES, True)
     text_settings = bench_settings.model_copy(
         update={"lookup_mode": LookupMode.TEXT_TO_TEXT, "open_clip_model": None}
     )
     workload = _real_workload(20)
     lab = {"name": LAB_ATTRIBUTES, "lookup": "text-to-image"}
-    embedded = _embeddings(text_settings, workload, profiles, None, lab)
+    embedded = stack_embeddings(text_settings, workload, profiles, None, lab)
     assert embedded.keys is not None and embedded.describe["name"] == LAB_ATTRIBUTES
     with pytest.raises(ValueError, match=r"ViT-B-32.*minilm"):
-        _embeddings(text_settings, workload, profiles, None, {"name": "ViT-B-32", "lookup": "text-to-text"})
+        stack_embeddings(
+            text_settings, workload, profiles, None, {"name": "ViT-B-32", "lookup": "text-to-text"}
+        )

@@ -25,8 +25,9 @@ from bench.sim.platform import (
     platform_costs,
 )
 from bench.sim.pools import Worker
-from bench.sim.runner import _embeddings, simulate_main
+from bench.sim.runner import simulate_main
 from bench.sim.simulate import run_simulation
+from bench.sim.stack_lookup import stack_embeddings
 from bench.workload.trace import ArrivalSpec, build_workload, load_prompts
 from core.settings import Settings
 from core.vocabulary import MonitorMode, Role
@@ -192,7 +193,7 @@ def test_with_no_hits_the_simulated_speedup_is_the_replays_cpu_ratio(
     config = SimConfig(
         profile=profile, costs=StepCosts(), cache_bytes=10**12, large_workers=2, small_workers=0
     )
-    embeddings = _embeddings(bench_settings, workload, [profile], None)
+    embeddings = stack_embeddings(bench_settings, workload, [profile], None)
     vanilla = replace(config, profile=build_profile("vanilla", bench_settings), cache_bytes=0)
     device_ms = run_simulation(workload, vanilla, settings=bench_settings, embeddings=None).device_ms_per_job
     assert device_ms is not None
