@@ -103,9 +103,14 @@ def judge_records(
             return await judge_unjudged(client, scorer, images)
 
     scores = asyncio.run(run())
+    read = sum(
+        1
+        for job, score in zip(images, scores, strict=True)
+        if score is not None and job is not None and (job.get("metrics") or {}).get("quality") is None
+    )
     print(
-        f"judged {missing} images the workers had not (read through the API, {scorer.name}) "
-        f"in {time.monotonic() - started:.1f} s",
+        f"judged {read} of the {missing} images the workers had not (read back through the API, "
+        f"{scorer.name}; the others' prompts it cannot read) in {time.monotonic() - started:.1f} s",
         file=sys.stderr,
     )
     return [

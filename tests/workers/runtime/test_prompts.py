@@ -70,3 +70,15 @@ def test_the_least_recently_used_prompt_goes_first(pipe: Any) -> None:
     calls = prompts.encoder_calls
     prompts.encode(pipe, _params(PROMPTS[0]), CPU)
     assert prompts.encoder_calls == calls + 1
+
+
+def test_a_cold_vanillas_marked_prompt_is_encoded_again_to_the_same_embedding(pipe: Any) -> None:
+    """bench replay's vanilla run marks each prompt (bench.live.runner.VANILLA_PROMPT_SUFFIX): the
+    tokenizer reads the same tokens, so the images are the same, but no kept embedding serves it."""
+    from bench.live.runner import VANILLA_PROMPT_SUFFIX
+
+    prompts = PromptEmbeddings()
+    first, _ = prompts.encode(pipe, _params(PROMPTS[0]), CPU)
+    passes = _encoder_passes(pipe)
+    marked, _ = prompts.encode(pipe, _params(PROMPTS[0] + VANILLA_PROMPT_SUFFIX), CPU)
+    assert passes[0] == 1 and torch.equal(first, marked)
