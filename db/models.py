@@ -164,7 +164,7 @@ class CacheEntry(Base):
     model_family: Mapped[str] = mapped_column(String(128))
     prompt: Mapped[str] = mapped_column(Text)
     prompt_key: Mapped[str | None] = mapped_column(String(64))  # core.prompt_key: the exact-prompt path
-    text_embedding: Mapped[Any] = mapped_column(Vector())
+    text_embedding: Mapped[Any | None] = mapped_column(Vector())  # null: cached for image lookups only
     image_embedding: Mapped[Any | None] = mapped_column(Vector())
     final_latent_key: Mapped[str | None] = mapped_column(Text)
     bytes: Mapped[int] = mapped_column(BigInteger, default=0)  # final latent (+ image); states count apart

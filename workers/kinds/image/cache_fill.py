@@ -37,7 +37,7 @@ class PreparedEntry:
     scope: str
     job: JobView
     result: GenerationResult
-    text_embedding: npt.NDArray[np.float32]
+    text_embedding: npt.NDArray[np.float32] | None
     image_embedding: npt.NDArray[np.float32] | None
     final_key: str
     final_bytes: int
@@ -80,14 +80,13 @@ def prepare_entry(
     settings = context.settings
     entry_id = uuid.uuid5(ENTRY_NAMESPACE, str(job.id))
     scope = insert_scope(job.tenant_id, shared_cache=job.shared_cache)
-    # The text embedding is always indexed; the image embedding only in image lookup mode
-    # (REPRISE_LOOKUP_MODE=image), the one mode that reads it, since embedding an image needs its
-    # pixels and so a VAE decode at generation. Entries cached in text mode have no image embedding:
-    # switching to image mode later finds only entries cached after the switch. The prompt is
-    # embedded again here rather than carried from admission: in image mode admission embeds it in
-    # CLIP's space, not the text embedder's.
-    text_embedding = context.text_embedder().embed_text([job.params.prompt])[0]
+    # An entry is embedded for the lookup of the mode it is cached in, the one that will read it: its
+    # prompt in text mode (NIRVANA), its image in image mode (MoDM 5.2; embedding an image needs its
+    # pixels, so a VAE decode at generation). Switching modes later finds only entries cached after the
+    # switch. The prompt is embedded again here rather than carried from admission: in image mode
+    # admission embeds it in CLIP's space, not the text embedder's.
     image_lookup = settings.lookup_mode is LookupMode.TEXT_TO_IMAGE
+    text_embedding = None if image_lookup else context.text_embedder().embed_text([job.params.prompt])[0]
     image_embedding = embed_image(context, image) if image_lookup and image is not None else None
     with metrics.timed(metrics.CODEC_SECONDS, operation="encode"):
         state_blobs = {
@@ -108,7 +107,7 @@ def prepare_entry(
         scope=scope,
         job=job,
         result=result,
-        text_embedding=np.asarray(text_embedding, dtype=np.float32),
+        text_embedding=None if text_embedding is None else np.asarray(text_embedding, dtype=np.float32),
         image_embedding=image_embedding,
         final_key=final_key,
         final_bytes=len(final_blob),
