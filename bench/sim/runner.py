@@ -49,8 +49,6 @@ from bench.workload.trace import Workload
 from core.settings import Settings
 from core.vocabulary import EvictionPolicyName
 
-_embeddings = stack_embeddings  # the name tests/bench/workload imports it by
-
 DEFAULT_SWEEP_SIZES = "16MiB,64MiB,256MiB,1GiB,4GiB"
 """Budgets around the bytes the 5k trace would cache whole (~4 GiB of NIRVANA entries at the
 default 277 KB per latent state), so each profile goes from a tiny cache to an unbounded one

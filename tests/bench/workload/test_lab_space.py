@@ -130,7 +130,7 @@ def test_images_are_read_at_the_fresh_quality_of_the_profile_the_simulation_is_g
     (or, in a profile without them, its large model's fresh quality), not the shipped profile's, are what
     the simulated readings follow."""
     from bench.quality.model import shipped_profile
-    from bench.sim.runner import _embeddings
+    from bench.sim.stack_lookup import stack_embeddings
 
     settings = bench_settings.model_copy(
         update={"lookup_mode": LookupMode.TEXT_TO_IMAGE, "open_clip_model": LAB_ATTRIBUTES}
@@ -141,9 +141,9 @@ def test_images_are_read_at_the_fresh_quality_of_the_profile_the_simulation_is_g
     other = tmp_path / "other-weights.json"
     without_readings = {k: v for k, v in json.loads(shipped.read_text()).items() if k != "readings"}
     other.write_text(json.dumps(without_readings | {"fresh_quality": 0.9}))
-    described = _embeddings(settings, workload, profiles, other).describe
+    described = stack_embeddings(settings, workload, profiles, other).describe
     assert described["shown"] == 0.9 and "one-hot" in str(described["lookup"])
-    by_default = _embeddings(settings, workload, profiles, None).describe
+    by_default = stack_embeddings(settings, workload, profiles, None).describe
     shipped_data = json.loads(shipped.read_text())
     assert by_default["shown"] != 0.9 and by_default["shown"] == shipped_data["fresh_quality"]
     # The shipped profile keeps the readings of its cached images: the simulation draws from them.
