@@ -40,11 +40,21 @@ def status() -> None:
 def migrate_command(
     revision: str = typer.Option("head", help="Alembic revision to upgrade to."),
     downgrade: str | None = typer.Option(None, help="Downgrade to this revision instead (e.g. base)."),
+    check: bool = typer.Option(
+        False, "--check", help="Change nothing: exit 0 when the database is at the code's head, 1 if not."
+    ),
+    wait_s: float = typer.Option(
+        0.0, "--wait", help="With --check: seconds to keep checking (every 5 s) until it is at the head."
+    ),
 ) -> None:
     """Apply the database migrations (creates the vector extension and HNSW indexes)."""
     from reprise import migrate
 
     settings = get_settings()
+    if check:
+        state = migrate.wait_for_head(settings, wait_s)
+        typer.echo(("ok: " if state.at_head else "not migrated: ") + state.line(), err=not state.at_head)
+        raise typer.Exit(0 if state.at_head else 1)
     try:
         if downgrade is not None:
             migrate.downgrade(settings, downgrade)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -149,18 +149,34 @@ def flower_command(
 
 
 def ping_worker_command(
-    name: str | None = typer.Option(None, help="The worker's node name (default: any worker on this host)."),
+    name: str | None = typer.Option(None, help="The worker's node name (default: this host's worker)."),
+    host: str | None = typer.Option(
+        None, help="Ping the workers of this host (default: REPRISE_HOSTNAME, else this machine's hostname)."
+    ),
     timeout_s: float = typer.Option(5.0, "--timeout", help="Seconds to wait for the answer."),
 ) -> None:
-    """Exit 0 when the worker answers a Celery ping over the broker (a container's healthcheck)."""
+    """Exit 0 when the worker answers a Celery ping over the broker (a container's healthcheck). Only that
+    worker is asked (a pod's worker is the only one on its host), and its answer ends the wait."""
     from jobs.celery_app import get_celery_app
 
-    replies = get_celery_app().control.ping(destination=[name] if name else None, timeout=timeout_s) or []
-    names = {node for reply in replies for node in reply}
-    suffix = f"@{get_settings().worker_host}"  # this host's worker names (REPRISE_HOSTNAME)
-    ok = name in names if name else any(node.endswith(suffix) for node in names)
-    typer.echo(f"{'ok' if ok else 'no answer'}: {sorted(names)}")
+    target = host or get_settings().worker_host
+    ok, names = ping_workers(get_celery_app().control, name=name, host=target, timeout_s=timeout_s)
+    typer.echo(f"{'ok' if ok else 'no answer'}: {names}")
     raise typer.Exit(0 if ok else 1)
+
+
+def ping_workers(control: Any, *, name: str | None, host: str, timeout_s: float) -> tuple[bool, list[str]]:
+    """Ping the worker named `name`, else the workers whose node name ends with @`host`: the broadcast
+    carries the destination (or a glob pattern), so no other worker answers, and it returns at the first
+    answer (kombu waits for len(destination) replies, or `limit`) instead of waiting out the timeout.
+    Returns whether the worker answered, and the nodes that did."""
+    if name:
+        replies = control.ping(destination=[name], timeout=timeout_s)
+    else:
+        replies = control.ping(pattern=f"*@{host}", matcher="glob", limit=1, timeout=timeout_s)
+    names = sorted({node for reply in replies or [] for node in reply})
+    ok = name in names if name else any(node.endswith(f"@{host}") for node in names)
+    return ok, names
 
 
 def run_command(
