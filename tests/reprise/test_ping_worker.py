@@ -32,7 +32,7 @@ class Mailbox:
         return [{node: {"ok": "pong"}} for node in answering]
 
 
-def _matches(node: str, pattern: str, matcher: str) -> bool:
+def _matches(node: str, pattern: str, matcher: str | None) -> bool:
     return bool(match(node, pattern, matcher))  # type: ignore[arg-type]  # kombu's stub says bytes; str works
 
 
