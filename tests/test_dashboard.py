@@ -21,6 +21,9 @@ DEFINITION = re.compile(
     r'\b(?:Counter|Gauge|Histogram|Summary|Info|Enum|(?:Counter|Gauge|Histogram|Summary)MetricFamily)\(\s*"(reprise_[a-z0-9_]+)"'
 )
 METRIC = re.compile(r"\breprise_[a-z0-9_]+\b")
+GROUPING = re.compile(r"\b(?:by|without)\s*\(([^)]*)\)")  # the labels an aggregation keeps or drops
+SCRAPE_LABELS = {"instance", "job"}  # the target labels Prometheus gives every scraped sample
+DATASOURCE_VARIABLE = "${datasource}"  # the dashboard's datasource variable, as panels reference it
 QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')  # label values: {route="reprise_x"} names no metric
 # The samples each family type exports (prometheus_client's text exposition).
 SUFFIXES = {
@@ -147,17 +150,26 @@ def test_every_worker_metric_has_a_panel() -> None:
     assert missing == [], f"worker metrics without a panel: {missing}"
 
 
-def test_panels_have_titles_targets_and_the_provisioned_datasource() -> None:
+def test_panels_read_the_datasource_variable_which_defaults_to_the_provisioned_one() -> None:
+    """Every panel names the datasource through the `datasource` variable, so the dashboard works on any
+    Grafana (Kubernetes' included); compose's provisioned uid is the variable's default."""
     uid = yaml_datasource_uid()
+    (variable,) = [v for v in _dashboard()["templating"]["list"] if v["name"] == DATASOURCE_VARIABLE[2:-1]]
+    assert (variable["type"], variable["query"], variable["current"]["value"]) == (
+        "datasource",
+        "prometheus",
+        uid,
+    )
     panels = _panels()
     assert len(panels) >= 10
     for panel in panels:
         assert panel.get("title"), panel
         assert panel["targets"], panel["title"]
-        assert panel["datasource"]["uid"] == uid, panel["title"]
+        assert panel["datasource"] == {"type": "prometheus", "uid": DATASOURCE_VARIABLE}, panel["title"]
         for target in panel["targets"]:
-            assert target.get("datasource", {"uid": uid})["uid"] == uid, panel["title"]
+            assert target.get("datasource", panel["datasource"])["uid"] == DATASOURCE_VARIABLE, panel["title"]
             assert target["expr"].strip(), panel["title"]
+    assert f'"uid": "{uid}"' not in DASHBOARD.read_text()  # no panel pins the datasource
     ids = [panel["id"] for panel in _dashboard()["panels"]]
     assert len(ids) == len(set(ids)), "panel ids repeat"
 
@@ -169,6 +181,39 @@ def yaml_datasource_uid() -> str:
     assert prometheus["uid"] == "prometheus"
     assert prometheus["url"] == "http://prometheus:9090"
     return str(prometheus["uid"])
+
+
+def worker_labels() -> dict[str, set[str]]:
+    """The labels each worker metric's samples carry, from the instruments themselves."""
+    for module in defined_metrics():
+        importlib.import_module(module)
+    names = REGISTRY._collector_to_names  # prometheus_client keeps no public map from names to collectors
+    return {
+        name: set(getattr(collector, "_labelnames", ()))
+        for collector, family in names.items()
+        for name in family
+        if name.startswith("reprise_worker_")
+    }
+
+
+def test_worker_panels_group_by_labels_the_workers_or_any_prometheus_give() -> None:
+    """A label only one Prometheus configuration adds (compose's `pool` target label) would leave the
+    panel empty elsewhere: group worker metrics by their own labels, `le`, or the target labels every
+    scrape gets (instance, job)."""
+    labels = worker_labels()
+    assert {"role", "kind"} <= labels["reprise_worker_gpu_memory_bytes"]
+    checked = 0
+    for expr in _exprs():
+        read = [labels[name] for name in metric_names(expr) if name in labels]
+        if not read:
+            continue
+        known = set.union(*read) | SCRAPE_LABELS | {"le"}
+        for group in GROUPING.findall(expr):
+            used = {label.strip() for label in group.split(",") if label.strip()}
+            assert used <= known, (expr, used - known)
+            checked += 1
+    assert checked >= 10
+    assert GROUPING.findall("sum by (pool, role) (x)") == ["pool, role"]  # what compose's label looked like
 
 
 def test_the_dashboard_is_a_grafana_model() -> None:
