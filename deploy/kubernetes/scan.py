@@ -26,7 +26,12 @@ import yaml
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "checkov-results.json"
 # The entry points an operator renders: the default (base + autoscaling) and each overlay.
-ENTRY_POINTS = ("deploy/kubernetes", "deploy/kubernetes/overlays/single-gpu-node")
+ENTRY_POINTS = (
+    "deploy/kubernetes",
+    "deploy/kubernetes/overlays/single-gpu-node",
+    "deploy/kubernetes/overlays/example-secrets",
+    "deploy/kubernetes/overlays/monitoring",
+)
 
 
 def render(entry: str, root: Path) -> str:

@@ -27,6 +27,8 @@ def load_scan_module() -> ModuleType:
 
 SCAN = load_scan_module()
 ENTRY_POINTS: tuple[str, ...] = SCAN.ENTRY_POINTS
+EXAMPLE = "deploy/kubernetes/overlays/example-secrets"  # the only entry point that holds Secrets
+MONITORING = "deploy/kubernetes/overlays/monitoring"  # the default with the monitoring component
 
 
 def render_text(entry: str) -> str:

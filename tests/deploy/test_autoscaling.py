@@ -1,11 +1,11 @@
-"""KEDA's ScaledObjects against the code: the Redis lists they count are the role's queues from the queue
-table (jobs/queues.py), named as kombu's Redis transport names them under the broker options the Celery
-app sets; the running count's SQL finds exactly the jobs a Deployment's pods run, in the real schema;
-the decode pool reads the gauge the API exports."""
+"""KEDA's ScaledObjects against the code: the large and small pools each scale on one `postgresql` trigger
+whose query, read from the rendered manifests and run against the test suite's Postgres, counts the jobs
+waiting for the pool (by the route the dispatcher sends them on under the manifests' settings) and the
+jobs its Deployment's pods run, at REPRISE_MAX_BATCH jobs per pod; the decode pool reads the gauge the
+API exports."""
 
 from __future__ import annotations
 
-import re
 import socket
 import uuid
 from datetime import timedelta
@@ -13,17 +13,17 @@ from typing import Any
 
 import psycopg
 import pytest
-from kombu.transport.redis import PRIORITY_STEPS, Channel
 
 from api.read_metrics import READ_QUEUE
 from core.settings import Settings
-from core.vocabulary import GPU_ROLES, Role
+from core.vocabulary import GPU_ROLES, JobStatus, Role, Route
 from db.engine import session_scope
-from db.job_runs import claim_run, utcnow
+from db.job_runs import utcnow
 from db.models import Job, Tenant
-from jobs.celery_app import make_celery_app
-from jobs.queues import QUEUES_BY_ROLE, Queue, decode_queue
+from jobs.dispatch import route_task
+from jobs.queues import QUEUES_BY_ROLE, ROUTES, Queue, decode_queue
 from tests.deploy.conftest import by_kind
+from tests.deploy.test_kubernetes import configured
 
 QUEUED_ROLES = (Role.LARGE, Role.SMALL)  # decode's queues are per node: read from Prometheus instead
 
@@ -35,18 +35,9 @@ def primary_role(queue: Queue) -> Role:
     return min(consumers, key=lambda role: QUEUES_BY_ROLE[role].index(queue))
 
 
-def redis_lists(queue: Queue, settings: Settings) -> set[str]:
-    """Every Redis list a queue's messages can wait in: one per priority step (kombu's Redis transport)."""
-    options = make_celery_app(settings).conf.broker_transport_options
-    prefix = options.get("global_keyprefix", "")
-    steps = options.get("priority_steps", PRIORITY_STEPS)
-    sep = options.get("sep", Channel.sep)
-    return {prefix + (queue.value if step == 0 else f"{queue.value}{sep}{step}") for step in steps}
-
-
-def expected_lists(role: Role, settings: Settings) -> set[str]:
-    queues = [queue for queue in QUEUES_BY_ROLE[role] if primary_role(queue) is role]
-    return {name for queue in queues for name in redis_lists(queue, settings)}
+def pool_of(route: Route, settings: Settings) -> Role:
+    """The pool a job of `route` waits for: the queue the dispatcher sends it on, and who takes that."""
+    return primary_role(ROUTES[route_task(route, settings)])
 
 
 def triggers(scaled: dict[str, Any], kind: str) -> list[dict[str, Any]]:
@@ -57,48 +48,29 @@ def scaled_object(manifests: list[dict[str, Any]], role: Role) -> dict[str, Any]
     return by_kind(manifests, "ScaledObject")[f"reprise-{role.value}"]
 
 
-@pytest.mark.parametrize("role", QUEUED_ROLES, ids=str)
-def test_redis_triggers_count_every_list_of_the_roles_queues(
-    role: Role, manifests: list[dict[str, Any]], service_settings: Settings
-) -> None:
-    scaled = scaled_object(manifests, role)
-    counted = [t["metadata"]["listName"] for t in triggers(scaled, "redis")]
-    assert len(counted) == len(set(counted))
-    assert set(counted) == expected_lists(role, service_settings)
-    assert "cache_hit\x06\x163" in expected_lists(Role.SMALL, service_settings)  # kombu's name, in full
-    broker_url = by_kind(manifests, "Secret")["reprise-secrets"]["stringData"]["REPRISE_REDIS_URL"]
-    redis_db = int(broker_url.rsplit("/", 1)[1])
-    for trigger in triggers(scaled, "redis"):
-        assert trigger["metadata"]["databaseIndex"] == str(redis_db), trigger["name"]
-        assert trigger["authenticationRef"]["name"] == "reprise-redis"
-
-
-def test_a_renamed_or_moved_queue_would_fail_the_check(service_settings: Settings) -> None:
-    large = expected_lists(Role.LARGE, service_settings)
-    assert "cache_miss" in large and "cache_hit" not in large  # hits are the small pool's backlog
-    assert "cache_hit" in expected_lists(Role.SMALL, service_settings)
-    renamed = {name.replace("cache_miss", "misses") for name in large}
-    assert renamed != large
+def pool_query(manifests: list[dict[str, Any]], role: Role) -> str:
+    (trigger,) = scaled_object(manifests, role)["spec"]["triggers"]
+    assert trigger["type"] == "postgresql"
+    query = trigger["metadata"]["query"]
+    assert isinstance(query, str)
+    return query
 
 
 @pytest.mark.parametrize("role", QUEUED_ROLES, ids=str)
-def test_the_formula_adds_every_trigger_once_at_a_pods_batch_of_jobs_per_pod(
+def test_one_postgres_trigger_at_a_pods_batch_of_jobs_per_pod(
     role: Role, manifests: list[dict[str, Any]]
 ) -> None:
     spec = scaled_object(manifests, role)["spec"]
-    modifiers = spec["advanced"]["scalingModifiers"]
-    names = sorted(t["name"] for t in spec["triggers"])
-    terms = sorted(term.strip() for term in modifiers["formula"].split("+"))
-    assert terms == names and "running" in names
-    assert all(re.fullmatch(r"[a-z_][a-z0-9_]*", name) for name in names)
+    (trigger,) = spec["triggers"]  # no Redis list, no formula: the jobs table only
+    assert trigger["type"] == "postgresql" and trigger["authenticationRef"]["name"] == "reprise-postgres"
+    assert "scalingModifiers" not in spec["advanced"]
     # A pod denoises REPRISE_MAX_BATCH jobs at once: the target is that many jobs a pod.
-    (config,) = [m for m in manifests if m["kind"] == "ConfigMap" and "REPRISE_MAX_BATCH" in m["data"]]
-    assert (modifiers["target"], modifiers["metricType"]) == (
-        config["data"]["REPRISE_MAX_BATCH"],
-        "AverageValue",
-    )
-    (running,) = triggers(scaled_object(manifests, role), "postgresql")
-    assert running["name"] == "running" and running["authenticationRef"]["name"] == "reprise-postgres"
+    config = by_kind(manifests, "ConfigMap")["reprise-config"]["data"]
+    assert trigger["metadata"]["targetQueryValue"] == config["REPRISE_MAX_BATCH"]
+    assert trigger.get("metricType", "AverageValue") == "AverageValue"
+    assert trigger["metadata"]["activationTargetQueryValue"] == "0"  # the first waiting job wakes the pool
+    assert f"LIKE 'reprise-{role.value}-%'" in pool_query(manifests, role)  # pods: <deployment>-<hash>-<id>
+    assert not by_kind(manifests, "TriggerAuthentication").keys() - {"reprise-postgres"}
 
 
 def test_bounds_and_scale_in_pace(manifests: list[dict[str, Any]]) -> None:
@@ -117,48 +89,53 @@ def test_decode_scales_on_the_read_path_gauge(manifests: list[dict[str, Any]]) -
     """A decode node's queue is decode.<node>: no fixed list holds the pool's backlog, and the route
     table's `decode` list is never published to."""
     scaled = scaled_object(manifests, Role.DECODE)
-    assert triggers(scaled, "redis") == []
     assert decode_queue("decode-1@pod") != Queue.DECODE.value
-    (prometheus,) = triggers(scaled, "prometheus")
+    (prometheus,) = scaled["spec"]["triggers"]
+    assert prometheus["type"] == "prometheus"
     assert READ_QUEUE in prometheus["metadata"]["query"]
     assert "max by (node)" in prometheus["metadata"]["query"]
 
 
-# ---- the running count, in the real schema ---------------------------------------------------------------
+# ---- the query, in the real schema ------------------------------------------------------------------------
 
 
-def running_query(manifests: list[dict[str, Any]], role: Role) -> str:
-    (running,) = triggers(scaled_object(manifests, role), "postgresql")
-    query = running["metadata"]["query"]
-    assert isinstance(query, str)
-    assert f"LIKE 'reprise-{role.value}-%'" in query  # the Deployment's pods: <deployment>-<hash>-<id>
-    return query
-
-
-def _claimed_by(
-    settings: Settings, tenant_id: uuid.UUID, pod: str, role: Role, monkeypatch: pytest.MonkeyPatch
-) -> uuid.UUID:
-    """A job claimed as a worker of `role` in pod `pod` claims it (its lease owner, workers.context)."""
-    from workers.context import WorkerContext
-
-    monkeypatch.setattr(socket, "gethostname", lambda: pod)
-    owner = WorkerContext(settings, role).owner
+def _job(settings: Settings, tenant_id: uuid.UUID, **values: Any) -> None:
     with session_scope(settings) as session:
         job = Job(
             tenant_id=tenant_id, prompt="a red circle", seed=7, steps=50, width=64, height=64, guidance=7.5
         )
+        for key, value in values.items():
+            setattr(job, key, value)
         session.add(job)
-        session.flush()
-        job_id = job.id
-    with session_scope(settings) as session:
-        claim_run(session, job_id, owner=owner, lease_s=settings.lease_s, max_attempts=3)
-    return job_id
+
+
+def _owner(settings: Settings, pod: str, role: Role, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The lease owner a worker of `role` in pod `pod` writes (workers.context)."""
+    from workers.context import WorkerContext
+
+    monkeypatch.setattr(socket, "gethostname", lambda: pod)
+    return WorkerContext(settings, role).owner
+
+
+def _counts(manifests: list[dict[str, Any]], settings: Settings) -> dict[Role, int]:
+    url = settings.sqlalchemy_url.replace("postgresql+psycopg://", "postgresql://", 1)
+    with psycopg.connect(url) as conn:
+        counts = {}
+        for role in QUEUED_ROLES:
+            row = conn.execute(pool_query(manifests, role).encode()).fetchone()
+            assert row is not None
+            counts[role] = int(row[0])
+        return counts
 
 
 @pytest.mark.integration
-def test_the_running_count_finds_the_jobs_the_deployments_pods_run(
+def test_the_query_counts_each_pools_waiting_and_running_jobs(
     manifests: list[dict[str, Any]], db_settings: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
+    pods = configured(manifests, monkeypatch)  # the settings the pods run with: where each route goes
+    assert {route: pool_of(route, pods) for route in Route} == {
+        Route.MISS: Role.LARGE, Route.HEAVY: Role.LARGE, Route.HIT: Role.SMALL
+    }  # fmt: skip
     settings = db_settings.model_copy(update={"blob_dir": tmp_path / "blobs"})
     with session_scope(settings) as session:
         tenant = Tenant(name=f"t-{uuid.uuid4().hex[:10]}", webhook_secret="whsec_dGVzdHNlY3JldA==")
@@ -166,27 +143,64 @@ def test_the_running_count_finds_the_jobs_the_deployments_pods_run(
         session.flush()
         tenant_id = tenant.id
     before = _counts(manifests, settings)
-    # A large pod's job, a large pod's job after the monitor moved it to small, a small pod's job,
-    # and a job whose lease expired (its worker died): 2 running on large pods, 1 on small ones.
-    _claimed_by(settings, tenant_id, "reprise-large-6d9f7c8b5-x2x9k", Role.LARGE, monkeypatch)
-    _claimed_by(settings, tenant_id, "reprise-large-6d9f7c8b5-q7w4z", Role.SMALL, monkeypatch)
-    _claimed_by(settings, tenant_id, "reprise-small-5b8c9d7f6-m3n8p", Role.SMALL, monkeypatch)
-    dead = _claimed_by(settings, tenant_id, "reprise-large-6d9f7c8b5-d3ad0", Role.LARGE, monkeypatch)
-    with session_scope(settings) as session:
-        job = session.get(Job, dead)
-        assert job is not None
-        job.lease_until = utcnow() - timedelta(seconds=1)
+    live, lapsed = utcnow() + timedelta(seconds=30), utcnow() - timedelta(seconds=1)
+    large_pod = _owner(settings, "reprise-large-6d9f7c8b5-x2x9k", Role.LARGE, monkeypatch)
+    moved_pod = _owner(settings, "reprise-large-6d9f7c8b5-q7w4z", Role.SMALL, monkeypatch)
+    small_pod = _owner(settings, "reprise-small-5b8c9d7f6-m3n8p", Role.SMALL, monkeypatch)
+    waiting = JobStatus.STARTING.value
+    for route in Route:  # waiting for its pool: one admitted job of each route, and one not admitted
+        _job(settings, tenant_id, status=waiting, route=route.value)
+    _job(settings, tenant_id, status=waiting, route=None)  # the admit pool's: no GPU pool's
+    running = JobStatus.PROCESSING.value
+    _job(settings, tenant_id, status=running, route="miss", lease_owner=large_pod, lease_until=live)
+    _job(settings, tenant_id, status=running, route="hit", lease_owner=moved_pod, lease_until=live)
+    _job(settings, tenant_id, status=running, route="hit", lease_owner=small_pod, lease_until=live)
+    _job(settings, tenant_id, status=running, route="miss", lease_owner=small_pod, lease_until=live)
+    # a run whose worker died (lease lapsed): the reconciler sends it again, so it waits for its pool
+    _job(settings, tenant_id, status=running, route="hit", lease_owner=large_pod, lease_until=lapsed)
+    for ended in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELED):  # done: nobody's
+        for route in Route:
+            _job(
+                settings,
+                tenant_id,
+                status=ended.value,
+                route=route.value,
+                lease_owner=large_pod,
+                lease_until=live,
+            )
     after = _counts(manifests, settings)
-    assert {role: after[role] - before[role] for role in QUEUED_ROLES} == {Role.LARGE: 2, Role.SMALL: 1}
+    # large: a miss and an escalation waiting, a miss and a moved pod's hit running on large pods.
+    # small: a hit waiting, a lapsed hit waiting again, a hit and a co-hosted miss running on small pods.
+    assert {role: after[role] - before[role] for role in QUEUED_ROLES} == {Role.LARGE: 4, Role.SMALL: 4}
 
 
-def _counts(manifests: list[dict[str, Any]], settings: Settings) -> dict[Role, int]:
-    url = settings.sqlalchemy_url.replace("postgresql+psycopg://", "postgresql://", 1)
-    with psycopg.connect(url) as conn:
-        return {role: _scalar(conn, running_query(manifests, role)) for role in QUEUED_ROLES}
-
-
-def _scalar(conn: psycopg.Connection[Any], query: str) -> int:
-    row = conn.execute(query.encode()).fetchone()
-    assert row is not None
-    return int(row[0])
+@pytest.mark.integration
+def test_the_query_sees_each_state_change(
+    manifests: list[dict[str, Any]], db_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One miss through its life: waiting (+1 large), running on a large pod (+1), done (0)."""
+    with session_scope(db_settings) as session:
+        tenant = Tenant(name=f"t-{uuid.uuid4().hex[:10]}", webhook_secret="whsec_dGVzdHNlY3JldA==")
+        session.add(tenant)
+        session.flush()
+        tenant_id = tenant.id
+    owner = _owner(db_settings, "reprise-large-6d9f7c8b5-x2x9k", Role.LARGE, monkeypatch)
+    base = _counts(manifests, db_settings)[Role.LARGE]
+    job_id = uuid.uuid4()
+    _job(db_settings, tenant_id, id=job_id, status=JobStatus.STARTING.value, route="miss")
+    seen = [_counts(manifests, db_settings)[Role.LARGE] - base]
+    for status, lease in (
+        (JobStatus.PROCESSING, owner),
+        (JobStatus.SUCCEEDED, None),
+        (JobStatus.FAILED, None),
+    ):
+        with session_scope(db_settings) as session:
+            job = session.get(Job, job_id)
+            assert job is not None
+            job.status, job.lease_owner, job.lease_until = (
+                status.value,
+                lease,
+                utcnow() + timedelta(seconds=30),
+            )
+        seen.append(_counts(manifests, db_settings)[Role.LARGE] - base)
+    assert seen == [1, 1, 0, 0]

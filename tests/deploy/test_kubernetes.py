@@ -18,13 +18,19 @@ import yaml
 from api.waiting import MAX_WAIT_S
 from core.settings import Settings, load_settings
 from core.vocabulary import GPU_ROLES, Role
-from tests.deploy.conftest import KUBERNETES, SCAN, by_kind, container, objects_of
+from tests.deploy.conftest import EXAMPLE, KUBERNETES, SCAN, by_kind, container, objects_of, render_text
 
 KUBERNETES_VERSION = "1.32"  # the oldest Kubernetes KEDA 2.20 supports
 KEDA_SCHEMAS = {
     "ScaledObject": KUBERNETES / "schemas" / "keda.sh_scaledobjects.yaml",
     "TriggerAuthentication": KUBERNETES / "schemas" / "keda.sh_triggerauthentications.yaml",
 }
+OPERATOR_SCHEMAS = {  # the Prometheus Operator's (the monitoring component)
+    "PodMonitor": KUBERNETES / "schemas" / "monitoring.coreos.com_podmonitors.yaml",
+    "ServiceMonitor": KUBERNETES / "schemas" / "monitoring.coreos.com_servicemonitors.yaml",
+}
+CRD_SCHEMAS = {**KEDA_SCHEMAS, **OPERATOR_SCHEMAS}
+CRD_VERSIONS = {"keda.sh": "v1alpha1", "monitoring.coreos.com": "v1"}
 WORKER_ROLES = tuple(Role)
 DEPLOYMENTS = {"api", "beat", "flower", *(role.value for role in Role)}
 SECRET_SETTINGS = {
@@ -32,11 +38,17 @@ SECRET_SETTINGS = {
     "REPRISE_FLOWER_BASIC_AUTH",
 }  # fmt: skip
 PLACEHOLDER = "CHANGE_ME"
+NAMED_SECRETS = {  # the Secrets the pods and KEDA read, and their keys: supplied by the operator
+    "reprise-secrets": SECRET_SETTINGS - {"REPRISE_FLOWER_BASIC_AUTH"},
+    "reprise-flower": {"REPRISE_FLOWER_BASIC_AUTH"},
+    "reprise-keda": {"postgres-connection"},
+}  # fmt: skip
 
 
 def keda_schema(kind: str) -> dict[str, Any]:
-    crd = yaml.safe_load(KEDA_SCHEMAS[kind].read_text())
-    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1"]
+    """The OpenAPI schema of a custom resource (KEDA's, the Prometheus Operator's) at the version used."""
+    crd = yaml.safe_load(CRD_SCHEMAS[kind].read_text())
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == CRD_VERSIONS[crd["spec"]["group"]]]
     schema = version["schema"]["openAPIV3Schema"]
     assert isinstance(schema, dict)
     return schema
@@ -46,11 +58,18 @@ def keda_schema(kind: str) -> dict[str, Any]:
 def test_every_rendered_object_validates_against_its_schema(entry: str, renderings: dict[str, str]) -> None:
     objects = objects_of(renderings[entry])
     kinds = {obj["kind"] for obj in objects}
-    assert {"Deployment", "ScaledObject", "Secret", "ConfigMap", "PodDisruptionBudget"} <= kinds
+    assert {
+        "Deployment",
+        "ScaledObject",
+        "ConfigMap",
+        "PodDisruptionBudget",
+        "PersistentVolumeClaim",
+    } <= kinds
     for obj in objects:
         name = f"{obj['kind']}/{obj['metadata']['name']}"
-        if obj["kind"] in KEDA_SCHEMAS:
-            assert obj["apiVersion"] == "keda.sh/v1alpha1", name
+        if obj["kind"] in CRD_SCHEMAS:
+            group = yaml.safe_load(CRD_SCHEMAS[obj["kind"]].read_text())["spec"]["group"]
+            assert obj["apiVersion"] == f"{group}/{CRD_VERSIONS[group]}", name
             jsonschema.validate(obj, keda_schema(obj["kind"]))
         else:  # strict: a misspelt field is an error, not an ignored key
             kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
@@ -109,14 +128,20 @@ def test_beat_is_a_singleton_that_nothing_scales(manifests: list[dict[str, Any]]
 
 
 def configured(manifests: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> Settings:
-    """The Settings every pod reads: the ConfigMap's and the Secrets' variables (placeholders included)."""
+    """The Settings every pod reads: the ConfigMap's variables and the example Secrets', each placeholder
+    replaced by a value as an operator would (`reprise` refuses the placeholders themselves)."""
     for name in ("reprise-config",):
         for key, value in by_kind(manifests, "ConfigMap")[name]["data"].items():
             monkeypatch.setenv(key, value)
     for name in ("reprise-secrets", "reprise-flower"):
-        for key, value in by_kind(manifests, "Secret")[name]["stringData"].items():
-            monkeypatch.setenv(key, value)
+        for key, value in by_kind(example_secrets(), "Secret")[name]["stringData"].items():
+            monkeypatch.setenv(key, value.replace(PLACEHOLDER, "s3cret-from-the-operator"))
     return load_settings()
+
+
+def example_secrets() -> list[dict[str, Any]]:
+    """The placeholder Secrets of overlays/example-secrets, as that overlay renders them."""
+    return objects_of(render_text(EXAMPLE))
 
 
 def test_workers_outlast_the_longest_task_and_stop_warm(
@@ -169,7 +194,9 @@ def test_flower_listens_off_loopback_only_with_basic_auth(manifests: list[dict[s
     flower = container(by_kind(manifests, "Deployment")["reprise-flower"])
     assert flower["command"][flower["command"].index("--address") + 1] == "0.0.0.0"
     secrets = [source["secretRef"]["name"] for source in flower["envFrom"] if "secretRef" in source]
-    credentials = by_kind(manifests, "Secret")["reprise-flower"]["stringData"]["REPRISE_FLOWER_BASIC_AUTH"]
+    credentials = by_kind(example_secrets(), "Secret")["reprise-flower"]["stringData"][
+        "REPRISE_FLOWER_BASIC_AUTH"
+    ]
     assert "reprise-flower" in secrets and credentials.count(":") == 1
     deployments = by_kind(manifests, "Deployment")
     others = [container(d) for name, d in deployments.items() if name != "reprise-flower"]
@@ -177,23 +204,42 @@ def test_flower_listens_off_loopback_only_with_basic_auth(manifests: list[dict[s
     assert by_kind(manifests, "Service")["reprise-flower"]["spec"].get("type", "ClusterIP") == "ClusterIP"
 
 
-def test_secrets_are_placeholders_and_the_configmap_holds_no_secret(
-    manifests: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+def test_only_the_example_overlay_holds_secrets_and_they_are_placeholders(
+    renderings: dict[str, str], manifests: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    secrets = by_kind(manifests, "Secret")
-    assert set(secrets) == {"reprise-secrets", "reprise-flower", "reprise-keda"}
-    held = {key for secret in secrets.values() for key in secret["stringData"]}
-    assert held >= SECRET_SETTINGS
+    """The base names its Secrets and holds none: an apply pushes no placeholder and collides with no
+    ExternalSecret's or SealedSecret's Secret of the same name."""
+    for entry, text in renderings.items():
+        held = {obj["metadata"]["name"] for obj in objects_of(text) if obj["kind"] == "Secret"}
+        assert held == (set(NAMED_SECRETS) if entry == EXAMPLE else set()), entry
+    secrets = by_kind(example_secrets(), "Secret")
+    assert {name: set(secret["stringData"]) for name, secret in secrets.items()} == NAMED_SECRETS
     for name, secret in secrets.items():
         assert "data" not in secret, name  # stringData only: nothing encoded that a reader cannot see
         for key, value in secret["stringData"].items():
-            assert PLACEHOLDER in value or key == "redis-address", (name, key)
+            assert PLACEHOLDER in value, (name, key)
+    named = {
+        source["secretRef"]["name"]
+        for deployment in by_kind(manifests, "Deployment").values()
+        for each in _all_containers(deployment)
+        for source in each.get("envFrom", [])
+        if "secretRef" in source
+    }
+    keda = {
+        ref["name"]
+        for auth in by_kind(manifests, "TriggerAuthentication").values()
+        for ref in auth["spec"]["secretTargetRef"]
+    }
+    assert named | keda == set(NAMED_SECRETS)
     config = by_kind(manifests, "ConfigMap")["reprise-config"]["data"]
     assert not set(config) & SECRET_SETTINGS
-    fields = set(Settings.model_fields)
-    assert {key.removeprefix("REPRISE_").lower() for key in config} <= fields
     settings = configured(manifests, monkeypatch)  # every value is one the settings accept
     assert settings.blob_backend.value == "s3" and settings.database_url is not None
+
+
+def _all_containers(deployment: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = deployment["spec"]["template"]["spec"]
+    return [*spec.get("initContainers", []), *spec["containers"]]
 
 
 def test_every_pool_and_the_api_have_a_disruption_budget(manifests: list[dict[str, Any]]) -> None:
