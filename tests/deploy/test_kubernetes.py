@@ -1,8 +1,8 @@
 """deploy/kubernetes without a cluster: each rendering validates against the Kubernetes schemas (and KEDA's
-CRDs, committed), and the manifests agree with the code: one Deployment per role running it, GPUs for
-the GPU roles only, probes on health checks that exist, grace periods longer than the task time limit,
-the ScaledObjects' Redis lists named from the queue table and kombu's list naming, and the security scan
-recorded for the manifests as they are."""
+and the Prometheus Operator's CRDs, committed), and the manifests agree with the code: one Deployment
+per role running it, GPUs for the GPU roles only, probes on health checks that exist, grace periods
+longer than the task time limit, Secrets in the example overlay only, and the security scan recorded
+for the manifests as they are."""
 
 from __future__ import annotations
 
@@ -278,4 +278,11 @@ def test_schema_sources_are_written_beside_the_schemas() -> None:
     readme = (KUBERNETES / "schemas" / "README.md").read_text()
     for path in KEDA_SCHEMAS.values():
         assert f"https://github.com/kedacore/keda/blob/v2.20.2/config/crd/bases/{path.name}" in readme
+    operator = "https://github.com/prometheus-operator/prometheus-operator/blob/v0.93.0/example/prometheus-operator-crd"
+    for path in OPERATOR_SCHEMAS.values():
+        assert f"{operator}/{path.name}" in readme
+        assert (
+            yaml.safe_load(path.read_text())["metadata"]["annotations"]["operator.prometheus.io/version"]
+            == "0.93.0"
+        )
     assert Path(KUBERNETES / "schemas").is_dir()
