@@ -15,6 +15,7 @@ from core.settings.admission import AdmissionSettings
 from core.settings.api import ApiSettings
 from core.settings.cache import CacheSettings
 from core.settings.cascade import CascadeSettings
+from core.settings.credentials import placeholder_credentials, placeholder_message
 from core.settings.embedders import EmbedderSettings
 from core.settings.lookup import LookupSettings
 from core.settings.models import ModelSettings
@@ -79,6 +80,13 @@ class Settings(  # the subsystems, in the order docs/configuration.md lists them
         cache entry is keyed by its model family). The model's name is it: 'lab:video', an id or a
         directory."""
         return self.video_model_name
+
+    @model_validator(mode="after")
+    def _refuse_placeholder_credentials(self) -> Settings:
+        """No process starts on a credential left at the deployment examples' placeholder."""
+        if names := placeholder_credentials({name: getattr(self, name) for name in type(self).model_fields}):
+            raise ValueError(placeholder_message(names, ENV_PREFIX))
+        return self
 
     @model_validator(mode="after")
     def _lab_lookup(self) -> Settings:
