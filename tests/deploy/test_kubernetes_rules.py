@@ -80,6 +80,7 @@ def test_no_deployment_starts_before_the_schema(manifests: list[dict[str, Any]])
         assert command[:3] == ["reprise", "migrate", "--check"], name
         assert float(command[command.index("--wait") + 1]) > 0, name
         assert init["envFrom"] == job_sources, name  # the same database, the same embedding dimensions
+        assert init["volumeMounts"] == container(job)["volumeMounts"], name  # writable where the Job's is
         assert init["image"] == container(deployment)["image"], name  # no second image to pull
 
 
