@@ -11,8 +11,11 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 # runtime, cuBLAS and cuDNN), so the worker needs from its base only what the NVIDIA container runtime
 # hooks into: the `base` flavour, not `runtime`/`cudnn` (gigabytes of libraries torch would not load).
 # Hosts need an NVIDIA driver of the R580 series or newer (CUDA 13). Ubuntu 22.04 rather than 24.04: the
-# deadsnakes PPA builds Python 3.11 for it (pyproject.toml: requires-python >=3.11,<3.12), whereas
-# 22.04's own python3 is 3.10 and 24.04's 3.12.
+# deadsnakes PPA builds Python 3.11 for it (the version CI tests and requirements.lock resolves for;
+# pyproject.toml allows 3.11 to 3.13), whereas 22.04's own python3 is 3.10 and 24.04's 3.12.
+# requirements.lock carries hashes; each image installs only its part of it, as a constraints file,
+# whose hashes pip checks from 26.1 on (older ones refuse every requirement the lock does not pin by
+# itself): each image upgrades its pip first, and installs the project (no file to hash) with --no-deps.
 ARG CUDA_IMAGE=nvidia/cuda:13.0.2-base-ubuntu22.04
 
 # ---- requirements: pyproject.toml's dependency lists, without the rest of pyproject.toml --------------
@@ -50,7 +53,7 @@ RUN python -m venv /opt/venv \
  && useradd --uid 10001 --user-group --no-create-home --home-dir /data --shell /usr/sbin/nologin reprise \
  && mkdir -p /data && chown reprise:reprise /data
 COPY --from=requirements /spec/requirements-api.txt /spec/requirements.lock /tmp/spec/
-RUN pip install -c /tmp/spec/requirements.lock -r /tmp/spec/requirements-api.txt
+RUN pip install 'pip>=26.1' && pip install -c /tmp/spec/requirements.lock -r /tmp/spec/requirements-api.txt
 WORKDIR /app
 COPY --from=source /app /app
 RUN pip install --no-deps -e . && rm -rf /tmp/spec
@@ -75,7 +78,7 @@ RUN apt-get update \
  && useradd --uid 10001 --user-group --no-create-home --home-dir /data --shell /usr/sbin/nologin reprise \
  && mkdir -p /data && chown reprise:reprise /data
 COPY --from=requirements /spec/requirements-worker.txt /spec/requirements.lock /tmp/spec/
-RUN pip install -c /tmp/spec/requirements.lock -r /tmp/spec/requirements-worker.txt
+RUN pip install 'pip>=26.1' && pip install -c /tmp/spec/requirements.lock -r /tmp/spec/requirements-worker.txt
 WORKDIR /app
 COPY --from=source /app /app
 RUN pip install --no-deps -e . && rm -rf /tmp/spec

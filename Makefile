@@ -6,10 +6,13 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test env services lint typecheck pytest clean
 
-# The environment: a venv at the project root, installed from pyproject.toml pinned by requirements.lock.
+# The environment: a venv at the project root. requirements.lock pins every dependency of .[worker,test]
+# and of the client with its hashes: installed as it is (pip checks each file's hash), then the two
+# projects themselves, editable, without resolving anything again.
 $(STAMP): pyproject.toml requirements.lock clients/python/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -c requirements.lock -e '.[worker,test]' -e ./clients/python
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.lock
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e '.[worker,test]' -e ./clients/python
 	@touch $(STAMP)
 
 env: $(STAMP)
