@@ -1,6 +1,6 @@
 """What reaches each compose service (Docker does not run here, so compose's own rules are applied to the
 files as YAML): every REPRISE_* setting an operator writes in .env reaches every service that runs Reprise,
-only the API is published beyond loopback, the app reaches S3 as a user of its own with a policy on its
+whose settings then load (and refuse .env.example copied unchanged), only the API is published beyond loopback, the app reaches S3 as a user of its own with a policy on its
 bucket alone, the one-shot jobs refuse the example's placeholders, and the models come from a read-only
 mount that the docs say how to fill."""
 
@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from core.settings import ENV_PREFIX, Settings
+from core.errors import SettingsError
+from core.settings import ENV_PREFIX, Settings, load_settings
 from core.settings.credentials import PLACEHOLDER
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,6 +48,13 @@ def operator_env() -> dict[str, str]:
             name, value = match.groups()
             env[name] = value.replace(PLACEHOLDER, f"real-{name.lower().replace('_', '-')}")
     return env
+
+
+def copied_env() -> dict[str, str]:
+    """.env as `cp .env.example .env` leaves it: the variables it sets, placeholders and all."""
+    lines = ENV_EXAMPLE.read_text().splitlines()
+    matches = [ENV_LINE.match(line) for line in lines if not line.startswith("#")]
+    return {match.group(1): match.group(2) for match in matches if match}
 
 
 def interpolate(value: str, env: dict[str, str]) -> str:
@@ -195,3 +203,31 @@ def test_workers_read_models_from_a_read_only_mount_the_docs_explain() -> None:
     for page in (COMPOSE, ENV_EXAMPLE, ROOT / "README.md"):
         text = page.read_text()
         assert "reprise models check" in text and "MODELS_DIR" in text, page.name
+
+
+def reprise_settings_of(
+    service: dict[str, Any], env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> Settings:
+    """The Settings a service's process reads: its resolved REPRISE_* variables, and nothing else's."""
+    for name in [name for name in os.environ if name.startswith(ENV_PREFIX)]:
+        monkeypatch.delenv(name)
+    for name, value in container_env(service, env).items():
+        if name.startswith(ENV_PREFIX):
+            monkeypatch.setenv(name, value)
+    return load_settings()
+
+
+def test_each_reprise_service_reads_valid_settings_and_refuses_the_example_as_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With .env filled in, every service's settings load, with what a worker needs (Postgres, Redis, the S3
+    user, .env's models); with .env.example copied unchanged, every one of them refuses to start."""
+    assert PLACEHOLDER in copied_env()["REPRISE_S3_SECRET_ACCESS_KEY"]
+    for name, service in services().items():
+        if not runs_reprise(service):
+            continue
+        settings = reprise_settings_of(service, operator_env(), monkeypatch)
+        assert settings.database_url and settings.redis_url and settings.s3_bucket == "reprise", name
+        assert settings.s3_access_key_id == "reprise-app" and settings.large_model == "/models/sd15", name
+        with pytest.raises(SettingsError, match="placeholder"):
+            reprise_settings_of(service, copied_env(), monkeypatch)
