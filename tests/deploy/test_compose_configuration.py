@@ -1,8 +1,8 @@
 """What reaches each compose service (Docker does not run here, so compose's own rules are applied to the
 files as YAML): every REPRISE_* setting an operator writes in .env reaches every service that runs Reprise,
-whose settings then load (and refuse .env.example copied unchanged), only the API is published beyond loopback, the app reaches S3 as a user of its own with a policy on its
-bucket alone, the one-shot jobs refuse the example's placeholders, and the models come from a read-only
-mount that the docs say how to fill."""
+whose settings then load (and refuse .env.example copied unchanged); only the API is published beyond
+loopback; the app reaches S3 as a user of its own with a policy on its bucket alone; the one-shot jobs
+refuse the example's placeholders; and the models come from a read-only mount the docs say how to fill."""
 
 from __future__ import annotations
 
