@@ -70,7 +70,7 @@ def audit_hit(context: WorkerContext, job_id: uuid.UUID, hit_score: float | None
     if scorer is None or not isinstance(params, GenerationParams) or not scorer.reads(params.prompt):
         return False
     runtime = context.runtime()
-    if hit_score is None:  # the hit's image was not decoded when it completed (CLIP score on real models)
+    if hit_score is None:  # a hit stores its latent alone (LatentBox 4.1): its image is decoded here
         source = decode_latent(context.blobs.get(final_key))
         hit_score = scorer.score([runtime.decode(source.array, family=source.family).image], [params.prompt])[
             0

@@ -19,12 +19,15 @@ from sqlalchemy import func, select
 
 from core.settings import Settings
 from core.vocabulary import Role
+from db.blobs.factory import blob_store_from_settings
+from db.codec.latent import decode_latent
 from db.engine import session_scope
 from db.models import Job, QualityAudit
 from jobs.passes.quality_guard import run_guard
-from lab.models import ensure_lab_models
+from lab.models import ensure_lab_models, load_judge
 from tests.conftest import fresh_database
 from tests.e2e.conftest import Stack, free_port, make_tenant
+from workers.context import WorkerContext
 
 pytestmark = pytest.mark.integration
 
@@ -125,6 +128,17 @@ def _audit(stack: Stack, job_id: uuid.UUID) -> QualityAudit | None:
         return row
 
 
+def _judged(stack: Stack, job: Job) -> float:
+    """The lab judge's score of the job's stored final latent, decoded by its family's VAE here."""
+    assert job.final_latent_key is not None
+    stored = decode_latent(blob_store_from_settings(stack.settings).get(job.final_latent_key))
+    runtime = WorkerContext(stack.settings, Role.SMALL).runtime()
+    image = runtime.decode(stored.array, family=stored.family).image
+    score = load_judge(stack.settings).score([image], [PROMPT])[0]
+    assert score is not None
+    return float(score)
+
+
 def test_a_hit_is_audited_against_a_fresh_generation_judged_by_the_lab_judge(guard_stack: Stack) -> None:
     stack = guard_stack
     tenant = make_tenant(stack.settings, f"guard-{uuid.uuid4().hex[:8]}")
@@ -133,12 +147,16 @@ def test_a_hit_is_audited_against_a_fresh_generation_judged_by_the_lab_judge(gua
     assert miss.status == "succeeded" and miss.route == "miss"
     hit_id = _submit(stack, tenant.auth_headers, 2)  # the same prompt, another seed: a hit on its entry
     hit = _until(stack, lambda: _done(stack, hit_id), "the hit")
-    assert hit.status == "succeeded" and hit.route == "hit" and hit.k is not None and hit.quality is not None
+    assert hit.status == "succeeded" and hit.route == "hit" and hit.k is not None
+    assert (
+        hit.quality is None and hit.final_latent_key is not None
+    )  # its latent alone, never decoded to judge
 
     audit = _until(stack, lambda: _audit(stack, hit_id), "the audit")
     assert hit.similarity is not None and audit.similarity == pytest.approx(hit.similarity)
     assert (audit.k, audit.steps) == (hit.k, 10)
-    assert audit.scorer == "lab-judge" and audit.hit_score == pytest.approx(hit.quality)
+    # The audit judged the hit's stored image itself: the judge's reading of that latent, decoded.
+    assert audit.scorer == "lab-judge" and audit.hit_score == pytest.approx(_judged(stack, hit))
     assert 0.0 <= audit.fresh_score <= 1.0 and audit.drop == pytest.approx(
         audit.fresh_score - audit.hit_score
     )
