@@ -60,11 +60,12 @@ def guard_stack(
     with fresh_database(service_settings) as db_settings:
         ensure_lab_models(db_settings)
         broker = _own_redis(redis_url)
+        blobs = tmp_path_factory.mktemp("guard-blobs")
         overrides = {
             "REPRISE_DATABASE_URL": db_settings.sqlalchemy_url,
             "REPRISE_REDIS_URL": broker,
             "REPRISE_DATA_DIR": str(db_settings.data_dir.resolve()),
-            "REPRISE_BLOB_DIR": str(tmp_path_factory.mktemp("guard-blobs")),
+            "REPRISE_BLOB_DIR": str(blobs),
             "REPRISE_STEPS": "10",
             "REPRISE_CAPTURE_STEPS": "2,4,6,8",
             "REPRISE_DEFAULT_SIZE": "64",
@@ -81,6 +82,7 @@ def guard_stack(
             update={
                 "redis_url": broker, "steps": 10, "capture_steps": [2, 4, 6, 8], "default_size": 64,
                 "quality_guard": True, "quality_audit_fraction": 1.0, "large_serves_hits": False,
+                "blob_dir": blobs,
             }
         )  # fmt: skip
         port = free_port()
