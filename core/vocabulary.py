@@ -7,6 +7,7 @@ acts on them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 
 # --- jobs ------------------------------------------------------------------------------------------
@@ -223,6 +224,11 @@ JOB_STAGES: tuple[str, ...] = (
 admission, then its run on a GPU worker."""
 DEVICE_STAGES: frozenset[str] = frozenset({"encode_prompt", "denoise", "vae_decode", "vae_encode"})
 """The stages that are model calls: a job's device time is their sum, the rest is the platform's."""
+
+
+def device_ms(stages_ms: Mapping[str, float]) -> float:
+    """A job's device time in ms: the sum of its model calls (DEVICE_STAGES)."""
+    return sum(float(ms) for name, ms in stages_ms.items() if name in DEVICE_STAGES)
 
 
 def in_stage_order(stages_ms: dict[str, float]) -> dict[str, float]:

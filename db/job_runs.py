@@ -243,10 +243,6 @@ def _end(job: Job, status: JobStatus, now: datetime, *, error: str | None) -> No
     job.lease_until = None
 
 
-def is_cancel_requested(session: Session, job_id: uuid.UUID) -> bool:
-    return bool(session.scalar(select(Job.cancel_requested).where(Job.id == job_id)))
-
-
 def cancel_requested_among(session: Session, job_ids: Collection[uuid.UUID]) -> set[uuid.UUID]:
     """Of `job_ids`, those whose cancel was requested: one query for every run a worker holds."""
     if not job_ids:
@@ -323,14 +319,3 @@ def find_stuck(session: Session, *, older_than_s: float, limit: int = 2000) -> l
     return [
         StuckJob(job_id=row[0], admitted=row[1] is not None, route=row[2], running=row[3]) for row in rows
     ]
-
-
-def record_progress(session: Session, job_id: uuid.UUID, *, owner: str, step: int, total: int) -> bool:
-    """The running job's progress: `step` of `total` schedule steps done. Only the lease holder's run
-    reports; returns whether it did."""
-    result = session.execute(
-        update(Job)
-        .where(Job.id == job_id, Job.lease_owner == owner, Job.status == JobStatus.PROCESSING.value)
-        .values(progress_step=step, progress_total=total)
-    )
-    return bool(result.rowcount)  # type: ignore[attr-defined]

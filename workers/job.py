@@ -54,7 +54,7 @@ class JobView:
 
     def wants(self, event: WebhookEvent) -> bool:
         """Whether the request asked for `event` on its webhook (jobs.webhooks.wants_event)."""
-        return self.webhook_url is not None and wants_event(list(self.webhook_events_filter), event)
+        return self.webhook_url is not None and wants_event(self.webhook_events_filter, event)
 
     @property
     def caches(self) -> bool:

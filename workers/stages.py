@@ -22,17 +22,17 @@ The stages, in a run's order:
 
 `denoise` is the job's share of the steps it took part in: a step-level batch's call divided among its
 members by their UNet rows (workers.runtime.batching), not the time the job's thread waited for it. The
-device time of a job is the sum of its model calls (DEVICE_STAGES); the rest is the platform's.
+device time of a job is the sum of its model calls (core.vocabulary.device_ms); the rest is the platform's.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from core.vocabulary import DEVICE_STAGES, in_stage_order
+from core.vocabulary import in_stage_order
 
 
 class StageClock:
@@ -108,8 +108,3 @@ def add(name: str, ms: float) -> None:
     clock = _CLOCK.get()
     if clock is not None:
         clock.add(name, ms)
-
-
-def device_ms(stages: Mapping[str, float]) -> float:
-    """The job's device time: the sum of its model calls."""
-    return sum(ms for name, ms in stages.items() if name in DEVICE_STAGES)

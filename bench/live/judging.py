@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 import httpx
 from PIL import Image
 
+from bench.live.pngs import read_png
 from core.scoring import Scorer
 from core.settings import Settings
 from core.vocabulary import Role
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
     from bench.live.records import JobRecord
 
 FETCH_CONCURRENCY: Final = 4  # reads at a time: the stack's decode node batches what arrives together
-READ_RETRIES: Final = 5  # a 503 (the decode pool busy) is retried after its Retry-After
 
 
 def configured_scorer_of(settings: Settings) -> Scorer | None:
@@ -43,15 +43,9 @@ def configured_scorer_of(settings: Settings) -> Scorer | None:
 
 
 async def fetch_image(client: httpx.AsyncClient, job_id: str) -> Image.Image | None:
-    """A succeeded job's image as PNG, decoded on read by the stack; None when it cannot be read."""
-    for _ in range(READ_RETRIES):
-        response = await client.get(f"/v1/generations/{job_id}/image", params={"format": "png"})
-        if response.status_code == 200:
-            return Image.open(io.BytesIO(response.content)).convert("RGB")
-        if response.status_code != 503:
-            return None
-        await asyncio.sleep(float(response.headers.get("Retry-After", "1")))
-    return None
+    """A succeeded job's image (bench.live.pngs.read_png); None when it cannot be read."""
+    png = await read_png(client, job_id)
+    return None if png is None else Image.open(io.BytesIO(png)).convert("RGB")
 
 
 async def judge_unjudged(

@@ -338,6 +338,16 @@ def _cpu_per_request(
     return per_request_ms(after.since(before), succeeded)
 
 
+def _png_sizes(options: ReplayOptions, records: Sequence[JobRecord]) -> list[int]:
+    """The sizes of `options.fetch_images` of the replay's images as PNG (png_bytes)."""
+    if not options.fetch_images:
+        return []
+    read = fetch_png_sizes(
+        options.base_url, options.api_key, options.http_timeout_s, records, options.fetch_images
+    )
+    return asyncio.run(read)
+
+
 def _say_failures(records: Sequence[JobRecord]) -> None:
     failed = [r for r in records if r.job is None or r.job.get("status") != "succeeded"]
     if failed:
@@ -376,9 +386,7 @@ def run_replay(
     if gpu_workers is None and stack is not None:
         gpu_workers = (stack.start.large + stack.start.small) or None
     _say_failures(records)
-    sizes = (
-        asyncio.run(fetch_png_sizes(options, records, options.fetch_images)) if options.fetch_images else []
-    )
+    sizes = _png_sizes(options, records)
     records = judge_records(records, base_url=options.base_url, api_key=options.api_key, scorer=scorer)
     audits = audit_hits(
         options.base_url,

@@ -14,7 +14,7 @@ import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from core.vocabulary import DEVICE_STAGES
+from core.vocabulary import device_ms
 
 
 def _succeeded(jobs: Iterable[Mapping[str, Any] | None]) -> list[Mapping[str, Any]]:
@@ -45,7 +45,7 @@ def stage_summary(jobs: Iterable[Mapping[str, Any] | None]) -> dict[str, dict[st
 def device_s_per_request(jobs: Iterable[Mapping[str, Any] | None]) -> float | None:
     """Mean device seconds a succeeded request took (its model calls); None when no job recorded stages."""
     per_job = [
-        sum(float(ms) for name, ms in stages.items() if name in DEVICE_STAGES) / 1e3
+        device_ms(stages) / 1e3
         for job in _succeeded(jobs)
         if (stages := (job.get("metrics") or {}).get("stages_ms"))
     ]
