@@ -118,8 +118,8 @@ class EmbeddedPostgres:
                     "-l",
                     str(self.log),
                     "-o",
-                    f"-h 127.0.0.1 -p {self.port} -k {self.data} "
-                    f"-c shared_buffers={self.shared_buffers_mb}MB",
+                    # Clients connect over TCP only: no Unix socket, whose path Postgres caps at 107 bytes.
+                    f"-h 127.0.0.1 -p {self.port} -k '' -c shared_buffers={self.shared_buffers_mb}MB",
                     "start",
                 ],
                 user,

@@ -49,6 +49,23 @@ def test_up_is_idempotent_and_down_stops_only_what_it_started(scratch: Settings)
     assert manager.down(scratch) == []  # nothing left to stop
 
 
+def test_a_data_directory_deeper_than_a_unix_socket_path_allows_still_serves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Postgres caps a Unix socket's path at 107 bytes; the stack connects over TCP and opens none."""
+    for name in ("REPRISE_DATABASE_URL", "REPRISE_REDIS_URL"):
+        monkeypatch.delenv(name, raising=False)
+    deep = tmp_path / ("a-directory-name-as-long-as-pytest-makes-them" * 2) / "stack" / "local" / "data"
+    assert len(str(deep / "postgres" / "data" / ".s.PGSQL.54329")) > 107
+    settings = load_settings(data_dir=deep, pg_port=_free_port(), redis_port=_free_port())
+    try:
+        assert all(s.running for s in manager.up(settings))
+        with psycopg.connect(settings.sqlalchemy_url.replace("+psycopg", "")) as conn:
+            assert conn.execute("SHOW unix_socket_directories").fetchone() == ("",)
+    finally:
+        manager.down(settings)
+
+
 def test_stale_pid_files_are_replaced(scratch: Settings) -> None:
     manager.up(scratch)
     manager.down(scratch)
