@@ -20,6 +20,7 @@ from sqlalchemy import (
     FetchedValue,
     Float,
     ForeignKey,
+    Index,
     Integer,
     LargeBinary,
     String,
@@ -262,7 +263,12 @@ class IntervalStats(Base):
 
 
 class WebhookDelivery(Base):
+    """One attempt of one event, claimed (inserted) before its request is sent, (message_id, attempt)
+    unique: until its outcome is recorded its error is db.webhooks.INTERRUPTED (in flight, or its worker
+    died mid-attempt: the attempt still counts)."""
+
     __tablename__ = "webhook_deliveries"
+    __table_args__ = (Index("ix_webhook_deliveries_message_attempt", "message_id", "attempt", unique=True),)
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
     job_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
-from sqlalchemy import exists, or_, select
+from sqlalchemy import delete, exists, or_, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session, aliased
 
 from core.vocabulary import TERMINAL_STATUSES
@@ -61,7 +62,11 @@ def url_gone(session: Session, *, tenant_id: uuid.UUID, url: str) -> bool:
     )
 
 
-def record_attempt(
+INTERRUPTED = "interrupted: the worker stopped before the receiver's answer was recorded"
+"""The error a claimed attempt carries until its outcome is recorded: what a killed attempt keeps."""
+
+
+def claim_attempt(
     session: Session,
     *,
     job_id: uuid.UUID,
@@ -69,23 +74,51 @@ def record_attempt(
     event: str,
     url: str,
     attempt: int,
-    status_code: int | None,
-    error: str | None,
     next_attempt_at: datetime | None,
-) -> None:
-    """Record one delivery attempt; next_attempt_at None: no further attempt."""
-    session.add(
-        WebhookDelivery(
+) -> int | None:
+    """Record attempt `attempt` of a message before its request is sent; its id, or None when the
+    attempt was claimed already (by another consumer, or a redelivered task): then it must not be sent.
+    The unique index on (message_id, attempt) decides, so two consumers cannot both send one attempt.
+
+    Until finish_attempt the row reads as failed with INTERRUPTED and `next_attempt_at` (the retry that
+    follows should this attempt never finish): a worker killed mid-attempt leaves an attempt counted and
+    its successor scheduled, never the same attempt to send again."""
+    claimed = session.execute(
+        pg_insert(WebhookDelivery)
+        .values(
             job_id=job_id,
             message_id=message_id,
             event=event,
             url=url,
             attempt=attempt,
-            status_code=status_code,
-            error=error,
+            error=INTERRUPTED,
             next_attempt_at=next_attempt_at,
         )
+        .on_conflict_do_nothing(index_elements=["message_id", "attempt"])
+        .returning(WebhookDelivery.id)
+    ).scalar_one_or_none()
+    return claimed
+
+
+def finish_attempt(
+    session: Session,
+    *,
+    delivery_id: int,
+    status_code: int | None,
+    error: str | None,
+    next_attempt_at: datetime | None,
+) -> None:
+    """Record a claimed attempt's outcome; next_attempt_at None: no further attempt."""
+    session.execute(
+        update(WebhookDelivery)
+        .where(WebhookDelivery.id == delivery_id)
+        .values(status_code=status_code, error=error, next_attempt_at=next_attempt_at)
     )
+
+
+def release_attempt(session: Session, *, delivery_id: int) -> None:
+    """Forget a claimed attempt that must leave no trace (a failed probe keeps the schedule as it was)."""
+    session.execute(delete(WebhookDelivery).where(WebhookDelivery.id == delivery_id))
 
 
 def due_retries(

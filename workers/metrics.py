@@ -76,6 +76,16 @@ RUN_SECONDS = Histogram(
     ["role", "model", "route"],
     buckets=SECONDS,
 )
+WEBHOOK_DEAD_LETTERS = Counter(
+    "reprise_worker_webhook_dead_letters_total",
+    "Webhook deliveries whose last attempt failed (kept as failed, listed by GET /v1/webhook-deliveries), "
+    "by event.",
+    ["event"],
+)
+WEBHOOK_DEFERRALS = Counter(
+    "reprise_worker_webhook_deferrals_total",
+    "Webhook attempts queued again because their endpoint's slots were all taken.",
+)
 TASKS = Counter(
     "reprise_worker_tasks_total", "Celery tasks a worker ran, by task and state.", ["task", "state"]
 )

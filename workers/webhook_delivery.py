@@ -13,12 +13,13 @@ sends it.
 from __future__ import annotations
 
 import logging
+import random
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import redis
@@ -57,6 +58,9 @@ from jobs.webhooks import (
     system_resolver,
     wants_event,
 )
+from workers.endpoint_slots import EndpointSlots
+from workers.metrics import WEBHOOK_DEAD_LETTERS, WEBHOOK_DEFERRALS
+from workers.webhook_http import AttemptLimits, post_within
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +75,7 @@ class DeliveryOutcome:
     delivered: bool = False
     retry_in: float | None = None  # seconds until the next attempt; None: no further attempt
     skipped: str | None = None  # why no request was sent (nothing recorded then)
+    busy: bool = False  # skipped because the endpoint's slots were all taken: to queue again shortly
     url: str | None = None  # where the request went
 
 
@@ -119,61 +124,43 @@ def _event(
     return payload
 
 
-def _post(
-    client: httpx.Client, target: WebhookTarget, headers: dict[str, str], body: bytes
-) -> httpx.Response:
-    """POST to the checked addresses themselves, so that a second DNS answer cannot redirect us to an
-    internal host (rebinding). TLS still verifies the certificate against the URL's host name."""
-    url = httpx.URL(target.url)
-    pinned_headers = {**headers, "host": url.netloc.decode("ascii")}
-    extensions = {"sni_hostname": target.host} if url.scheme == "https" else {}
-    last_error: httpx.ConnectError | None = None
-    for address in target.addresses:
-        try:
-            return client.post(
-                url.copy_with(host=address), content=body, headers=pinned_headers, extensions=extensions
-            )
-        except httpx.ConnectError as error:  # try the host's next address
-            last_error = error
-    assert last_error is not None
-    raise last_error
+def attempt_limits(settings: Settings) -> AttemptLimits:
+    return AttemptLimits(
+        deadline_s=settings.webhook_attempt_deadline_s,
+        max_response_bytes=settings.webhook_response_max_bytes,
+        step_timeout_s=min(settings.webhook_timeout_s, settings.webhook_attempt_deadline_s),
+    )
+
+
+def _check(settings: Settings, url: str, resolver: Resolver) -> WebhookTarget | str:
+    """The URL checked again at send time (DNS may have changed since submission): its target, or why
+    it may never be called (then no retry)."""
+    try:
+        return check_webhook_url(url, allow_hosts=settings.webhook_allow_hosts, resolve=resolver)
+    except UnresolvedWebhookHost:  # DNS may come back: the send fails and retries on the schedule
+        raise
+    except UnsafeWebhookUrl as unsafe:
+        return f"refused: {unsafe}"
 
 
 def _send(
-    settings: Settings, prepared: _Message, client: httpx.Client | None, resolver: Resolver
-) -> tuple[int | None, str | None, bool]:
-    """One attempt: (status code or None, error or None, refused: the URL may never be called)."""
-    # Check the URL again at send time: DNS may have changed since submission.
-    status_code: int | None = None
-    error: str | None = None
-    target: WebhookTarget | None = None
-    refused = False  # the URL reaches a host we must not call: no retry
+    settings: Settings, prepared: _Message, target: WebhookTarget, client: httpx.Client | None
+) -> tuple[int | None, str | None]:
+    """One attempt: sign with the send time (receivers check it against replays) and POST within the
+    attempt's deadline (workers.webhook_http). (status code or None, error or None)."""
+    now = int(datetime.now(UTC).timestamp())
+    headers = signature_headers(prepared.secrets, msg_id=prepared.msg_id, timestamp=now, body=prepared.body)
+    headers |= {"content-type": "application/json", "user-agent": USER_AGENT}
+    limits = attempt_limits(settings)
+    http = client or httpx.Client(timeout=limits.step_timeout_s, follow_redirects=False, trust_env=False)
     try:
-        target = check_webhook_url(prepared.url, allow_hosts=settings.webhook_allow_hosts, resolve=resolver)
-    except UnresolvedWebhookHost as unresolved:  # DNS may come back: retry on the schedule
-        error = str(unresolved)
-    except UnsafeWebhookUrl as unsafe:
-        error, refused = f"refused: {unsafe}", True
-    # 3. Sign with the send time (receivers check it against replays) and POST.
-    if target is not None:
-        now = int(datetime.now(UTC).timestamp())
-        headers = signature_headers(
-            prepared.secrets, msg_id=prepared.msg_id, timestamp=now, body=prepared.body
-        )
-        headers |= {"content-type": "application/json", "user-agent": USER_AGENT}
-        own_client = client is None
-        http = client or httpx.Client(
-            timeout=settings.webhook_timeout_s, follow_redirects=False, trust_env=False
-        )
-        try:
-            status_code = _post(http, target, headers, prepared.body).status_code
-            error = None if is_delivered(status_code) else f"HTTP {status_code}"
-        except httpx.HTTPError as failure:
-            error = f"{type(failure).__name__}: {failure}"[:1000]
-        finally:
-            if own_client:
-                http.close()
-    return status_code, error, refused
+        status_code = post_within(http, target, headers, prepared.body, limits)
+        return status_code, None if is_delivered(status_code) else f"HTTP {status_code}"
+    except httpx.HTTPError as failure:
+        return None, f"{type(failure).__name__}: {failure}"[:1000]
+    finally:
+        if client is None:
+            http.close()
 
 
 def deliver_webhook(
@@ -185,21 +172,57 @@ def deliver_webhook(
     client: httpx.Client | None = None,
     resolver: Resolver = system_resolver,
     probe: bool = False,
+    slots: EndpointSlots | None = None,
 ) -> DeliveryOutcome:
-    """Make delivery attempt `attempt` of a job's event and record it. Never raises for the
-    receiver's failures: they are recorded, and `retry_in` says when to try again. A probe (the
-    reconciler's try of an endpoint that failed, jobs.passes.webhook_probes) is recorded only if
-    delivered: failed, it leaves the message's schedule as it was."""
+    """Make delivery attempt `attempt` of a job's event, recorded before it is sent. Never raises for
+    the receiver's failures: they are recorded, and `retry_in` says when to try again. A probe (the
+    reconciler's try of an endpoint that failed, jobs.passes.webhook_probes) is kept only if delivered:
+    failed, it leaves the message's schedule as it was. With `slots`, an endpoint whose slots are all
+    taken gets nothing now: the outcome says `busy`, and the caller queues the attempt again."""
     # 1. Build the message, or learn there is nothing to send.
     prepared = _prepare(settings, job_id, event, attempt)
     if isinstance(prepared, str):
         log.info("webhook %s of job %s, attempt %d: skipped, %s", event, job_id, attempt, prepared)
         return DeliveryOutcome(attempt=attempt, skipped=prepared)
-    # 2. and 3. Check the URL again, sign and POST.
-    status_code, error, refused = _send(settings, prepared, client, resolver)
-    # 4. Decide what comes next and record the attempt.
+    if slots is None:
+        return _attempt(settings, prepared, job_id, event, attempt, (client, resolver, probe))
+    with slots.hold(prepared.url) as taken:
+        if not taken:
+            return DeliveryOutcome(attempt=attempt, skipped=ENDPOINT_BUSY, busy=True, url=prepared.url)
+        return _attempt(settings, prepared, job_id, event, attempt, (client, resolver, probe))
+
+
+ENDPOINT_BUSY = "the endpoint's slots are all taken"
+
+
+def _attempt(
+    settings: Settings,
+    prepared: _Message,
+    job_id: uuid.UUID,
+    event: WebhookEvent,
+    attempt: int,
+    how: tuple[httpx.Client | None, Resolver, bool],
+) -> DeliveryOutcome:
+    client, resolver, probe = how
+    # 2. Claim the attempt: recorded before it is sent, once across every consumer.
+    delivery_id = _claim(settings, prepared, job_id, event, attempt)
+    if delivery_id is None:
+        log.info("webhook %s of job %s, attempt %d: claimed already, not sent", event, job_id, attempt)
+        return DeliveryOutcome(attempt=attempt, skipped=f"attempt {attempt} was already made")
+    # 3. Check the URL again, sign and POST within the attempt's deadline.
+    status_code, error, refused = None, None, False
+    try:
+        checked = _check(settings, prepared.url, resolver)
+    except UnresolvedWebhookHost as unresolved:
+        checked, error = None, str(unresolved)
+    if isinstance(checked, str):
+        error, refused = checked, True
+    elif checked is not None:
+        status_code, error = _send(settings, prepared, checked, client)
+    # 4. Decide what comes next and record the outcome.
     delivered = status_code is not None and is_delivered(status_code)
     if probe and not delivered:
+        _insist(lambda: _release(settings, delivery_id), what=f"forgetting probe {prepared.msg_id}")
         log.info("webhook %s of job %s, probe: %s", event, job_id, error or status_code)
         return DeliveryOutcome(attempt=attempt, status_code=status_code, error=error, url=prepared.url)
     final = delivered or refused or (status_code is not None and is_gone(status_code))
@@ -208,19 +231,17 @@ def deliver_webhook(
 
     def record() -> None:
         with session_scope(settings) as session:
-            webhooks_db.record_attempt(
+            webhooks_db.finish_attempt(
                 session,
-                job_id=job_id,
-                message_id=prepared.msg_id,
-                event=event.value,
-                url=prepared.url,
-                attempt=attempt,
+                delivery_id=delivery_id,
                 status_code=status_code,
                 error=error,
                 next_attempt_at=next_at,
             )
 
     _insist(record, what=f"recording webhook {prepared.msg_id} attempt {attempt}")
+    if retry_in is None and not delivered:
+        WEBHOOK_DEAD_LETTERS.labels(event=event.value).inc()
     log.info("webhook %s of job %s, attempt %d: %s", event, job_id, attempt, error or status_code)
     return DeliveryOutcome(
         attempt=attempt,
@@ -232,17 +253,47 @@ def deliver_webhook(
     )
 
 
+def _claim(
+    settings: Settings, prepared: _Message, job_id: uuid.UUID, event: WebhookEvent, attempt: int
+) -> int | None:
+    """Insert the attempt's row; None when another consumer (or an earlier run of this task) holds it.
+    Its provisional next attempt follows the attempt's deadline, so a worker killed mid-attempt leaves
+    the next one scheduled (the reconciler sends it)."""
+    after = delay_before(attempt + 1, settings.webhook_retry_delays_s)
+    pending = settings.webhook_attempt_deadline_s + (after or 0.0)
+    next_at = None if after is None else datetime.now(UTC) + timedelta(seconds=pending)
+
+    def claim() -> int | None:
+        with session_scope(settings) as session:
+            return webhooks_db.claim_attempt(
+                session,
+                job_id=job_id,
+                message_id=prepared.msg_id,
+                event=event.value,
+                url=prepared.url,
+                attempt=attempt,
+                next_attempt_at=next_at,
+            )
+
+    return _insist(claim, what=f"claiming webhook {prepared.msg_id} attempt {attempt}")
+
+
+def _release(settings: Settings, delivery_id: int) -> None:
+    with session_scope(settings) as session:
+        webhooks_db.release_attempt(session, delivery_id=delivery_id)
+
+
+_T = TypeVar("_T")
 RECORD_PATIENCE_S = 120.0  # a made POST survives a Postgres outage this long unrecorded
 
 
-def _insist(write: Callable[[], None], *, what: str, patience_s: float = RECORD_PATIENCE_S) -> None:
+def _insist(write: Callable[[], _T], *, what: str, patience_s: float = RECORD_PATIENCE_S) -> _T:
     """Write, retrying while Postgres is unreachable. The POST was made: an unrecorded attempt would be
     made again (a duplicate delivery), so keep trying rather than give up at the first error."""
     deadline, pause = time.monotonic() + patience_s, 0.5
     while True:
         try:
-            write()
-            return
+            return write()
         except OperationalError:
             if time.monotonic() + pause > deadline:
                 raise
@@ -264,10 +315,22 @@ def run_delivery(
     """The body of the reprise.deliver_webhook task: one attempt, then queue the next when due soon,
     and after a success at an endpoint that had failed, its waiting deliveries (`follow_endpoint`).
 
+    An attempt whose endpoint has all its slots taken (REPRISE_WEBHOOK_ENDPOINT_CONCURRENCY) is queued
+    again a few seconds later, the same attempt, instead of holding one of the pool's threads waiting.
+
     A retry further away than half the broker's visibility timeout is not queued with a countdown
     (Redis would redeliver such a held message); the reconcile pass (jobs.passes.reconcile) sends it.
     """
-    outcome = deliver_webhook(settings=settings, job_id=job_id, event=event, attempt=attempt, probe=probe)
+    slots = EndpointSlots(
+        broker, capacity=settings.webhook_endpoint_concurrency, deadline_s=settings.webhook_attempt_deadline_s
+    )
+    outcome = deliver_webhook(
+        settings=settings, job_id=job_id, event=event, attempt=attempt, probe=probe, slots=slots
+    )
+    if outcome.busy:  # the same attempt, shortly: the endpoint's slots free as its attempts end
+        WEBHOOK_DEFERRALS.inc()
+        dispatcher.deliver_webhook(job_id, event, attempt=attempt, countdown=busy_countdown_s(), probe=probe)
+        return outcome
     if outcome.retry_in is not None and _queued_with_countdown(settings, outcome.retry_in):
         dispatcher.deliver_webhook(job_id, event, attempt=attempt + 1, countdown=outcome.retry_in)
     follow_endpoint(settings=settings, outcome=outcome, dispatcher=dispatcher, broker=broker)
@@ -309,6 +372,16 @@ def follow_endpoint(
     if chosen:
         log.info("webhook endpoint %s answers again: %d waiting deliveries sent now", key, len(chosen))
     return len(chosen)
+
+
+BUSY_COUNTDOWN_S = (1.0, 3.0)
+"""Seconds before a deferred attempt is tried again, drawn at random between these (spread so that
+deferred attempts do not come back together): an attempt's deadline is 15 s, so a slot frees within
+seconds when several are in flight."""
+
+
+def busy_countdown_s() -> float:
+    return random.uniform(*BUSY_COUNTDOWN_S)
 
 
 def _queued_with_countdown(settings: Settings, retry_in: float) -> bool:

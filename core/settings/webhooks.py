@@ -26,7 +26,45 @@ class WebhookSettings(BaseSettings):
         "attempt limit. Default: the Standard Webhooks (Svix) schedule: immediately, 5 s, 5 min, 30 min, "
         "2 h, 5 h, 10 h, 10 h. Comma list.",
     )
-    webhook_timeout_s: float = Field(10.0, gt=0, le=120, description="Timeout of one webhook POST, seconds.")
+    webhook_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=120,
+        description="Timeout of each step of a webhook POST (connect, send, each read), seconds; the whole "
+        "attempt is bounded by REPRISE_WEBHOOK_ATTEMPT_DEADLINE_S.",
+    )
+    webhook_attempt_deadline_s: float = Field(
+        15.0,
+        gt=0,
+        le=120,
+        description="Wall-clock budget of one delivery attempt, seconds: connecting, sending and reading the "
+        "whole answer. A receiver that has not answered by then (one that trickles its answer included) "
+        "is cut off and the attempt counts as failed. Default: Svix's 15 s per attempt (Stripe documents "
+        "no figure beyond 'respond quickly'); receivers are asked to acknowledge at once and work later.",
+    )
+    webhook_response_max_bytes: int = Field(
+        65536,
+        ge=0,
+        description="Bytes of a receiver's answer read at most; past them the connection is closed and the "
+        "status line alone decides. Default 64 KiB: an acknowledgement is a few bytes, and 64 KiB (one TCP "
+        "window) costs a single round trip; a 100 MB answer costs no more.",
+    )
+    webhook_endpoint_concurrency: int = Field(
+        4,
+        ge=1,
+        description="Deliveries in flight at once to one endpoint (scheme, host, port), across every webhook "
+        "consumer (a semaphore in Redis); a delivery that finds its endpoint's slots taken is queued again "
+        "a few seconds later rather than wait. Default 4: a quarter of REPRISE_WEBHOOK_THREADS, so three "
+        "slow endpoints still leave a quarter of the pool to every other one.",
+    )
+    webhook_threads: int = Field(
+        16,
+        ge=1,
+        le=256,
+        description="Threads of a worker that consumes the webhooks queue alone (`reprise worker --role io "
+        "--queues webhooks`): a delivery waits on the network, not the CPU. Default 16: four endpoints "
+        "at REPRISE_WEBHOOK_ENDPOINT_CONCURRENCY each.",
+    )
     webhook_probe_s: float = Field(
         20.0,
         gt=0,
