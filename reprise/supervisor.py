@@ -22,6 +22,7 @@ import httpx
 from core.redaction import redacted_url
 from core.settings import Settings
 from core.vocabulary import Role
+from jobs.queues import Queue
 from reprise.supervision import Child, Supervisor
 from reprise.welcome import ensure_demo_key, welcome
 
@@ -50,6 +51,12 @@ def stack_children(
     argvs = {"api": _reprise("api", "--port", str(port))}
     for role in STACK_ROLES:
         argvs[f"worker-{role.value}"] = _reprise("worker", "--role", role.value)
+    # The io role as two consumers: deliveries (threads, bounded per endpoint) and the maintenance
+    # passes, so that reconcile, eviction and purge never wait behind a slow webhook endpoint.
+    argvs["worker-io"] += ["--queues", Queue.WEBHOOKS.value]
+    argvs["worker-maintenance"] = _reprise(
+        "worker", "--role", Role.IO.value, "--queues", Queue.MAINTENANCE.value
+    )
     for index in range(1, settings.read_nodes):  # more decode nodes (LatentBox's testbed has three)
         argvs[f"worker-decode-{index}"] = _reprise(
             "worker", "--role", "decode", "--name", f"decode-{index}@%h"

@@ -36,8 +36,16 @@ def test_every_pool_and_infrastructure_service_is_declared() -> None:
 
 def test_each_worker_runs_its_role() -> None:
     services = _compose()["services"]
-    for role in Role:
+    for role in set(Role) - {Role.IO}:
         assert services[f"worker-{role.value}"]["command"] == ["reprise", "worker", "--role", role.value]
+
+
+def test_maintenance_has_a_consumer_of_its_own_beside_the_deliveries() -> None:
+    services = _compose()["services"]
+    io = ["reprise", "worker", "--role", "io", "--queues"]
+    assert services["worker-io"]["command"] == [*io, "webhooks"]
+    assert services["worker-maintenance"]["command"] == [*io, "maintenance"]
+    assert services["worker-maintenance"]["healthcheck"] == services["worker-io"]["healthcheck"]
 
 
 def test_settings_variables_exist_in_the_settings_class() -> None:
@@ -89,7 +97,7 @@ def test_clients_get_absolute_urls() -> None:
 ROOT = COMPOSE.parent
 DOCKERFILE = ROOT / "Dockerfile"
 PROMETHEUS = ROOT / "deploy" / "prometheus" / "prometheus.yml"
-WORKERS = {f"worker-{role.value}" for role in Role}
+WORKERS = {f"worker-{role.value}" for role in Role} | {"worker-maintenance"}
 API_IMAGE_SERVICES = {"migrate", "api", "beat", "flower"}
 
 

@@ -13,7 +13,7 @@ from core.settings import Settings, get_settings
 from core.vocabulary import GPU_ROLES, Role
 from jobs.celery_app import get_celery_app
 from jobs.hosts import broker_ping, refuse_local_blobs_across_hosts
-from jobs.queues import decode_queue
+from jobs.queues import Queue, decode_queue
 from workers import role_switch
 from workers.context import ROLE_ENV, WorkerContext
 from workers.decoding import NODE_ENV
@@ -62,7 +62,12 @@ def pool_arguments(role: Role, settings: Settings, concurrency: int) -> list[str
 
 
 def run_worker(
-    role: Role, *, name: str | None = None, concurrency: int = 1, metrics_port: int | None = None
+    role: Role,
+    *,
+    name: str | None = None,
+    concurrency: int = 1,
+    metrics_port: int | None = None,
+    only_queues: tuple[str, ...] | None = None,
 ) -> None:
     """Run a Celery worker for `role` in the foreground (blocks until it is stopped).
 
@@ -75,7 +80,8 @@ def run_worker(
     # A local blob store is this host's disk: refused while workers on another host run (jobs.hosts).
     refuse_local_blobs_across_hosts(settings, host=settings.worker_host, ping=broker_ping(get_celery_app()))
     role = starting_role(settings, worker_name=hostname, role=role)
-    pool = pool_arguments(role, settings, concurrency)
+    chosen = chosen_queues(role, settings, only_queues)  # SettingsError before anything starts
+    pool = io_pool_arguments(chosen, settings) or pool_arguments(role, settings, concurrency)
     os.environ[ROLE_ENV] = role.value  # read by the child processes' context
     role_switch.install(role)  # shared memory: created before the pool forks its children
     app = get_celery_app()
@@ -90,7 +96,7 @@ def run_worker(
         serve_worker_metrics(metrics_port, settings.worker_metrics_address)
         log.info("worker metrics on http://%s:%d/metrics", settings.worker_metrics_address, metrics_port)
     # A large worker's cache_miss comes first: the "priority" order drains misses before hits.
-    queues = ",".join(queue.value for queue in consumed_queues(role, settings))
+    queues = ",".join(queue.value for queue in chosen)
     if role is Role.DECODE:  # a decode node consumes its own queue only (LatentBox 4.4's routing)
         os.environ[NODE_ENV] = hostname
         queues = decode_queue(hostname)
@@ -102,6 +108,30 @@ def run_worker(
     # count as a connection error: the worker stopped (chaos network, a worker exited at 60 s of resets).
     # What mingle syncs, revoked task ids, this service does not use (a cancel is a row in Postgres).
     app.worker_main([*argv, "--loglevel=INFO", "--task-events", "--without-gossip", "--without-mingle"])
+
+
+def chosen_queues(role: Role, settings: Settings, only: tuple[str, ...] | None) -> tuple[Queue, ...]:
+    """The role's queues (consumed_queues), or the ones of them `only` names (`--queues`)."""
+    queues = consumed_queues(role, settings)
+    if only is None:
+        return queues
+    named = {queue.value: queue for queue in queues}
+    unknown = [name for name in only if name not in named]
+    if unknown or not only:
+        raise SettingsError(
+            f"--queues {','.join(only)}: a {role.value} worker consumes {', '.join(named)}; name some of them"
+        )
+    return tuple(named[name] for name in only)
+
+
+def io_pool_arguments(queues: tuple[Queue, ...], settings: Settings) -> list[str] | None:
+    """A worker that consumes the webhooks queue alone runs REPRISE_WEBHOOK_THREADS threads: a delivery
+    waits on the network, each attempt bounded by its own deadline (workers.webhook_http), and one
+    endpoint holds at most REPRISE_WEBHOOK_ENDPOINT_CONCURRENCY of them (workers.endpoint_slots).
+    None for every other worker (pool_arguments decides)."""
+    if queues != (Queue.WEBHOOKS,):
+        return None
+    return ["--pool=threads", f"--concurrency={settings.webhook_threads}"]
 
 
 @worker_process_init.connect

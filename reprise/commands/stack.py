@@ -67,6 +67,11 @@ def worker_command(
     metrics_port: int | None = typer.Option(
         None, "--metrics-port", help="Serve the worker's metrics here (default: REPRISE_WORKER_METRICS_PORT)."
     ),
+    queues: str | None = typer.Option(
+        None,
+        help="Consume only these of the role's queues (comma list), e.g. `--role io --queues webhooks` and "
+        "`--role io --queues maintenance`: two consumers, so the passes never wait behind deliveries.",
+    ),
 ) -> None:
     """Run a Celery worker that hosts one role and consumes that role's queues."""
     from core.errors import SettingsError
@@ -77,7 +82,8 @@ def worker_command(
 
     port = metrics_port or settings.worker_metrics_port
     try:
-        run_worker(role, name=name, concurrency=concurrency, metrics_port=port)
+        only = tuple(part.strip() for part in queues.split(",") if part.strip()) if queues else None
+        run_worker(role, name=name, concurrency=concurrency, metrics_port=port, only_queues=only)
     except SettingsError as refused:  # e.g. a local blob store while workers run on another host
         typer.echo(f"refusing to start: {refused}", err=True)
         raise typer.Exit(2) from None

@@ -110,9 +110,21 @@ def test_reprise_run_gives_each_worker_its_own_metrics_port_when_asked(tmp_path:
         "worker-small",
         "worker-decode",
         "worker-io",
+        "worker-maintenance",
         "worker-decode-1",
     }
-    assert sorted(ports.values()) == list(range(9100, 9106))
+    assert sorted(ports.values()) == list(range(9100, 9107))
+
+
+def test_reprise_run_gives_maintenance_a_consumer_of_its_own(tmp_path: Path) -> None:
+    from core.settings import Settings
+    from reprise.supervisor import stack_children
+
+    settings = Settings.model_validate({"data_dir": tmp_path})
+    children = {child.name: child for child in stack_children(settings, port=8000, flower_port=5555)}
+    io, maintenance = children["worker-io"].argv, children["worker-maintenance"].argv
+    assert io[io.index("--queues") + 1] == "webhooks" and io[io.index("--role") + 1] == "io"
+    assert maintenance[maintenance.index("--queues") + 1] == "maintenance"
 
 
 def test_reprise_run_points_only_its_workers_at_other_service_addresses(tmp_path: Path) -> None:
