@@ -1,8 +1,9 @@
 """Webhooks, per the Standard Webhooks spec: signing and verification, event payloads, which events a
 job asked for, the retry schedule, and the check that a URL may be called at all (SSRF).
 
-Everything here is pure; the one piece of I/O, DNS resolution, is a parameter (`Resolver`), so the
-API (at submission) and the delivery worker (at each attempt) run the same checks.
+Everything here is pure (which addresses are public: jobs/webhook_addresses.py); the one piece of I/O,
+DNS resolution, is a parameter (`Resolver`), so the API (at submission) and the delivery worker (at each
+attempt) run the same checks.
 
 Signatures are the `standardwebhooks` package's (`sign`). Kept here: the secret's strict base64 check
 (the library drops characters that are not base64), one signature per secret during a rotation, and
@@ -33,6 +34,7 @@ from standardwebhooks.webhooks import Webhook
 from core.errors import InvalidInput, WebhookVerificationError
 from core.signing import SECRET_PREFIX
 from core.vocabulary import FILTER_OF_EVENT, WebhookEvent
+from jobs.webhook_addresses import IPAddress, is_public
 
 SIGNATURE_VERSION = "v1"
 TOLERANCE_S = 5 * 60  # the spec's suggested window against replays
@@ -150,7 +152,6 @@ def is_gone(status_code: int) -> bool:
 
 # --- URL safety ----------------------------------------------------------------------------------
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str, int], list[str]]  # (host, port) -> addresses as text
 
 
@@ -185,13 +186,6 @@ def system_resolver(host: str, port: int) -> list[str]:
     """The operating system's resolver. I/O: raises OSError when the name does not resolve."""
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
-
-
-def is_public(address: IPAddress) -> bool:
-    """False for loopback, private, link-local, shared (CGNAT), multicast, reserved, unspecified."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped  # ::ffff:127.0.0.1 is 127.0.0.1
-    return address.is_global and not address.is_multicast
 
 
 def _allowed(host: str, address: IPAddress, allow_hosts: Sequence[str]) -> bool:
@@ -243,7 +237,8 @@ def check_webhook_url(url: str, *, allow_hosts: Sequence[str], resolve: Resolver
         address = ipaddress.ip_address(text.split("%", 1)[0])  # drop an IPv6 zone id
         if not is_public(address) and not _allowed(host, address, allow_hosts):
             raise UnsafeWebhookUrl(
-                f"webhook host {host!r} resolves to {address}, a loopback, private or link-local "
-                "address; such hosts are refused unless REPRISE_WEBHOOK_ALLOW_HOSTS lists them"
+                f"webhook host {host!r} resolves to {address}, which is no public unicast address (loopback, "
+                "private, link-local, another special-purpose block, or IPv4 inside IPv6 that is one); such "
+                "hosts are refused unless REPRISE_WEBHOOK_ALLOW_HOSTS lists them"
             )
     return WebhookTarget(url=url, host=host, port=port, addresses=tuple(texts))

@@ -20,13 +20,19 @@ CREDENTIAL_SETTINGS: dict[str, str] = {
 }
 
 
+def secret_text(value: SecretStr | str | None) -> str | None:
+    """A credential setting's text, for the one call that needs it (a connection, a client): a SecretStr's
+    value, or a plain string (a test's `model_copy(update=...)` sets one without validation)."""
+    return value.get_secret_value() if isinstance(value, SecretStr) else value
+
+
 def placeholder_credentials(values: Mapping[str, object]) -> list[str]:
     """The credential settings of `values` (field name -> value) that still hold the placeholder."""
     found = []
     for name in CREDENTIAL_SETTINGS:
         value = values.get(name)
-        text = value.get_secret_value() if isinstance(value, SecretStr) else value
-        if isinstance(text, str) and PLACEHOLDER in text:
+        text = secret_text(value) if isinstance(value, SecretStr | str) else None
+        if text is not None and PLACEHOLDER in text:
             found.append(name)
     return found
 

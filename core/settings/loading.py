@@ -15,7 +15,7 @@ from core.settings.admission import AdmissionSettings
 from core.settings.api import ApiSettings
 from core.settings.cache import CacheSettings
 from core.settings.cascade import CascadeSettings
-from core.settings.credentials import placeholder_credentials, placeholder_message
+from core.settings.credentials import CREDENTIAL_SETTINGS, placeholder_credentials, placeholder_message
 from core.settings.embedders import EmbedderSettings
 from core.settings.lookup import LookupSettings
 from core.settings.models import ModelSettings
@@ -59,7 +59,11 @@ class Settings(  # the subsystems, in the order docs/configuration.md lists them
     """Configuration of every Reprise process. Environment variables: REPRISE_<FIELD>."""
 
     model_config = SettingsConfigDict(  # env_ignore_empty: compose passes "" for an unset variable
-        env_prefix=ENV_PREFIX, extra="ignore", validate_default=True, env_ignore_empty=True
+        env_prefix=ENV_PREFIX,
+        extra="ignore",
+        validate_default=True,
+        env_ignore_empty=True,
+        hide_input_in_errors=True,  # pydantic's own message would print a refused URL, password included
     )
 
     @property
@@ -120,7 +124,12 @@ def describe_validation_error(error: ValidationError) -> str:
             field = Settings.model_fields.get(loc[0])
             about = f" {var}: {field.description}" if field is not None and field.description else ""
             default = f" Unset it for the default ({field.default!r})." if field is not None else ""
-            lines.append(f"  {var}={item.get('input')!r}: {msg}.{about} Fix: set a valid value.{default}")
+            given = (
+                "(hidden: it carries a credential)"
+                if loc[0] in CREDENTIAL_SETTINGS
+                else repr(item.get("input"))
+            )
+            lines.append(f"  {var}={given}: {msg}.{about} Fix: set a valid value.{default}")
         else:
             lines.append(f"  {msg}")
     return "\n".join(lines)

@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Self
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings
 
 from core.redaction import redacted_url
+from core.settings.credentials import secret_text
 from core.vocabulary import BlobBackend
 
 _MIB = 1024 * 1024
@@ -40,12 +41,12 @@ class ServiceSettings(BaseSettings):
         Path(".reprise"),
         description="Directory for embedded servers' data, tiny models and local blobs.",
     )
-    database_url: str | None = Field(
+    database_url: SecretStr | None = Field(
         None,
         description="SQLAlchemy URL of a Postgres with pgvector (postgresql+psycopg://...). "
         "Unset: `reprise services up` starts an embedded Postgres 18 + pgvector on pg_port.",
     )
-    redis_url: str | None = Field(
+    redis_url: SecretStr | None = Field(
         None,
         description="Redis URL for the Celery broker: redis://, rediss:// or unix://, or Redis Sentinel's "
         "sentinel://host:port[/db][;sentinel://host2:port...] (kombu's form: every sentinel, `;`-separated; "
@@ -74,8 +75,10 @@ class ServiceSettings(BaseSettings):
     s3_prefix: str = Field("reprise/", description="Key prefix inside the bucket.")
     s3_endpoint_url: str | None = Field(None, description="S3 endpoint for MinIO and the like; unset: AWS.")
     s3_region: str = Field("us-east-1", description="S3 region.")
-    s3_access_key_id: str | None = Field(None, description="S3 access key; unset: boto3's default chain.")
-    s3_secret_access_key: str | None = Field(None, description="S3 secret key; unset: boto3's chain.")
+    s3_access_key_id: SecretStr | None = Field(
+        None, description="S3 access key; unset: boto3's default chain."
+    )
+    s3_secret_access_key: SecretStr | None = Field(None, description="S3 secret key; unset: boto3's chain.")
     hostname: str | None = Field(
         None,
         min_length=1,
@@ -88,18 +91,20 @@ class ServiceSettings(BaseSettings):
 
     @field_validator("database_url")
     @classmethod
-    def _check_database_url(cls, value: str | None) -> str | None:
+    def _check_database_url(cls, secret: SecretStr | None) -> SecretStr | None:
+        value = secret_text(secret)
         if value is not None and not value.startswith(("postgresql://", "postgresql+psycopg://")):
             raise ValueError("must be a postgresql+psycopg://user:password@host:port/dbname URL")
         if value is not None and value.startswith("postgresql://"):
-            return "postgresql+psycopg://" + value.removeprefix("postgresql://")
-        return value
+            return SecretStr("postgresql+psycopg://" + value.removeprefix("postgresql://"))
+        return secret
 
     @field_validator("redis_url")
     @classmethod
-    def _check_redis_url(cls, value: str | None) -> str | None:
+    def _check_redis_url(cls, secret: SecretStr | None) -> SecretStr | None:
+        value = secret_text(secret)
         if value is None or value.startswith(("redis://", "rediss://", "unix://")):
-            return value
+            return secret
         if value.startswith(SENTINEL_SCHEME):
             for node in value.split(";"):
                 if not node.startswith(SENTINEL_SCHEME) or not urlsplit(node).hostname:
@@ -107,7 +112,7 @@ class ServiceSettings(BaseSettings):
                         f"{redacted_url(node)!r} is not a sentinel://host:port: list every sentinel as "
                         "sentinel://host:port, separated by ';'"
                     )
-            return value
+            return secret
         raise ValueError(
             "must be a redis://host:port/db URL, or sentinel://host:port[;sentinel://host:port...]"
         )
@@ -137,11 +142,11 @@ class ServiceSettings(BaseSettings):
     def sqlalchemy_url(self) -> str:
         """The database URL in use: the configured one, or the embedded server's."""
         embedded = f"postgresql+psycopg://reprise@127.0.0.1:{self.pg_port}/reprise"
-        return self.database_url if self.database_url is not None else embedded
+        return secret_text(self.database_url) or embedded
 
     @property
     def broker_url(self) -> str:  # the configured Redis, or the embedded one
-        return self.redis_url if self.redis_url is not None else f"redis://127.0.0.1:{self.redis_port}/0"
+        return secret_text(self.redis_url) or f"redis://127.0.0.1:{self.redis_port}/0"
 
     @property
     def worker_host(self) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from core.settings import Settings
+from core.settings.credentials import secret_text
 from core.vocabulary import BlobBackend
 from db.blobs.base import BlobStore
 from db.blobs.local import LocalBlobStore
@@ -19,7 +20,7 @@ def blob_store_from_settings(settings: Settings) -> BlobStore:
             prefix=settings.s3_prefix,
             endpoint_url=settings.s3_endpoint_url,
             region=settings.s3_region,
-            access_key_id=settings.s3_access_key_id,
-            secret_access_key=settings.s3_secret_access_key,
+            access_key_id=secret_text(settings.s3_access_key_id),
+            secret_access_key=secret_text(settings.s3_secret_access_key),
         )
     return LocalBlobStore(settings.blob_root)

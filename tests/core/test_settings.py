@@ -30,7 +30,7 @@ def test_capture_steps_parse_from_a_comma_list(monkeypatch: pytest.MonkeyPatch) 
     [
         ("REPRISE_STEPS", "many", "REPRISE_STEPS='many'"),
         ("REPRISE_PG_PORT", "80", "REPRISE_PG_PORT='80'"),
-        ("REPRISE_DATABASE_URL", "mysql://x", "REPRISE_DATABASE_URL='mysql://x'"),
+        ("REPRISE_DATABASE_URL", "mysql://x", "REPRISE_DATABASE_URL=(hidden: it carries a credential)"),
         ("REPRISE_REDIS_URL", "localhost:6379", "REPRISE_REDIS_URL"),
         ("REPRISE_EVICTION_POLICY", "random", "REPRISE_EVICTION_POLICY='random'"),
         ("REPRISE_CAPTURE_STEPS", "5,0", "REPRISE_CAPTURE_STEPS"),

@@ -18,7 +18,7 @@ import yaml
 
 from core.errors import SettingsError
 from core.settings import ENV_PREFIX, Settings, load_settings
-from core.settings.credentials import PLACEHOLDER
+from core.settings.credentials import PLACEHOLDER, secret_text
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -228,6 +228,8 @@ def test_each_reprise_service_reads_valid_settings_and_refuses_the_example_as_is
             continue
         settings = reprise_settings_of(service, operator_env(), monkeypatch)
         assert settings.database_url and settings.redis_url and settings.s3_bucket == "reprise", name
-        assert settings.s3_access_key_id == "reprise-app" and settings.large_model == "/models/sd15", name
+        assert (
+            secret_text(settings.s3_access_key_id) == "reprise-app" and settings.large_model == "/models/sd15"
+        ), name
         with pytest.raises(SettingsError, match="placeholder"):
             reprise_settings_of(service, copied_env(), monkeypatch)
