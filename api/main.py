@@ -12,6 +12,7 @@ from api.middleware import BodyLimitMiddleware, MetricsMiddleware
 from api.problems import install_problem_handlers
 from api.reads import ImageReader, NodeReader
 from api.routes import events, generations, health, images, outputs, stats, videos
+from api.routes.webhook_deliveries import router as deliveries
 from api.schemas import problem_media_types, problem_responses
 from core.settings import Settings, get_settings
 from db.blobs.base import BlobStore
@@ -48,9 +49,11 @@ def create_app(
     keyed = (generations.router, events.router, images.router, videos.router, stats.router)
     for router in keyed:  # every route that takes an API key counts against its tenant's request rate
         app.include_router(router, dependencies=[Depends(limit_rate)], responses=problem_responses(429))
+    # A tenant's webhook deliveries: keyed, counted like every keyed route.
+    app.include_router(deliveries, dependencies=[Depends(limit_rate)], responses=problem_responses(429))
     for router in (outputs.router, health.router):  # a signed link's, or no key: nothing to count against
         app.include_router(router)
-    routers = (*keyed, outputs.router, health.router)
+    routers = (*keyed, deliveries, outputs.router, health.router)
     install_problem_handlers(app, [r for router in routers for r in router.routes if isinstance(r, APIRoute)])
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware)  # outermost: 413s are counted too

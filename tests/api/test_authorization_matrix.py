@@ -25,11 +25,14 @@ from fastapi.testclient import TestClient
 
 from api.main import create_app
 from core.settings import Settings
+from core.vocabulary import WebhookEvent
 from db.blobs.local import LocalBlobStore
 from db.engine import session_scope
 from db.keys import revoke_key
 from db.tenants import TenantCredentials, issue_key
+from db.webhooks import claim_attempt, finish_attempt
 from jobs.output_links import link_signature
+from jobs.webhooks import message_id
 
 pytestmark = pytest.mark.integration
 
@@ -130,6 +133,31 @@ def _job_route(method: str, suffix: str, ok: int, *, video: bool = False, **extr
     return Row(call, {"other": 404, "admin": 404, "owner": ok})
 
 
+def _delivery_route(method: str, suffix: str, ok: int) -> Row:
+    """A route on the webhook delivery of the owner's job (a failed one, recorded here): 401 for a dead
+    key, 404 for anyone else's, `ok` for the owner."""
+
+    def call(world: World, headers: dict[str, str]) -> Response:
+        delivery = message_id(uuid.UUID(world.job), WebhookEvent.COMPLETED)
+        with session_scope(world.client.app.state.reprise.settings) as session:  # type: ignore[attr-defined]
+            claimed = claim_attempt(
+                session,
+                job_id=uuid.UUID(world.job),
+                message_id=delivery,
+                event=WebhookEvent.COMPLETED.value,
+                url="https://hooks.example.com/reprise",
+                attempt=1,
+                next_attempt_at=None,
+            )
+            if claimed is not None:
+                finish_attempt(
+                    session, delivery_id=claimed, status_code=500, error="HTTP 500", next_attempt_at=None
+                )
+        return world.client.request(method, f"/v1/webhook-deliveries/{delivery}{suffix}", headers=headers)
+
+    return Row(call, {"other": 404, "admin": 404, "owner": ok})
+
+
 def _unseen_by_strangers(world: World, who: str, response: Response) -> None:
     if who in ("other", "admin", "throttled") and response.status_code == 200:
         assert world.job not in response.text and world.video not in response.text
@@ -173,6 +201,18 @@ MATRIX: dict[tuple[str, str], Row] = {
         _get("/v1/generations"), {"other": 200, "admin": 200, "owner": 200}, _unseen_by_strangers
     ),
     ("GET", "/v1/generations/{job_id}"): _job_route("GET", "", 200),
+    ("GET", "/v1/webhook-deliveries"): Row(
+        _get("/v1/webhook-deliveries"), {"other": 200, "admin": 200, "owner": 200}, _unseen_by_strangers
+    ),
+    ("GET", "/v1/webhook-deliveries/{delivery_id}"): _delivery_route("GET", "", 200),
+    ("POST", "/v1/webhook-deliveries/{delivery_id}/redeliver"): _delivery_route("POST", "/redeliver", 202),
+    ("POST", "/v1/webhook-deliveries/redeliver"): Row(
+        lambda world, headers: world.client.post(
+            "/v1/webhook-deliveries/redeliver", params={"since": "2000-01-01T00:00:00Z"}, headers=headers
+        ),
+        {"other": 202, "admin": 202, "owner": 202},
+        _unseen_by_strangers,
+    ),
     ("POST", "/v1/generations/{job_id}/cancel"): _job_route("POST", "/cancel", 200),
     ("DELETE", "/v1/generations/{job_id}"): _job_route("DELETE", "", 204),
     ("GET", "/v1/generations/{job_id}/events"): _job_route("GET", "/events", 200),

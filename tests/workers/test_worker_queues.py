@@ -25,4 +25,4 @@ def test_the_io_role_splits_into_deliveries_and_maintenance() -> None:
 @pytest.mark.parametrize("only", [("cache_miss",), ("webhooks", "nope"), ()])
 def test_a_queue_the_role_does_not_consume_is_refused_with_the_choices(only: tuple[str, ...]) -> None:
     with pytest.raises(SettingsError, match="consumes webhooks, maintenance"):
-        chosen_queues(Role.IO, Settings(), only)
+        chosen_queues(Role.IO, Settings.model_validate({}), only)
