@@ -25,6 +25,7 @@ import httpx
 import redis
 from sqlalchemy.exc import OperationalError
 
+from core.server_keys import output_link_key
 from core.settings import Settings
 from core.vocabulary import JobStatus, WebhookEvent
 from db import webhooks as webhooks_db
@@ -116,7 +117,7 @@ def _event(
     if event is WebhookEvent.COMPLETED and job.status == JobStatus.SUCCEEDED and secrets:
         payload["signed_output"] = signed_output(
             job_id=job.id,
-            secret=secrets[0],
+            key=output_link_key(settings),
             base_url=base_url,
             ttl_s=settings.output_link_ttl_s,
             now=datetime.now(UTC),

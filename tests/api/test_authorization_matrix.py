@@ -24,6 +24,7 @@ from fastapi.routing import iter_route_contexts
 from fastapi.testclient import TestClient
 
 from api.main import create_app
+from core.server_keys import output_link_key
 from core.settings import Settings
 from core.vocabulary import WebhookEvent
 from db.blobs.local import LocalBlobStore
@@ -97,7 +98,7 @@ def world(
     blob_store.put(f"jobs/{video}/video.webp", WEBP)
     set_job(video, status="succeeded", image_keys={"video8": f"jobs/{video}/video.webp"})
     expires = int((datetime.now(UTC) + timedelta(hours=1)).timestamp())
-    signature = link_signature(owner.webhook_secret, uuid.UUID(job), expires)
+    signature = link_signature(output_link_key(api_settings), uuid.UUID(job), expires)
     # The throttled tenant spends its one token; the next comes back in 1000 s.
     assert throttled_client.get("/v1/generations", headers=throttled.auth_headers).status_code == 200
     keys = {
