@@ -1,6 +1,7 @@
 """GET /v1/outputs/{id}: a succeeded job's image or video through a signed, time-limited link, without
-the API key: the `signed_output` a webhook delivers (jobs.output_links). A link that is not ours is a
-403, an expired one a 410; a valid one is answered as GET .../image or .../video would be.
+the API key: the `signed_output` a webhook delivers (jobs.output_links). A link that is not ours, or
+that would live longer than REPRISE_OUTPUT_LINK_MAX_TTL_S, is a 403, an expired one a 410; a valid one
+is answered as GET .../image or .../video would be.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from api.routes.images import ImageFormatParam, serve_image
 from api.routes.videos import serve_video
 from api.routing import ReleasingRoute
 from api.schemas import problem_responses
+from core.server_keys import output_link_key
 from core.vocabulary import JobKind
 from db import webhooks as webhooks_db
 from db.engine import engine_for
@@ -43,19 +45,31 @@ def linked_job(state: AppState, job_id: str, expires: int, signature: str) -> Jo
         parsed = uuid.UUID(job_id)
     except ValueError:
         raise _invalid() from None
-    with Session(engine_for(state.settings.sqlalchemy_url), expire_on_commit=False) as session:
-        job = webhooks_db.job_of(session, parsed)
-        secrets = webhooks_db.signing_secrets(session, job.tenant_id) if job is not None else []
-    if job is None:
-        raise _invalid()
+    settings = state.settings
     checked = check_link(
-        secrets=secrets, job_id=parsed, expires=expires, signature=signature, now=datetime.now(UTC)
+        key=output_link_key(settings),
+        job_id=parsed,
+        expires=expires,
+        signature=signature,
+        now=datetime.now(UTC),
+        max_ttl_s=settings.output_link_max_ttl_s,
     )
     if checked is LinkCheck.INVALID:
         raise _invalid()
+    if checked is LinkCheck.BEYOND_CAP:
+        raise Problem(
+            403,
+            f"this link would live longer than this server allows any link to "
+            f"({settings.output_link_max_ttl_s:g} s, REPRISE_OUTPUT_LINK_MAX_TTL_S); ask for a new one",
+            slug="invalid-link",
+        )
     if checked is LinkCheck.EXPIRED:
         ended = datetime.fromtimestamp(expires, UTC).isoformat()
         raise Problem(410, f"this link expired at {ended}; ask for a new one", slug="link-expired")
+    with Session(engine_for(settings.sqlalchemy_url), expire_on_commit=False) as session:
+        job = webhooks_db.job_of(session, parsed)
+    if job is None:
+        raise _invalid()
     if job.deleted_at is not None:
         raise Problem(404, f"no generation {job_id}", slug="not-found")
     return job

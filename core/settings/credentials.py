@@ -17,6 +17,8 @@ CREDENTIAL_SETTINGS: dict[str, str] = {
     "s3_access_key_id": "the S3 access key",
     "s3_secret_access_key": "the S3 secret key",
     "flower_basic_auth": "Flower's user:password",
+    "output_link_key": "the key that signs output links",
+    "webhook_secret_keys": "a key that encrypts webhook secrets",
 }
 
 
@@ -31,8 +33,9 @@ def placeholder_credentials(values: Mapping[str, object]) -> list[str]:
     found = []
     for name in CREDENTIAL_SETTINGS:
         value = values.get(name)
-        text = secret_text(value) if isinstance(value, SecretStr | str) else None
-        if text is not None and PLACEHOLDER in text:
+        parts = value if isinstance(value, list) else [value]  # a list: every key of a rotation
+        texts = [secret_text(part) for part in parts if isinstance(part, SecretStr | str)]
+        if any(text is not None and PLACEHOLDER in text for text in texts):
             found.append(name)
     return found
 

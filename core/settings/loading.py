@@ -17,6 +17,7 @@ from core.settings.cache import CacheSettings
 from core.settings.cascade import CascadeSettings
 from core.settings.credentials import CREDENTIAL_SETTINGS, placeholder_credentials, placeholder_message
 from core.settings.embedders import EmbedderSettings
+from core.settings.keys import KeySettings
 from core.settings.lookup import LookupSettings
 from core.settings.models import ModelSettings
 from core.settings.observability import ObservabilitySettings
@@ -43,6 +44,7 @@ class Settings(  # the subsystems, in the order docs/configuration.md lists them
     ServiceSettings,
     ApiSettings,
     WebhookSettings,
+    KeySettings,
     ModelSettings,
     EmbedderSettings,
     AdmissionSettings,
@@ -90,6 +92,16 @@ class Settings(  # the subsystems, in the order docs/configuration.md lists them
         """No process starts on a credential left at the deployment examples' placeholder."""
         if names := placeholder_credentials({name: getattr(self, name) for name in type(self).model_fields}):
             raise ValueError(placeholder_message(names, ENV_PREFIX))
+        return self
+
+    @model_validator(mode="after")
+    def _link_life_within_its_cap(self) -> Settings:
+        if self.output_link_ttl_s > self.output_link_max_ttl_s:
+            raise ValueError(
+                f"REPRISE_OUTPUT_LINK_TTL_S ({self.output_link_ttl_s:g}) exceeds "
+                f"REPRISE_OUTPUT_LINK_MAX_TTL_S ({self.output_link_max_ttl_s:g}): lower the first or raise "
+                "the cap"
+            )
         return self
 
     @model_validator(mode="after")

@@ -79,8 +79,9 @@ class WebhookSettings(BaseSettings):
         gt=0,
         le=7 * 24 * 3600,
         description="Seconds a completed event's `signed_output` link (GET /v1/outputs/{id}, no API key "
-        "needed, signed with the tenant's webhook secret) stays valid from the delivery attempt that "
-        "carries it; then 410. Default: an hour, as Replicate's and OpenAI's output URLs. At most 7 days.",
+        "needed, signed with the server's REPRISE_OUTPUT_LINK_KEY) stays valid from the delivery attempt "
+        "that carries it; then 410. Default: an hour, as Replicate's and OpenAI's output URLs. At most "
+        "REPRISE_OUTPUT_LINK_MAX_TTL_S.",
     )
 
     @field_validator("webhook_allow_hosts", mode="before")
