@@ -11,7 +11,7 @@ from api.deps import AppState, limit_rate
 from api.middleware import BodyLimitMiddleware, MetricsMiddleware
 from api.problems import install_problem_handlers
 from api.reads import ImageReader, NodeReader
-from api.routes import events, generations, health, images, outputs, stats, videos
+from api.routes import events, generations, health, images, openai_images, outputs, stats, videos
 from api.routes.webhook_deliveries import router as deliveries
 from api.schemas import problem_media_types, problem_responses
 from core.settings import Settings, get_settings
@@ -23,7 +23,8 @@ DESCRIPTION = """Text-to-image generation as asynchronous jobs, with an approxim
 
 Submit with `POST /v1/generations` (`"kind": "video"` for an animated WebP), then poll the job, or
 receive a signed webhook (Standard Webhooks).
-Authenticate with `Authorization: Bearer <API key>`. Every error is `application/problem+json` (RFC 9457).
+Authenticate with `Authorization: Bearer <API key>`. Every error is `application/problem+json` (RFC 9457),
+except on `POST /v1/images/generations`, OpenAI's images API for OpenAI's SDKs, whose errors are OpenAI's.
 """
 
 
@@ -46,7 +47,14 @@ def create_app(
     app.state.reprise = AppState(
         settings=settings, dispatcher_=dispatcher, blob_store_=blob_store, reader=reader, resolver=resolver
     )
-    keyed = (generations.router, events.router, images.router, videos.router, stats.router)
+    keyed = (
+        generations.router,
+        events.router,
+        images.router,
+        videos.router,
+        stats.router,
+        openai_images.router,
+    )
     for router in keyed:  # every route that takes an API key counts against its tenant's request rate
         app.include_router(router, dependencies=[Depends(limit_rate)], responses=problem_responses(429))
     # A tenant's webhook deliveries: keyed, counted like every keyed route.

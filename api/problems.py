@@ -1,5 +1,6 @@
 """Every error the API sends is application/problem+json (RFC 9457): type, title, status, detail,
-instance, and `errors` (one item per offending field) for invalid input.
+instance, and `errors` (one item per offending field) for invalid input; on the OpenAI-compatible
+paths, the same problem in OpenAI's error shape (api.openai_errors).
 
 Routes raise Problem (or a core.errors.InvalidInput); the handlers below turn those, FastAPI's
 validation errors and Starlette's HTTP errors (404 unknown route, 405) into problem documents.
@@ -20,6 +21,7 @@ from fastapi.routing import APIRoute
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from api.openai_errors import is_openai_path, openai_error_body, openai_status
 from core.errors import InvalidInput, RepriseError
 from core.settings import Settings
 
@@ -83,6 +85,12 @@ class Problem(RepriseError):
 
 
 def problem_response(request: Request, problem: Problem) -> JSONResponse:
+    if is_openai_path(request.url.path):  # OpenAI's SDKs read their own error shape, not RFC 9457
+        status = openai_status(problem.status)
+        error = openai_error_body(
+            status=status, detail=problem.detail, slug=problem.slug, errors=problem.errors
+        )
+        return JSONResponse(error, status_code=status, headers=problem.headers)
     body = problem_body(
         status=problem.status,
         detail=problem.detail,

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from api.openai_errors import is_openai_path
 from core.params import MAX_FPS, MAX_FRAMES
 from core.vocabulary import EventFilter
 from jobs.representation import Generation
@@ -376,9 +377,13 @@ PROBLEM_CONTENT = {"application/problem+json": {"schema": {"$ref": "#/components
 
 def problem_media_types(spec: dict[str, Any]) -> dict[str, Any]:
     """Document every 4xx/5xx as application/problem+json with ProblemDetails, which is what is sent
-    (FastAPI files `responses` models under application/json and adds its own 422 schema)."""
-    for path in spec.get("paths", {}).values():
+    (FastAPI files `responses` models under application/json and adds its own 422 schema); the
+    OpenAI-compatible paths keep their OpenAI error model under application/json."""
+    for name, path in spec.get("paths", {}).items():
         for operation in path.values():
+            if is_openai_path(name):  # OpenAI's error shape, as the route documents it; a 422 is a 400 there
+                operation.get("responses", {}).pop("422", None)
+                continue
             for code, response in operation.get("responses", {}).items():
                 if code[:1] in ("4", "5"):
                     response["content"] = PROBLEM_CONTENT

@@ -258,6 +258,22 @@ def new_job_row(submitted: Submitted, tenant: Tenant, new: jobs_db.NewJob) -> Jo
     )
 
 
+async def submit_request(
+    body: GenerationCreate,
+    tenant: Tenant,
+    session: Session,
+    state: AppState,
+    base: str,
+    response: Response,
+    idempotency_key: str | None,
+    request: Request,
+) -> Generation:
+    """A create through the intake the deployment runs (REPRISE_INTAKE): submit_fast or submit."""
+    if state.settings.intake == "fast":
+        return await submit_fast(body, tenant, session, state, base, response, idempotency_key, request)
+    return await run_in_threadpool(submit, body, tenant, session, state, base, response, idempotency_key)
+
+
 def submit(
     body: GenerationCreate,
     tenant: Tenant,

@@ -24,7 +24,7 @@ from api.schemas import (
     GenerationList,
     problem_responses,
 )
-from api.submission import submit, submit_fast
+from api.submission import submit_request
 from api.waiting import preferred_wait
 from core.vocabulary import TERMINAL_STATUSES, JobStatus, WebhookEvent
 from db import jobs as jobs_db
@@ -91,12 +91,7 @@ async def create_generation(
 ) -> Generation:
     """Submit a job: 202 with the queued job, or 200 with the first job for a repeated Idempotency-Key;
     with `Prefer: wait=N`, the job once it has ended (or after N seconds)."""
-    if state.settings.intake == "fast":
-        generation = await submit_fast(body, tenant, session, state, base, response, idempotency_key, request)
-    else:
-        generation = await run_in_threadpool(
-            submit, body, tenant, session, state, base, response, idempotency_key
-        )
+    generation = await submit_request(body, tenant, session, state, base, response, idempotency_key, request)
     tenant_id = tenant.id
 
     def reload() -> Job:
