@@ -1,7 +1,9 @@
 """The Python client of Reprise: `Client`, `AsyncClient`, the typed `Generation`, the typed errors,
-the `RetryPolicy` both clients follow, and `verify_webhook`."""
+the `RetryPolicy` both clients follow, `verify_webhook`, and the typed webhook deliveries
+(`Client.deliveries(status="failed")`, `Client.redeliver`)."""
 
 from reprise_client.client import AsyncClient, Client
+from reprise_client.deliveries import Redelivery, WebhookDelivery, WebhookDeliveryPage
 from reprise_client.errors import (
     ApiError,
     ConfigurationError,
@@ -36,11 +38,14 @@ __all__ = [
     "Progress",
     "QueuePlace",
     "RateLimited",
+    "Redelivery",
     "RepriseError",
     "RetryPolicy",
     "ServerError",
     "ServiceUnavailable",
     "Unauthorized",
     "WaitTimeout",
+    "WebhookDelivery",
+    "WebhookDeliveryPage",
     "verify_webhook",
 ]

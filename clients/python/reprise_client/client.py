@@ -28,6 +28,7 @@ from typing import Any
 
 import httpx
 
+from reprise_client.deliveries import AsyncWebhookDeliveries, WebhookDeliveries
 from reprise_client.errors import ConfigurationError, ConnectionFailed, WaitTimeout, api_error
 from reprise_client.models import Generation, GenerationPage
 from reprise_client.retry import Attempts, RetryPolicy, parse_retry_after
@@ -141,7 +142,7 @@ def _decode_pause(response: httpx.Response) -> float:
     return 1.0 if seconds is None else max(0.1, seconds)
 
 
-class Client:
+class Client(WebhookDeliveries):
     """The API over one httpx.Client. Use as a context manager, or call close().
 
     `base_url` and `api_key` default to REPRISE_BASE_URL and REPRISE_API_KEY (ConfigurationError when
@@ -318,7 +319,7 @@ class Client:
             page = self.page(cursor_url=page.next)
 
 
-class AsyncClient:
+class AsyncClient(AsyncWebhookDeliveries):
     """The same API over httpx.AsyncClient, with the same arguments, environment and retries."""
 
     def __init__(
