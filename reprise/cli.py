@@ -9,7 +9,14 @@ import typer
 from core.errors import SettingsError
 from core.settings import get_settings
 from jobs.configuration import check_configuration
-from reprise.commands import bench_admission, bench_cache, bench_gpu, bench_replay, bench_soak  # noqa: F401  (register `bench admission|cache|gpu|replay|soak`)
+from reprise.commands import (  # noqa: F401  (register `bench admission|cache|gpu|replay|soak|step-cache`)
+    bench_admission,
+    bench_cache,
+    bench_gpu,
+    bench_replay,
+    bench_soak,
+    bench_step_cache,
+)
 from reprise.commands.bench import bench_app
 from reprise.commands.cascade import cascade_app
 from reprise.commands.config import config_app

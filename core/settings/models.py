@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode
 
 from core.schedulers import SchedulerName
+from core.step_cache import StepCachePlan, parse_step_cache
 from core.vocabulary import BUILTIN_FAMILIES, CUSTOM_FAMILY, ModelSet
 
 
@@ -50,6 +51,24 @@ class ModelSettings(BaseSettings):
         description="Denoising scheduler: ddim (NIRVANA 6), euler, euler-a, dpm++, pndm, lms, or pipeline "
         "(the model's own). Under the resume hit policy only ddim and euler resume exactly.",
     )
+
+    step_cache: str = Field(
+        "off",
+        description="Reuse inside a request's denoising (core.step_cache): off, deepcache:N[:D] (DeepCache, "
+        "CVPR'24: a full UNet call every N steps, the outer D blocks between), or teacache:δ (TeaCache, "
+        "CVPR'25: skip a call while the rescaled input change stays below δ). Off by default: the lab's "
+        "sweep (docs/results/step-cache.md) is not yet the 500 prompts a default needs, and the quality "
+        "guard's audits compare against a run with the step cache on.",
+    )
+
+    @field_validator("step_cache")
+    @classmethod
+    def _check_step_cache(cls, value: str) -> str:
+        return str(parse_step_cache(value))
+
+    @property
+    def step_cache_plan(self) -> StepCachePlan:
+        return parse_step_cache(self.step_cache)
 
     @field_validator("capture_steps", mode="before")
     @classmethod

@@ -62,6 +62,7 @@ from core.errors import BatchFull, GenerationCanceled
 from workers.runtime.denoising import DenoiseRun, OnStep, ShouldStop, step_kwargs
 from workers.runtime.latents import to_numpy
 from workers.runtime.results import Latent
+from workers.runtime.step_cache import StepCache
 
 BATCH_ATOL = 5e-3
 """Largest absolute difference allowed between a batched member's final latent and the same job run
@@ -107,6 +108,7 @@ class BatchMember:
     error: Exception | None = field(init=False, default=None)
     step_options: dict[str, Any] = field(init=False)
     created: float = field(init=False, default_factory=time.perf_counter)  # for a job's wall time
+    reuse: Any = field(init=False, default=None)  # the step cache's state for this run (step_cache.Reuse)
 
     def __post_init__(self) -> None:
         if self.latents.ndim != 4 or self.latents.shape[0] != 1:
@@ -212,10 +214,13 @@ class DenoisingBatch:
     drives it.
     """
 
-    def __init__(self, unet: Any, *, max_batch: int, device: torch.device) -> None:
+    def __init__(
+        self, unet: Any, *, max_batch: int, device: torch.device, step_cache: StepCache | None = None
+    ) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be at least 1, got {max_batch}")
         self.unet = unet
+        self.step_cache = step_cache  # None: every step one full UNet call over every member
         self.max_batch = max_batch
         self.device = device
         self._members: list[BatchMember] = []
@@ -279,7 +284,10 @@ class DenoisingBatch:
         embeds = torch.cat([member.embeds for member in active])
         unet_started = time.perf_counter()
         t = torch.cat(timesteps).to(self.device)
-        noise_pred = self.unet(model_in, t, encoder_hidden_states=embeds, return_dict=False)[0]
+        if self.step_cache is None:
+            noise_pred = self.unet(model_in, t, encoder_hidden_states=embeds, return_dict=False)[0]
+        else:  # full and reusing members as sub-batches (workers.runtime.step_cache)
+            noise_pred = self.step_cache.predict(self.unet, active, model_in, t, embeds)
         self._synchronize()
         unet_ms = (time.perf_counter() - unet_started) * 1000.0
         # 3. Each member's guidance and scheduler step on its own rows

@@ -24,6 +24,7 @@ from workers.runtime.loading import (
     resolve_device,
     resolve_model_sources,
 )
+from workers.runtime.step_cache import StepCache, make_step_cache
 
 
 class ModelHost:
@@ -57,6 +58,8 @@ class ModelHost:
             max_side=settings.max_side,
         )
         self.max_batch = settings.max_batch
+        self.step_plan = settings.step_cache_plan
+        self.step_cache: StepCache | None = None  # made for each model hosted (workers.runtime.step_cache)
         self.device = resolve_device(settings.device)
         self.dtype = compute_dtype(self.device)
         self._role: Role | None = None
@@ -111,6 +114,10 @@ class ModelHost:
             refusal = resume_refusal(type(self._scheduler_template).__name__)
             if self._refuse_inexact_resume and refusal is not None:
                 raise SettingsError(refusal)  # REPRISE_SCHEDULER=pipeline on a model whose own cannot resume
+            try:
+                self.step_cache = make_step_cache(self.step_plan, self._pipe.unet, self._sources.name(role))
+            except ValueError as error:
+                raise SettingsError(f"REPRISE_STEP_CACHE={self.step_plan}: {error}") from error
         self._role = role
         if previous is not None:  # a pool move (MoDM 5.3): the old model out, the new one in
             metrics.ROLE_SWITCH_SECONDS.labels(from_role=previous.value, to_role=role.value).observe(
@@ -119,7 +126,7 @@ class ModelHost:
 
     def release(self) -> None:
         """Drop the hosted models and give their memory back (also on CUDA)."""
-        self._pipe = self._vae = self._scheduler_template = None
+        self._pipe = self._vae = self._scheduler_template = self.step_cache = None
         self._family_vaes.clear()
         self._role = None
         free_device_memory(self.device)

@@ -248,9 +248,9 @@ class DiffusionRuntime(ModelHost):
     # --- step-level batching (workers.runtime.batching) ------------------------------------
     @property
     def batching(self) -> bool:
-        """Whether generate, resume and refine run in the worker's shared batch (max_batch > 1):
-        the callers' threads each hand their job to one BatchLoop (workers.runtime.batch_loop)."""
-        return self.max_batch > 1
+        """Whether generate, resume and refine run in the worker's shared batch (max_batch > 1, or a step
+        cache on, which runs in the batch): the callers' threads each hand their job to one BatchLoop."""
+        return self.max_batch > 1 or self.step_cache is not None
 
     def switch_role(self, role: Role) -> None:
         """ModelHost.switch_role, refused while a batch runs (a worker switches between batches)."""
@@ -281,7 +281,7 @@ class DiffusionRuntime(ModelHost):
         """An empty batch on the hosted model's UNet, of max_batch members (default: settings)."""
         pipe = self._require_pipeline("a batch")
         size = self.max_batch if max_batch is None else max_batch
-        return DenoisingBatch(pipe.unet, max_batch=size, device=self.device)
+        return DenoisingBatch(pipe.unet, max_batch=size, device=self.device, step_cache=self.step_cache)
 
     def generation_member(
         self,

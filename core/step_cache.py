@@ -1,0 +1,83 @@
+"""The step cache setting: reuse of work inside one request's denoising, on top of the approximate
+cache's reuse across requests.
+
+    off              every step is a full model call (the runtime as it was, bit for bit)
+    deepcache:N      DeepCache (Ma et al., CVPR'24, section 3.2, "uniform 1:N"): a full UNet call every
+    deepcache:N:D    N steps; in between only the shallow branch (the outermost D down and up blocks)
+                     runs, on the high-level features the last full call left. D defaults to 1, the
+                     paper's shallowest skip branch.
+    teacache:δ       TeaCache (Liu et al., CVPR'25, section 3.3-3.4): skip a step's model call while the
+                     accumulated, rescaled relative change of the timestep-modulated input stays below
+                     δ, and reuse the last call's output (section 3.4's polynomial rescaling, fitted on
+                     the model by `reprise bench step-cache --fit`).
+
+Pure: the parse and the plan. The mechanisms are workers.runtime.step_cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class StepCacheMethod(StrEnum):
+    OFF = "off"
+    DEEPCACHE = "deepcache"
+    TEACACHE = "teacache"
+
+
+@dataclass(frozen=True, slots=True)
+class StepCachePlan:
+    """A parsed REPRISE_STEP_CACHE: the method and its parameters."""
+
+    method: StepCacheMethod = StepCacheMethod.OFF
+    interval: int = 1  # deepcache: a full call every `interval` steps
+    depth: int = 1  # deepcache: the shallow branch's down/up blocks
+    threshold: float = 0.0  # teacache: δ, the accumulated change below which a call is skipped
+
+    @property
+    def on(self) -> bool:
+        return self.method is not StepCacheMethod.OFF
+
+    def __str__(self) -> str:
+        if self.method is StepCacheMethod.DEEPCACHE:
+            return f"deepcache:{self.interval}" + (f":{self.depth}" if self.depth != 1 else "")
+        if self.method is StepCacheMethod.TEACACHE:
+            return f"teacache:{self.threshold:g}"
+        return "off"
+
+
+OFF = StepCachePlan()
+FORMS = "off, deepcache:N (N >= 2), deepcache:N:D (D >= 1 blocks), or teacache:δ (0 < δ < 1)"
+
+
+def parse_step_cache(value: str) -> StepCachePlan:
+    """A REPRISE_STEP_CACHE value as a plan; ValueError naming the accepted forms."""
+    text = value.strip().lower()
+    if text in ("", "off", "none"):
+        return OFF
+    method, _, rest = text.partition(":")
+    parts = rest.split(":") if rest else []
+    try:
+        if method == StepCacheMethod.DEEPCACHE and len(parts) in (1, 2):
+            interval, depth = int(parts[0]), int(parts[1]) if len(parts) == 2 else 1
+            if interval >= 2 and depth >= 1:
+                return StepCachePlan(StepCacheMethod.DEEPCACHE, interval=interval, depth=depth)
+        if method == StepCacheMethod.TEACACHE and len(parts) == 1:
+            threshold = float(parts[0])
+            if 0.0 < threshold < 1.0:
+                return StepCachePlan(StepCacheMethod.TEACACHE, threshold=threshold)
+    except ValueError:
+        pass
+    raise ValueError(f"step cache {value!r} is not one of: {FORMS}")
+
+
+def full_step_due(plan: StepCachePlan, *, since_full: int | None, forced: bool) -> bool:
+    """DeepCache's uniform schedule for one run: whether its next step must be a full call. The first
+    step a run takes (since_full None: a miss's step 0, a resumed hit's step k) is full, and so is every
+    interval-th after the last full one and every step the caller forces (workers.runtime.step_cache:
+    the schedule's last step, and each step whose latent is captured, so a cached state is always the
+    output of a full call)."""
+    if since_full is None or forced:
+        return True
+    return since_full + 1 >= plan.interval

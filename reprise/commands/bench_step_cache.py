@@ -1,0 +1,52 @@
+"""`reprise bench step-cache`, registered on the bench command group: each step cache setting's speed
+against the judge's drop on the lab's models (bench.quality.step_cache), and TeaCache's fit."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from core.settings import get_settings
+from reprise.commands.bench import bench_app
+
+DEFAULT_SETTINGS = "deepcache:2,deepcache:3,deepcache:5,teacache:0.1,teacache:0.2,teacache:0.4"
+
+
+@bench_app.command("step-cache")
+def step_cache_command(
+    settings_list: str = typer.Option(
+        DEFAULT_SETTINGS, "--settings", help="REPRISE_STEP_CACHE values to sweep (off is always run)."
+    ),
+    models: str = typer.Option("lab:large,lab:small", "--models", help="The lab models to sweep."),
+    prompts: int = typer.Option(500, "--prompts", min=2, help="Lab prompts per setting and model."),
+    seed: int = typer.Option(1, "--seed", help="Seed of the prompts."),
+    json_path: Path | None = typer.Option(None, "--json", help="Write the sweep to this JSON file."),
+    fit: str | None = typer.Option(
+        None, "--fit", help="Instead: fit TeaCache's rescaling polynomial on this lab model (lab:large)."
+    ),
+) -> None:
+    """Sweep step cache settings on the lab (images/s against the judge's drop, per model) and name the
+    default; or, with --fit, fit TeaCache's polynomial on a model."""
+    from bench.quality.step_cache import fit_teacache, sweep
+    from core.step_cache import parse_step_cache
+
+    settings = get_settings()
+    try:
+        if fit is not None:
+            record = fit_teacache(settings, fit, prompts=prompts, seed=seed)
+            typer.echo(
+                f"fitted {fit}: {record['pairs']} step pairs, rms residual {record['rms_residual']:.4f}"
+            )
+            return
+        setups = [str(parse_step_cache(s)) for s in settings_list.split(",") if s.strip()]
+        names = [m.strip() for m in models.split(",") if m.strip()]
+        report = sweep(settings, setups, names, prompts=prompts, seed=seed, log=typer.echo)
+    except ValueError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from error
+    typer.echo(f"default: {report['default']}")
+    if json_path is not None:
+        json_path.write_text(json.dumps(report, indent=2) + "\n")
+        typer.echo(f"wrote {json_path}")

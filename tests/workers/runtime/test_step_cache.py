@@ -1,0 +1,157 @@
+"""The step cache (core.step_cache, workers.runtime.step_cache) in the serving runtime, on the lab's
+trained large model: its setting, its schedule of full calls, and a batch that mixes full and reusing
+members giving each job what it gets alone with the same step cache."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from core.errors import GenerationCanceled, SettingsError
+from core.params import GenerationParams
+from core.settings import Settings, load_settings
+from core.step_cache import StepCacheMethod, StepCachePlan, full_step_due, parse_step_cache
+from core.vocabulary import Role
+from workers.runtime import DiffusionRuntime, GenerationResult
+from workers.runtime import step_cache as step_cache_module
+from workers.runtime.batching import BATCH_ATOL, BatchMember
+
+torch.set_num_threads(1)
+STEPS = 20
+PROMPTS = (
+    "a small red circle left of a blue square on a striped yellow background",
+    "a big green triangle on a plain white background",
+    "a blue square above a red circle on a dotted black background",
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "plan"),
+    [
+        ("off", StepCachePlan()),
+        (" OFF ", StepCachePlan()),
+        ("deepcache:3", StepCachePlan(StepCacheMethod.DEEPCACHE, interval=3)),
+        ("deepcache:4:2", StepCachePlan(StepCacheMethod.DEEPCACHE, interval=4, depth=2)),
+        ("teacache:0.2", StepCachePlan(StepCacheMethod.TEACACHE, threshold=0.2)),
+    ],
+)
+def test_the_setting_parses_and_prints_back(text: str, plan: StepCachePlan) -> None:
+    assert parse_step_cache(text) == plan
+    assert parse_step_cache(str(plan)) == plan
+
+
+@pytest.mark.parametrize(
+    "text", ["deepcache", "deepcache:1", "deepcache:3:0", "teacache:0", "teacache:2", "x:1"]
+)
+def test_a_bad_setting_is_refused_naming_the_forms(text: str) -> None:
+    with pytest.raises(ValueError, match="deepcache:N"):
+        parse_step_cache(text)
+    with pytest.raises(SettingsError, match="teacache"):
+        load_settings(step_cache=text)
+
+
+def test_deepcache_runs_a_full_call_every_n_steps_and_whenever_forced() -> None:
+    plan = parse_step_cache("deepcache:3")
+    assert full_step_due(plan, since_full=None, forced=False)  # a run's first step
+    assert not full_step_due(plan, since_full=0, forced=False)
+    assert not full_step_due(plan, since_full=1, forced=False)
+    assert full_step_due(plan, since_full=2, forced=False)
+    assert full_step_due(plan, since_full=0, forced=True)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("lab-data")
+
+
+def _settings(data_dir: Path, step_cache: str, max_batch: int = 4) -> Settings:
+    return load_settings(
+        data_dir=data_dir, device="cpu", model_set="lab", steps=STEPS, capture_steps="5,10",
+        step_cache=step_cache, max_batch=max_batch,
+    )  # fmt: skip
+
+
+def _params(index: int) -> GenerationParams:
+    prompt = PROMPTS[index % len(PROMPTS)]
+    return GenerationParams(prompt=prompt, seed=index, steps=STEPS, width=64, height=64, guidance=7.5)
+
+
+def _results(outcomes: list[GenerationResult | GenerationCanceled]) -> list[GenerationResult]:
+    assert all(isinstance(outcome, GenerationResult) for outcome in outcomes), outcomes
+    return [outcome for outcome in outcomes if isinstance(outcome, GenerationResult)]
+
+
+def _diff(first: Any, second: Any) -> float:
+    return float(np.abs(first - second).max())
+
+
+def test_with_the_step_cache_off_the_runtime_makes_none_and_runs_unbatched_at_max_batch_one(
+    data_dir: Path,
+) -> None:
+    runtime = DiffusionRuntime(_settings(data_dir, "off", max_batch=1), Role.LARGE)
+    assert runtime.step_cache is None and not runtime.batching
+    assert runtime.new_batch().step_cache is None
+    cached = DiffusionRuntime(_settings(data_dir, "deepcache:3", max_batch=1), Role.LARGE)
+    assert cached.batching  # a step cache runs in the batch, a batch of one at max_batch 1
+
+
+@pytest.mark.parametrize("setting", ["deepcache:3", "teacache:0.2"])
+def test_a_batch_mixing_full_and_reusing_members_gives_each_job_its_result_alone(
+    data_dir: Path, setting: str
+) -> None:
+    runtime = DiffusionRuntime(_settings(data_dir, setting), Role.LARGE)
+    source = DiffusionRuntime(_settings(data_dir, "off"), Role.LARGE).generate(_params(9), capture=[10])
+
+    def members() -> list[BatchMember]:
+        made = [runtime.generation_member(_params(i), capture=[5] if i == 0 else ()) for i in range(3)]
+        return [*made, runtime.resume_member(_params(9), source.captured[10], 10, family=runtime.family)]
+
+    alone = [_results(runtime.generate_batch([member]))[0] for member in members()]
+    together = members()
+    batched = _results(runtime.generate_batch(together, max_batch=4))
+    for mine, theirs in zip(batched, alone, strict=True):
+        assert _diff(mine.final_latent, theirs.final_latent) <= BATCH_ATOL
+    assert _diff(batched[0].captured[5], alone[0].captured[5]) <= BATCH_ATOL
+    reused = [member.reuse.reused for member in together]
+    assert all(count > 0 for count in reused), reused  # every job reused work inside the batch
+    # The reuse changes the images: the step cache is no no-op.
+    full = DiffusionRuntime(_settings(data_dir, "off"), Role.LARGE).generate(_params(1))
+    assert _diff(full.final_latent, batched[1].final_latent) > 10 * BATCH_ATOL
+
+
+def test_deepcache_s_full_calls_are_each_run_s_first_step_its_captures_its_last_and_every_n(
+    data_dir: Path,
+) -> None:
+    runtime = DiffusionRuntime(_settings(data_dir, "deepcache:3"), Role.LARGE)
+    miss = runtime.generation_member(_params(0), capture=[5, 10])
+    source = runtime.generate(_params(4), capture=[10])
+    hit = runtime.resume_member(_params(4), source.captured[10], 10, family=runtime.family)
+    _results(runtime.generate_batch([miss, hit]))
+    full = miss.reuse.full_steps
+    assert {0, 4, 9, STEPS - 1} <= set(full)  # first, the steps that make latents 5 and 10, the last
+    assert all(b - a <= 3 for a, b in itertools.pairwise(full))
+    assert len(full) + miss.reuse.reused == STEPS and len(full) < STEPS / 2
+    assert hit.reuse.full_steps[0] == 10 and hit.reuse.full_steps[-1] == STEPS - 1
+
+
+def test_teacache_skips_more_calls_at_a_larger_threshold(data_dir: Path) -> None:
+    counts = []
+    for threshold in ("0.2", "0.8"):
+        runtime = DiffusionRuntime(_settings(data_dir, f"teacache:{threshold}"), Role.LARGE)
+        member = runtime.generation_member(_params(2))
+        _results(runtime.generate_batch([member]))
+        counts.append(len(member.reuse.full_steps))
+    assert STEPS > counts[0] > counts[1] >= 2
+
+
+def test_teacache_on_a_model_without_a_fitted_polynomial_is_refused_with_the_command(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(step_cache_module, "FITS", tmp_path / "none.json")
+    with pytest.raises(SettingsError, match="reprise bench step-cache --fit"):
+        DiffusionRuntime(_settings(data_dir, "teacache:0.2"), Role.LARGE)

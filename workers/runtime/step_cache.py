@@ -1,0 +1,190 @@
+"""The step cache: reuse inside one request's denoising, in the step-level batch (workers.runtime.batching).
+
+Each member of a batch carries its own reuse state (`BatchMember.reuse`), so jobs at different steps
+share a batch: per step the members due a full call run as one sub-batch, and the members reusing
+features as another (DeepCache) or run no model call at all (TeaCache). A member's first step (a
+miss's step 0, a resumed hit's step k), its last step, and every step whose latent is captured are
+full calls: the cache's stored states (NIRVANA 4.1) and the final latent are each the output of a full
+call on this run's trajectory. The methods and their settings: core.step_cache.
+
+With the setting off no StepCache is made and the batch calls the UNet as before, bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from core.step_cache import StepCacheMethod, StepCachePlan, full_step_due
+from workers.runtime import unet_parts
+
+FITS = Path(__file__).with_name("teacache_fits.json")
+"""TeaCache's rescaling polynomials (section 3.4) per model, written by `reprise bench step-cache --fit`."""
+
+
+Rows = tuple[torch.Tensor, ...]
+"""A call's tensor split by member: each member's rows."""
+
+
+class Member(Protocol):
+    """What a step cache reads of a batch member (workers.runtime.batching.BatchMember)."""
+
+    step: int
+    steps: int
+    capture: Any
+    reuse: Any
+
+
+@dataclass(slots=True)
+class Reuse:
+    """One run's reuse state: steps since its last full call, what that call left, TeaCache's sums."""
+
+    since_full: int | None = None
+    deep: torch.Tensor | None = None  # DeepCache: the features entering the shallow up blocks
+    output: torch.Tensor | None = None  # TeaCache: the last call's output
+    indicator: torch.Tensor | None = None  # TeaCache: the last step's modulated input
+    accumulated: float = 0.0  # TeaCache: the rescaled change since the last full call
+    full_steps: list[int] = field(default_factory=list)  # the schedule steps run as full calls
+    reused: int = 0  # steps that reused what a full call left
+
+
+def _state(member: Member) -> Reuse:
+    if member.reuse is None:
+        member.reuse = Reuse()
+    state: Reuse = member.reuse
+    return state
+
+
+def _forced(member: Member) -> bool:
+    """The schedule's last step, and a step whose latent is captured, are full calls."""
+    return member.step + 1 == member.steps or member.step + 1 in member.capture
+
+
+class StepCache(Protocol):
+    plan: StepCachePlan
+
+    def predict(
+        self, unet: Any, members: list[Any], model_in: torch.Tensor, t: torch.Tensor, embeds: torch.Tensor
+    ) -> torch.Tensor:
+        """The prediction for every member's rows, in order, as one UNet call over them would give."""
+        ...
+
+
+class DeepCache:
+    """DeepCache (Ma et al., CVPR'24): a full call every N steps keeps the deep features; the steps in
+    between run the shallow branch on them (section 3.2, uniform 1:N)."""
+
+    def __init__(self, plan: StepCachePlan, unet: Any) -> None:
+        unet_parts.check_supported(unet, plan.depth)
+        self.plan = plan
+
+    def predict(
+        self, unet: Any, members: list[Any], model_in: torch.Tensor, t: torch.Tensor, embeds: torch.Tensor
+    ) -> torch.Tensor:
+        rows = [m.samples for m in members]
+        inputs, steps, states = _split(model_in, rows), _split(t, rows), _split(embeds, rows)
+        due = [full_step_due(self.plan, since_full=_state(m).since_full, forced=_forced(m)) for m in members]
+        outputs: list[torch.Tensor | None] = [None] * len(members)
+        full = [i for i, d in enumerate(due) if d]
+        if full:
+            out, deep = unet_parts.forward(
+                unet, *_gather(full, inputs, steps, states), keep_depth=self.plan.depth
+            )
+            assert deep is not None
+            taken = [rows[i] for i in full]
+            for i, o, f in zip(full, _split(out, taken), _split(deep, taken), strict=True):
+                outputs[i] = o
+                state = _state(members[i])
+                state.deep, state.since_full = f, 0
+                state.full_steps.append(members[i].step)
+        cached = [i for i, d in enumerate(due) if not d]
+        if cached:
+            deep = torch.cat([_state(members[i]).deep for i in cached])  # type: ignore[misc]
+            out = unet_parts.shallow(unet, *_gather(cached, inputs, steps, states), deep, self.plan.depth)
+            for i, o in zip(cached, _split(out, [rows[i] for i in cached]), strict=True):
+                outputs[i] = o
+                state = _state(members[i])
+                state.since_full, state.reused = (state.since_full or 0) + 1, state.reused + 1
+        return torch.cat(outputs)  # type: ignore[arg-type]
+
+
+class TeaCache:
+    """TeaCache (Liu et al., CVPR'25): skip a step's model call while the accumulated change of the
+    timestep-modulated input, rescaled by the model's fitted polynomial (section 3.4), stays below δ;
+    the skipped step reuses the last call's output. In a UNet, whose output is not a residual of its
+    input, the reused quantity is the noise prediction itself."""
+
+    def __init__(self, plan: StepCachePlan, unet: Any, coefficients: list[float]) -> None:
+        unet_parts.check_supported(unet, 1)
+        self.plan = plan
+        self.coefficients = coefficients
+
+    def predict(
+        self, unet: Any, members: list[Any], model_in: torch.Tensor, t: torch.Tensor, embeds: torch.Tensor
+    ) -> torch.Tensor:
+        rows = [m.samples for m in members]
+        indicators = _split(unet_parts.modulated_input(unet, model_in, t, embeds), rows)
+        full = [i for i, (m, ind) in enumerate(zip(members, indicators, strict=True)) if self._due(m, ind)]
+        outputs = [_state(m).output for m in members]
+        if full:
+            x, ts, ehs = _gather(full, _split(model_in, rows), _split(t, rows), _split(embeds, rows))
+            out = unet(x, ts, encoder_hidden_states=ehs, return_dict=False)[0]
+            for i, o in zip(full, _split(out, [rows[i] for i in full]), strict=True):
+                outputs[i] = o
+                state = _state(members[i])
+                state.output, state.accumulated = o, 0.0
+                state.full_steps.append(members[i].step)
+        for i in set(range(len(members))) - set(full):
+            _state(members[i]).reused += 1
+        return torch.cat(outputs)  # type: ignore[arg-type]
+
+    def _due(self, member: Member, indicator: torch.Tensor) -> bool:
+        state = _state(member)
+        previous, state.indicator = state.indicator, indicator
+        if previous is None or state.output is None or _forced(member):
+            return True
+        state.accumulated += max(0.0, float(np.polyval(self.coefficients, relative_l1(indicator, previous))))
+        return state.accumulated >= self.plan.threshold
+
+
+def relative_l1(now: torch.Tensor, before: torch.Tensor) -> float:
+    """TeaCache's distance (section 3.3): mean |now - before| over mean |before|."""
+    return float((now - before).abs().mean() / before.abs().mean().clamp_min(1e-12))
+
+
+def _gather(
+    chosen: list[int], inputs: Rows, steps: Rows, states: Rows
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The chosen members' rows of the call's inputs, timesteps and prompt states."""
+    return tuple(torch.cat([part[i] for i in chosen]) for part in (inputs, steps, states))  # type: ignore[return-value]
+
+
+def _split(tensor: torch.Tensor, rows: list[int]) -> Rows:
+    return tuple(torch.split(tensor, rows))
+
+
+def teacache_fit(model: str, fits: Path | None = None) -> list[float]:
+    """The model's fitted rescaling polynomial; ValueError with the command that fits one."""
+    path = FITS if fits is None else fits
+    known = json.loads(path.read_text()) if path.is_file() else {}
+    if model not in known:
+        raise ValueError(
+            f"teacache needs its rescaling polynomial fitted on {model}: run `reprise bench step-cache "
+            f"--fit SOURCE` with the model's source (e.g. lab:large); fitted: {sorted(known) or 'none'}"
+        )
+    coefficients: list[float] = known[model]["coefficients"]
+    return coefficients
+
+
+def make_step_cache(plan: StepCachePlan, unet: Any, model: str) -> StepCache | None:
+    """The step cache of `plan` on a loaded UNet, None when off. ValueError for a UNet it cannot run."""
+    if plan.method is StepCacheMethod.DEEPCACHE:
+        return DeepCache(plan, unet)
+    if plan.method is StepCacheMethod.TEACACHE:
+        return TeaCache(plan, unet, teacache_fit(model))
+    return None
