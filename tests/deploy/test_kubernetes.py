@@ -32,7 +32,7 @@ OPERATOR_SCHEMAS = {  # the Prometheus Operator's (the monitoring component)
 CRD_SCHEMAS = {**KEDA_SCHEMAS, **OPERATOR_SCHEMAS}
 CRD_VERSIONS = {"keda.sh": "v1alpha1", "monitoring.coreos.com": "v1"}
 WORKER_ROLES = tuple(Role)
-DEPLOYMENTS = {"api", "beat", "flower", *(role.value for role in Role)}
+DEPLOYMENTS = {"api", "beat", "flower", "maintenance", *(role.value for role in Role)}
 SECRET_SETTINGS = {
     "REPRISE_DATABASE_URL", "REPRISE_REDIS_URL", "REPRISE_S3_ACCESS_KEY_ID", "REPRISE_S3_SECRET_ACCESS_KEY",
     "REPRISE_FLOWER_BASIC_AUTH",
@@ -92,10 +92,13 @@ def test_one_deployment_per_role_runs_that_role(manifests: list[dict[str, Any]])
     assert set(deployments) == {f"reprise-{name}" for name in DEPLOYMENTS}
     for role in WORKER_ROLES:
         worker = container(deployments[f"reprise-{role.value}"])
-        assert worker["command"] == ["reprise", "worker", "--role", role.value], role
+        queues = {Role.IO: ["--queues", "webhooks"]}.get(role, [])  # maintenance: its own Deployment
+        assert worker["command"] == ["reprise", "worker", "--role", role.value, *queues], role
         assert worker["image"].startswith("registry.example.com/reprise/reprise-worker:"), role
     for name in ("api", "beat", "flower"):
         assert container(deployments[f"reprise-{name}"])["command"][:2] == ["reprise", name]
+    maintenance = container(deployments["reprise-maintenance"])["command"]
+    assert maintenance == ["reprise", "worker", "--role", "io", "--queues", "maintenance"]
     for obj in manifests:
         for spec in _pod_specs(obj):
             for each in spec["containers"]:
