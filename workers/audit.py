@@ -37,6 +37,7 @@ from db.job_runs import utcnow
 from db.models import Job
 from workers.context import WorkerContext
 from workers.job import JobView
+from workers.runtime.step_cache import full_calls_only
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,8 @@ def audit_hit(context: WorkerContext, job_id: uuid.UUID, hit_score: float | None
         hit_score = scorer.score([runtime.decode(source.array, family=source.family).image], [params.prompt])[
             0
         ]
-    fresh = runtime.generate(params, decode=True)
+    with full_calls_only():  # the fresh image is the full model's alone, every cache off (the step cache too)
+        fresh = runtime.generate(params, decode=True)
     image: Image.Image = fresh.image or runtime.decode(fresh.final_latent, family=fresh.family).image
     fresh_score = scorer.score([image], [params.prompt])[0]
     if hit_score is None or fresh_score is None:

@@ -30,7 +30,10 @@ from workers.kinds import kind_of
 from workers.kinds.image.generation import finish_run, generate_run, run_operation
 from workers.lease import LeaseKeeper
 from workers.operation import record_service
+from workers.runtime.denoising import OnStep, ShouldStop
 from workers.runtime.discriminator import Discriminator, image_features, lab_feature_reader
+from workers.runtime.results import GenerationResult
+from workers.runtime.step_cache import full_calls_only
 
 log = logging.getLogger(__name__)
 
@@ -67,12 +70,12 @@ def _light(context: WorkerContext, job: JobView, lease: LeaseKeeper) -> None:
     runtime = context.runtime()
     light_steps = context.settings.cascade_light_steps  # never more steps than the request asked for
     params = replace(job.params, steps=min(light_steps, job.params.steps)) if light_steps else job.params
-    result = run_operation(
-        context,
-        job,
-        lease,
-        lambda stop, on_step: runtime.generate(params, should_stop=stop, decode=True, on_step=on_step),
-    )
+
+    def generate(stop: ShouldStop, on_step: OnStep) -> GenerationResult:
+        with full_calls_only(not job.caches):  # `cache: off` turns the step cache off too
+            return runtime.generate(params, should_stop=stop, decode=True, on_step=on_step)
+
+    result = run_operation(context, job, lease, generate)
     if result is None:
         return
     assert result.image is not None  # decode=True

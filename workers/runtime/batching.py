@@ -62,7 +62,7 @@ from core.errors import BatchFull, GenerationCanceled
 from workers.runtime.denoising import DenoiseRun, OnStep, ShouldStop, step_kwargs
 from workers.runtime.latents import to_numpy
 from workers.runtime.results import Latent
-from workers.runtime.step_cache import StepCache
+from workers.runtime.step_cache import StepCache, new_reuse
 
 BATCH_ATOL = 5e-3
 """Largest absolute difference allowed between a batched member's final latent and the same job run
@@ -124,6 +124,7 @@ class BatchMember:
         self.capture = frozenset(self.capture)
         self.start_step = self.step
         self.step_options = step_kwargs(self.scheduler, self.seed)  # made once, as denoise() does
+        self.reuse = new_reuse()  # full calls only when made under step_cache.full_calls_only
 
     @property
     def guided(self) -> bool:

@@ -13,6 +13,9 @@ With the setting off no StepCache is made and the batch calls the UNet as before
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -49,6 +52,7 @@ class Reuse:
     output: torch.Tensor | None = None  # TeaCache: the last call's output
     indicator: torch.Tensor | None = None  # TeaCache: the last step's modulated input
     accumulated: float = 0.0  # TeaCache: the rescaled change since the last full call
+    full_only: bool = False  # a run with every cache off (full_calls_only): no reuse at any step
     full_steps: list[int] = field(default_factory=list)  # the schedule steps run as full calls
     reused: int = 0  # steps that reused what a full call left
 
@@ -61,8 +65,31 @@ def _state(member: Member) -> Reuse:
 
 
 def _forced(member: Member) -> bool:
-    """The schedule's last step, and a step whose latent is captured, are full calls."""
+    """The schedule's last step, and a step whose latent is captured, are full calls; every step of a
+    run made under full_calls_only."""
+    if _state(member).full_only:
+        return True
     return member.step + 1 == member.steps or member.step + 1 in member.capture
+
+
+_FULL_ONLY: ContextVar[bool] = ContextVar("step_cache_full_only", default=False)
+
+
+@contextmanager
+def full_calls_only(active: bool = True) -> Iterator[None]:
+    """Runs made inside (their batch members, made in the caller's thread) take every step as a full
+    call: a request with every cache off (`cache: off`, what the replay's vanilla sends) and the quality
+    guard's fresh generation, which must be what the full large model alone makes."""
+    token = _FULL_ONLY.set(active or _FULL_ONLY.get())
+    try:
+        yield
+    finally:
+        _FULL_ONLY.reset(token)
+
+
+def new_reuse() -> Reuse | None:
+    """A new member's reuse state: full-only under full_calls_only, else made on its first step."""
+    return Reuse(full_only=True) if _FULL_ONLY.get() else None
 
 
 class StepCache(Protocol):

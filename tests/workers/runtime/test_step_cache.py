@@ -20,6 +20,7 @@ from core.vocabulary import Role
 from workers.runtime import DiffusionRuntime, GenerationResult
 from workers.runtime import step_cache as step_cache_module
 from workers.runtime.batching import BATCH_ATOL, BatchMember
+from workers.runtime.step_cache import full_calls_only
 
 torch.set_num_threads(1)
 STEPS = 20
@@ -155,3 +156,20 @@ def test_teacache_on_a_model_without_a_fitted_polynomial_is_refused_with_the_com
     monkeypatch.setattr(step_cache_module, "FITS", tmp_path / "none.json")
     with pytest.raises(SettingsError, match="reprise bench step-cache --fit"):
         DiffusionRuntime(_settings(data_dir, "teacache:0.2"), Role.LARGE)
+
+
+@pytest.mark.parametrize("setting", ["deepcache:3", "teacache:0.4"])
+def test_runs_made_with_every_cache_off_are_the_full_model_s_bit_for_bit(
+    data_dir: Path, setting: str
+) -> None:
+    runtime = DiffusionRuntime(_settings(data_dir, setting), Role.LARGE)
+    plain = DiffusionRuntime(_settings(data_dir, "off"), Role.LARGE).generate(_params(1), capture=[5])
+    with full_calls_only():
+        member = runtime.generation_member(_params(1), capture=[5])
+    (result,) = _results(runtime.generate_batch([member]))
+    assert result.final_latent.tobytes() == plain.final_latent.tobytes()
+    assert result.captured[5].tobytes() == plain.captured[5].tobytes()
+    assert member.reuse.reused == 0 and len(member.reuse.full_steps) == STEPS
+    reusing = runtime.generation_member(_params(1))  # made outside: the step cache applies again
+    _results(runtime.generate_batch([reusing]))
+    assert reusing.reuse.reused > 0

@@ -28,6 +28,7 @@ from workers.lease import LeaseKeeper
 from workers.operation import Completion, Operation, complete_run, reroute, run_job, store_final_latent
 from workers.runtime.denoising import OnStep, ShouldStop
 from workers.runtime.results import GenerationResult
+from workers.runtime.step_cache import full_calls_only
 
 
 def generate_run(
@@ -41,14 +42,12 @@ def generate_run(
         if settings.hit_policy is HitPolicy.RESUME and job.caches and job.params.steps == settings.steps
         else []
     )
-    result = run_operation(
-        context,
-        job,
-        lease,
-        lambda stop, on_step: context.runtime().generate(
-            job.params, capture=capture, should_stop=stop, on_step=on_step
-        ),
-    )
+
+    def generate(stop: ShouldStop, on_step: OnStep) -> GenerationResult:
+        with full_calls_only(not job.caches):  # `cache: off` turns the step cache off too
+            return context.runtime().generate(job.params, capture=capture, should_stop=stop, on_step=on_step)
+
+    result = run_operation(context, job, lease, generate)
     if result is None:
         return
     finish_run(context, job, lease, result, cache_it=job.caches, cascade=cascade)
