@@ -10,11 +10,15 @@ import os
 import secrets
 from pathlib import Path
 
+from cryptography.hazmat.primitives.hashes import SHA256
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
 from core.settings import Settings
 
 KEYS_DIR = "keys"
 LINK_KEY_FILE = "output-link.key"
 WEBHOOK_SECRET_KEY_FILE = "webhook-secrets.key"
+FERNET_INFO = b"reprise webhook secrets at rest v1"  # HKDF's context: this key serves this purpose only
 
 
 def output_link_key(settings: Settings) -> bytes:
@@ -27,8 +31,15 @@ def output_link_key(settings: Settings) -> bytes:
 def webhook_secret_keys(settings: Settings) -> list[bytes]:
     """The Fernet keys of webhook secrets at rest, the one that encrypts first."""
     if settings.webhook_secret_keys:
-        return [key.get_secret_value().encode() for key in settings.webhook_secret_keys]
-    return [stored_key(settings.data_dir, WEBHOOK_SECRET_KEY_FILE)]
+        return [fernet_key(key.get_secret_value().encode()) for key in settings.webhook_secret_keys]
+    return [fernet_key(stored_key(settings.data_dir, WEBHOOK_SECRET_KEY_FILE))]
+
+
+def fernet_key(text: bytes) -> bytes:
+    """The Fernet key of a key text: 32 bytes derived by HKDF-SHA256 (RFC 5869), as url-safe base64, so
+    that any random text of 32 characters or more is a key, whatever its alphabet."""
+    derived = HKDF(algorithm=SHA256(), length=32, salt=None, info=FERNET_INFO).derive(text)
+    return base64.urlsafe_b64encode(derived)
 
 
 def stored_key(data_dir: Path, name: str) -> bytes:

@@ -33,6 +33,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from core.vocabulary import DecodeMode, EntryState, JobKind, JobStatus
+from db.secret_box import EncryptedSecret  # webhook secrets are stored encrypted
 
 
 class Base(DeclarativeBase):
@@ -48,14 +49,14 @@ class Tenant(Base):
 
     id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True, default=uuid.uuid4)
     name: Mapped[str] = mapped_column(String(200), unique=True)
-    webhook_secret: Mapped[str] = mapped_column(Text)  # whsec_<base64>, Standard Webhooks
+    webhook_secret: Mapped[str] = mapped_column(EncryptedSecret)  # whsec_<base64>, Standard Webhooks
     shared_cache: Mapped[bool] = mapped_column(Boolean, default=False)  # opted in to the shared scope
     inflight_limit: Mapped[int] = mapped_column(Integer, default=64)
     # Unfinished jobs, kept by the jobs_count_inflight trigger (migration 0004): never written here.
     inflight: Mapped[int] = mapped_column(Integer, server_default="0")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=_now())
     # A rotated-out secret, still signed with until previous_webhook_secret_until (the overlap).
-    previous_webhook_secret: Mapped[str | None] = mapped_column(Text)
+    previous_webhook_secret: Mapped[str | None] = mapped_column(EncryptedSecret)
     previous_webhook_secret_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     api_keys: Mapped[list[ApiKey]] = relationship(back_populates="tenant")

@@ -5,8 +5,6 @@ a key it keeps under its data directory (core/server_keys.py)."""
 
 from __future__ import annotations
 
-import base64
-import binascii
 from typing import Annotated, Any
 
 from pydantic import Field, SecretStr, field_validator
@@ -14,8 +12,9 @@ from pydantic_settings import BaseSettings, NoDecode
 
 from core.settings.credentials import PLACEHOLDER
 
-FERNET_KEY_BYTES = 32  # Fernet's key: 32 bytes, url-safe base64 (the cryptography package's spec)
-MIN_LINK_KEY_CHARS = 32  # at least 32 characters, as RFC 2104 asks of an HMAC key: no shorter than the hash
+# At least 32 characters: RFC 2104 asks that an HMAC key be no shorter than the hash's output (SHA-256's
+# 32 bytes), and `openssl rand -base64 32` writes 44.
+MIN_KEY_CHARS = 32
 
 
 class KeySettings(BaseSettings):
@@ -44,10 +43,10 @@ class KeySettings(BaseSettings):
     )
     webhook_secret_keys: Annotated[list[SecretStr], NoDecode] = Field(
         default_factory=list,
-        description="Keys that encrypt tenants' webhook secrets in the database (Fernet: AES-128-CBC with "
-        "HMAC-SHA256; each 32 random bytes, url-safe base64, e.g. `python -c 'from cryptography.fernet "
-        "import Fernet; print(Fernet.generate_key().decode())'`). Comma list: the first encrypts, every one "
-        "decrypts, so a new key goes first and the old one stays until `reprise keys reencrypt` has run "
+        description="Keys that encrypt tenants' webhook secrets in the database (Fernet, AES-128-CBC with "
+        "HMAC-SHA256, under a key derived from each by HKDF-SHA256): each a text of at least 32 random "
+        "characters, e.g. `openssl rand -base64 32`. Comma list: the first encrypts, every one decrypts, so "
+        "a new key goes first and the old one stays until `reprise keys reencrypt` has run "
         "(docs/operations.md). Unset: a key kept in <data_dir>/keys/webhook-secrets.key.",
     )
 
@@ -60,26 +59,24 @@ class KeySettings(BaseSettings):
 
     @field_validator("webhook_secret_keys")
     @classmethod
-    def _check_fernet_keys(cls, keys: list[SecretStr]) -> list[SecretStr]:
+    def _check_secret_keys(cls, keys: list[SecretStr]) -> list[SecretStr]:
         for position, key in enumerate(keys, start=1):
-            text = key.get_secret_value()
-            if PLACEHOLDER in text:
-                continue  # refused with the placeholder's own message (core.settings.credentials)
-            try:
-                valid = len(base64.urlsafe_b64decode(text.encode())) == FERNET_KEY_BYTES
-            except (binascii.Error, ValueError):
-                valid = False
-            if not valid:
+            if _too_short(key):
                 raise ValueError(
-                    f"key {position} is not a Fernet key (32 bytes, url-safe base64, 44 characters); make "
-                    "one with Fernet.generate_key()"
+                    f"key {position} is shorter than {MIN_KEY_CHARS} characters; make one with "
+                    "`openssl rand -base64 32`"
                 )
         return keys
 
     @field_validator("output_link_key")
     @classmethod
     def _check_link_key(cls, key: SecretStr | None) -> SecretStr | None:
-        text = key.get_secret_value() if key is not None else None
-        if text is not None and PLACEHOLDER not in text and len(text) < MIN_LINK_KEY_CHARS:
-            raise ValueError(f"use at least {MIN_LINK_KEY_CHARS} characters, e.g. `openssl rand -base64 32`")
+        if key is not None and _too_short(key):
+            raise ValueError(f"use at least {MIN_KEY_CHARS} characters, e.g. `openssl rand -base64 32`")
         return key
+
+
+def _too_short(key: SecretStr) -> bool:
+    """Shorter than a key must be; a placeholder has its own message (core.settings.credentials)."""
+    text = key.get_secret_value()
+    return PLACEHOLDER not in text and len(text) < MIN_KEY_CHARS

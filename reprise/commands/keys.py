@@ -11,9 +11,11 @@ from typing import Any
 import typer
 
 from core.errors import UnknownKey
+from core.server_keys import webhook_secret_keys
 from core.settings import get_settings
 from db.engine import session_scope
 from db.keys import list_keys, revoke_key, rotate_key, rotate_webhook_secret
+from db.secret_box import reencrypt_tenants
 from db.tenants import issue_key
 
 keys_app = typer.Typer(help="Tenants and API keys.", no_args_is_help=True)
@@ -178,3 +180,14 @@ def rotate_secret_command(
         raise typer.BadParameter(str(error), param_hint="--tenant") from None
     typer.echo(f"webhook secret: {rotated.secret}")
     typer.echo(f"the previous secret also signs deliveries until {rotated.previous_valid_until.isoformat()}")
+
+
+@keys_app.command("reencrypt")
+def reencrypt_command() -> None:
+    """Encrypt every tenant's webhook secrets again with the first of REPRISE_WEBHOOK_SECRET_KEYS: the
+    step of a key rotation after which the old key may be removed (docs/operations.md)."""
+    settings = get_settings()
+    keys = webhook_secret_keys(settings)
+    with session_scope(settings) as session:
+        count = reencrypt_tenants(session.connection(), keys)
+    typer.echo(f"re-encrypted the webhook secrets of {count} tenants with the first of {len(keys)} keys")
