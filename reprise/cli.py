@@ -22,6 +22,7 @@ from reprise.commands.cascade import cascade_app
 from reprise.commands.config import config_app
 from reprise.commands.keys import keys_app
 from reprise.commands.lab import lab_app, profile_app
+from reprise.commands.liveness import worker_alive_command
 from reprise.commands.models import models_app
 from reprise.commands.pools import pools_app
 from reprise.commands.services import migrate_command, services_app
@@ -75,6 +76,7 @@ app.command("worker")(worker_command)
 app.command("beat")(beat_command)
 app.command("flower")(flower_command)
 app.command("ping-worker")(ping_worker_command)
+app.command("worker-alive")(worker_alive_command)
 app.command("run")(run_command)
 
 

@@ -1,4 +1,5 @@
-"""Keep the stack's processes up: a child that exits is started again after a backoff, the others run on.
+"""Keep the stack's processes up: a child that exits is started again after a backoff, the others run on;
+a child that runs but is not well (a worker not alive by its progress, `Child.health`) is ended first.
 
 The backoff is systemd's `Restart=on-failure` with `RestartSteps`: the first restart after 1 s, each
 next one after twice as long, at most 30 s; a child that stayed up 60 s is healthy again and its next
@@ -69,6 +70,9 @@ class Child:
     started_at: float = 0.0
     restart_at: float | None = None  # set while the child waits for its restart
     restarts: int = 0
+    # Why the running child must be replaced although it runs (a worker not alive by its progress:
+    # workers.liveness), given its pid; None while it is well. Unset: only an exit restarts it.
+    health: Callable[[int], str | None] | None = field(default=None, repr=False)
 
     def start(self, now: float | None = None) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -94,6 +98,20 @@ class Child:
     def pid(self) -> int | None:
         return self.process.pid if self.process is not None else None
 
+    def unhealthy(self) -> str | None:
+        """Why this running child must be replaced, or None."""
+        pid = self.pid()
+        if self.health is None or pid is None or not self.alive():
+            return None
+        return self.health(pid)
+
+    def kill(self) -> None:
+        """End the child and its group at once (a frozen or hung one answers no SIGTERM); the next
+        round of supervision sees it exited and restarts it."""
+        if self.process is not None and self.alive():
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
     def stop(self, timeout_s: float = 20.0) -> None:
         if self.process is not None and self.alive():
             self.process.send_signal(signal.SIGTERM)
@@ -113,8 +131,13 @@ Say = Callable[[str], None]
 
 
 def tend(children: list[Child], *, now: float, say: Say) -> None:
-    """One round of supervision: schedule the restart of each child that exited, start those due."""
+    """One round of supervision: end each child that runs but is not well, schedule the restart of each
+    child that exited, start those due."""
     for child in children:
+        reason = child.unhealthy()
+        if reason is not None:
+            say(f"{child.name} (pid {child.pid()}) is not alive: {reason}; replacing it")
+            child.kill()
         if child.restart_at is not None:
             if now >= child.restart_at:
                 child.start(now)

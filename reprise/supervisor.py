@@ -1,4 +1,5 @@
-"""`reprise run`: start every process of the stack, keep them up, stop them all on Ctrl-C.
+"""`reprise run`: start every process of the stack, keep them up (a worker not alive by its progress is
+replaced too, workers.liveness), stop them all on Ctrl-C.
 
 Each process logs to <data_dir>/logs/<name>.log; the terminal shows where things are, the demo
 replay's progress and its summary, and every restart of a crashed process (reprise.supervision),
@@ -13,6 +14,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -76,9 +78,24 @@ def stack_children(
             logs / f"{name}.log",
             pids / f"{name}.pid",
             env=env if name.startswith("worker-") else None,
+            health=worker_health(settings) if name.startswith("worker-") else None,
         )
         for name, argv in argvs.items()
     ]
+
+
+def worker_health(settings: Settings) -> Callable[[int], str | None]:
+    """Why the worker of a pid is not alive by its own last report (workers.liveness: a hung model call,
+    a consumer that stopped, a frozen process), or None; None too before its first report."""
+    from workers.liveness import read_verdicts, report_dir
+
+    directory = report_dir(settings)
+
+    def unwell(pid: int) -> str | None:
+        reports = read_verdicts(directory, now=time.time(), period_s=settings.liveness_period_s, pid=pid)
+        return next((report.reason for report in reports if not report.alive), None)
+
+    return unwell
 
 
 def _reporter(logs: Path) -> logging.Logger:

@@ -69,9 +69,9 @@ def test_every_long_running_service_restarts_and_has_a_meaningful_healthcheck() 
     for name in long_running - {"postgres", "redis", "minio"}:
         assert services[name].get("restart") == "unless-stopped", name
         assert "healthcheck" in services[name], name
-    for role in Role:  # a worker's health is its answer over the broker, not its process
+    for role in Role:  # a worker's health is its progress (workers.liveness), not its process
         test = services[f"worker-{role.value}"]["healthcheck"]["test"]
-        assert test[:3] == ["CMD", "reprise", "ping-worker"], test
+        assert test[:3] == ["CMD", "reprise", "worker-alive"], test
     flower = services["flower"]
     assert "--address" in flower["command"] and "REPRISE_FLOWER_BASIC_AUTH" in flower["environment"]
 

@@ -14,7 +14,7 @@ from core.vocabulary import GPU_ROLES, Role
 from jobs.celery_app import get_celery_app
 from jobs.hosts import broker_ping, refuse_local_blobs_across_hosts
 from jobs.queues import Queue, decode_queue
-from workers import role_switch
+from workers import liveness, role_switch
 from workers.context import ROLE_ENV, WorkerContext
 from workers.decoding import NODE_ENV
 from workers.registry import keep_record, starting_role
@@ -40,8 +40,10 @@ def pool_arguments(role: Role, settings: Settings, concurrency: int) -> list[str
     > 1 (their prompts embedded together, WorkerContext.query_embedder), for a large or small worker
     with REPRISE_MAX_BATCH > 1 (their jobs denoised together, workers.runtime.batch_loop: the worker holds
     max_batch jobs at once, prefetch 1 a thread) and for a decode node with it (its reads' VAE decodes
-    run together, workers.runtime.decode_batching). A threads pool enforces no time limit: a stuck run's
-    lease lapses after the task time limit (workers.lease) and the reconciler sends its job again."""
+    run together, workers.runtime.decode_batching). A threads pool enforces no time limit: a run's lease
+    is renewed only while it keeps to its deadline (at most the task time limit) and no step of it hangs
+    (workers.lease), so the reconciler sends a stuck run's job again; a hung model call makes the worker
+    not alive, and it exits to be replaced (workers.liveness_watch)."""
     threads = {
         Role.ADMIT: settings.admit_threads,
         Role.LARGE: settings.max_batch,
@@ -84,8 +86,10 @@ def run_worker(
     pool = io_pool_arguments(chosen, settings) or pool_arguments(role, settings, concurrency)
     os.environ[ROLE_ENV] = role.value  # read by the child processes' context
     role_switch.install(role)  # shared memory: created before the pool forks its children
+    liveness.install()  # the same: every process of the worker tells its progress (workers.liveness)
     app = get_celery_app()
     role_switch.register_commands()  # the pool monitor's remote control commands
+    import workers.liveness_watch
     import workers.task_signals
     import workers.tasks  # noqa: F401  (registers the task bodies on the app)
 

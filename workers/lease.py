@@ -20,20 +20,25 @@ from core.errors import LeaseLost
 from core.settings import Settings
 from db.engine import session_scope
 from db.job_runs import renew_lease
+from workers import liveness
+from workers.run_clock import DeadlinePolicy, RunClock
 
 log = logging.getLogger(__name__)
 
 
 class LeaseKeeper:
-    """Renews one job's lease on a thread of its own while the run lasts (a context manager)."""
+    """Renews one job's lease on a thread of its own while the run lasts and progresses (a context
+    manager). The run tells its steps through step_begins, step_ended and run_ended."""
 
     def __init__(self, settings: Settings, job_id: uuid.UUID, *, owner: str) -> None:
         self.settings = settings
         self.job_id = job_id
         self.owner = owner
         self._lost: str | None = None
+        self._hung = False  # this run counted in the worker's pulse as hung
         self._halt = threading.Event()
         self._last_renewed = time.monotonic()  # the claim just set the lease
+        self.clock = RunClock(DeadlinePolicy.from_settings(settings), now=self._last_renewed)
         self._thread = threading.Thread(target=self._beat, name=f"lease-{job_id}", daemon=True)
 
     def __enter__(self) -> LeaseKeeper:
@@ -45,21 +50,52 @@ class LeaseKeeper:
     ) -> None:
         self._halt.set()
         self._thread.join()
+        if self._hung:  # the hung call returned after all: the worker is no longer held by it
+            liveness.pulse().run_recovered()
 
     @property
     def lost(self) -> bool:
+        """Whether the run may no longer write; asked before every step, so a run past its deadline
+        stops at its next step."""
+        if self._lost is None:
+            overdue = self.clock.overdue(time.monotonic())
+            if overdue is not None:
+                self._lose(overdue)
         return self._lost is not None
+
+    def step_begins(self) -> None:
+        self.clock.step_begins(time.monotonic())
+
+    def step_ended(self, step: int, total: int) -> None:
+        self.clock.step_ended(step, total, time.monotonic())
+
+    def run_ended(self) -> None:
+        self.clock.run_ended()
 
     def check(self) -> None:
         """Raise LeaseLost if the run may no longer write as the job's holder."""
         if self._lost is None and time.monotonic() - self._last_renewed >= self.settings.lease_s:
             self._lose("no renewal for a whole lease")  # the heartbeat itself may be stuck
-        if self._lost is not None:
+        if self.lost:
             raise LeaseLost(f"job {self.job_id}: lease lost ({self._lost}); stopping before writing")
 
     def _beat(self) -> None:
         while not self._halt.wait(self.settings.lease_renew_s) and self._lost is None:
-            self.renew()
+            if self._progressing():
+                self.renew()
+
+    def _progressing(self) -> bool:
+        """Whether the run still makes progress; a hung step also makes the worker not alive. A run that
+        stopped is not renewed again: its lease lapses and the reconciler sends the job elsewhere."""
+        now = time.monotonic()
+        stalled = self.clock.stalled(now)
+        if stalled is not None and not self._hung:
+            self._hung = True
+            liveness.pulse().run_hung()
+        fault = stalled or self.clock.overdue(now)
+        if fault is not None:
+            self._lose(f"{fault}; its lease is left to lapse")
+        return fault is None
 
     def renew(self) -> None:
         try:

@@ -40,19 +40,27 @@ def run_denoising(
     """Run the denoising, reporting its progress; None when it stopped: canceled (`end` records it) or a
     lost lease (LeaseLost: the job runs again elsewhere), or its input was invalid (`end` fails it). Its
     cancel flag and progress go through the process's run watch (workers.run_watch), so the steps never
-    wait on the database."""
+    wait on the database; its steps are told to the lease, which is renewed only while they progress
+    (workers.lease: a hung step or a run past its deadline loses the job to another worker)."""
     with context.run_watch().watching(job_id, context.owner) as watched:
 
-        def should_stop() -> bool:
+        def should_stop() -> bool:  # asked before each step: the step begins (workers.run_clock)
+            lease.step_begins()
             return lease.lost or watched.canceled
 
+        def on_step(step: int, total: int) -> None:
+            lease.step_ended(step, total)
+            watched.report(step, total)
+
         try:
-            return operation(should_stop, watched.report)
+            return operation(should_stop, on_step)
         except GenerationCanceled:
             lease.check()  # stopped for a lost lease: no cancel to record, the job runs again elsewhere
             end(JobStatus.CANCELED, None)
         except InvalidInput as invalid:
             end(JobStatus.FAILED, f"invalid input: {invalid}")
+        finally:
+            lease.run_ended()
     return None
 
 

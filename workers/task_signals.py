@@ -1,5 +1,6 @@
 """What every task of a worker gets around it (Celery signals): its log context (role, queue, task, task
-id; the job's id and tenant once the body binds them) and its metrics (count by state, wall time)."""
+id; the job's id and tenant once the body binds them), its metrics (count by state, wall time) and, once
+it ended, the worker's pulse (workers.liveness: a worker that finishes work is alive)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from celery.signals import task_postrun, task_prerun, worker_process_shutdown
 
 from core import logs
 from jobs.queues import ROUTES, TaskName
-from workers import metrics
+from workers import liveness, metrics
 
 _started: dict[str, float] = {}
 QUEUE_FIELD = "queue"
@@ -42,6 +43,7 @@ def _task_started(task_id: str, task: Any, **_: Any) -> None:
 @task_postrun.connect
 def _task_ended(task_id: str, task: Any, state: str | None = None, **_: Any) -> None:
     started = _started.pop(task_id, None)
+    liveness.pulse().finished()
     metrics.TASKS.labels(task=task.name, state=(state or "UNKNOWN").lower()).inc()
     if started is not None:
         metrics.TASK_SECONDS.labels(task=task.name).observe(time.perf_counter() - started)

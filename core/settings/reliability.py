@@ -50,6 +50,45 @@ class ReliabilitySettings(BaseSettings):
         "fail before it lapses.",
     )
     max_attempts: int = Field(3, ge=1, le=20, description="Deliveries of a job's task before it fails.")
+    # A run's deadline (workers.run_clock): min(task_time_limit_s, max(floor, slack x steps x step cost)),
+    # the step cost measured on the run's own steps. The floor holds what is not a step (claim, the
+    # cached latent's read, the prompt, the decode and the store: under 50 ms each, median, on the lab's
+    # models on two shared cores, docs/results/throughput.md "Where a job's time went"); the slack lets
+    # a step slow as the batch fills (a lab step costs 32.3 ms at batch 8, 3.9x its 8.2 ms alone, same
+    # page).
+    run_deadline_floor_s: float = Field(
+        60.0,
+        gt=0,
+        description="Least time a GPU run has before its deadline, whatever its steps: what is not a step "
+        "(the prompt, the cached latent, the decode and the store) fits in it many times over.",
+    )
+    run_deadline_slack: float = Field(
+        4.0,
+        ge=1,
+        description="A run's deadline allows this many times its steps at the step cost measured on its "
+        "own steps: a lab step at batch 8 costs 3.9x its cost alone (docs/results/throughput.md).",
+    )
+    run_stall_s: float = Field(
+        30.0,
+        gt=0,
+        description="A denoising step that has not returned after this long is a hung model call: the "
+        "run's lease is no longer renewed (the reconciler sends the job to another worker) and the worker "
+        "is unhealthy. 30 s: some 500 times the slowest step measured (the lab's large model at batch 16 "
+        "on a CPU, 62 ms, docs/results/throughput.md).",
+    )
+    worker_stall_s: float = Field(
+        45.0,
+        gt=0,
+        description="A worker with a free slot that took and finished nothing this long while its queues "
+        "hold work has stopped consuming: it is not alive (`reprise worker-alive`) and exits to be "
+        "restarted. 45 s, with liveness_period_s, restarts it within a minute.",
+    )
+    liveness_period_s: float = Field(
+        5.0,
+        gt=0,
+        description="How often a worker's main process judges its own liveness and writes it to "
+        "<data_dir>/liveness/<pid>.json; a report three periods old means the process is frozen.",
+    )
     stuck_after_s: int = Field(
         20,
         ge=5,
@@ -96,6 +135,12 @@ class ReliabilitySettings(BaseSettings):
                 f"beat_lock_renew_s={self.beat_lock_renew_s} must be at most half of beat_lock_ttl_s="
                 f"{self.beat_lock_ttl_s}, or one late renewal lets a second beat in: lower "
                 "REPRISE_BEAT_LOCK_RENEW_S or raise REPRISE_BEAT_LOCK_TTL_S"
+            )
+        if self.liveness_period_s * 3 > self.worker_stall_s:
+            raise ValueError(
+                f"liveness_period_s={self.liveness_period_s} must be at most a third of worker_stall_s="
+                f"{self.worker_stall_s}, or a healthy worker's report goes stale before a stall is judged: "
+                "lower REPRISE_LIVENESS_PERIOD_S or raise REPRISE_WORKER_STALL_S"
             )
         if self.lease_renew_s > self.lease_s / 2:
             raise ValueError(

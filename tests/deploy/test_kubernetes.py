@@ -186,9 +186,12 @@ def test_probes_use_the_health_checks_that_exist(manifests: list[dict[str, Any]]
         for probe in ("startupProbe", "readinessProbe"):
             command = worker[probe]["exec"]["command"]
             assert command[:2] == ["reprise", "ping-worker"] and "ping-worker" in commands, (role, probe)
-        liveness = worker["livenessProbe"]["tcpSocket"]["port"]
-        (port,) = [p["containerPort"] for p in worker["ports"] if p["name"] == liveness]
-        assert port == metrics_port, role  # a broker outage must not restart the workers that ride it out
+        # alive by progress, judged by the worker on itself: no broker or database outage restarts it
+        liveness = worker["livenessProbe"]["exec"]["command"]
+        assert liveness == ["reprise", "worker-alive"] and "worker-alive" in commands, role
+        assert [p["containerPort"] for p in worker["ports"] if p["name"] == "metrics"] == [metrics_port]
+    maintenance = container(deployments["reprise-maintenance"])
+    assert maintenance["livenessProbe"]["exec"]["command"] == ["reprise", "worker-alive"]
     flower = container(deployments["reprise-flower"])
     assert flower["livenessProbe"]["httpGet"]["path"] == "/healthcheck" and "/healthcheck" in flower_paths
 

@@ -65,6 +65,32 @@ def test_a_killed_child_is_restarted_and_its_sibling_keeps_running(tmp_path: Pat
     assert not (tmp_path / "run" / "worker-io.pid").exists()
 
 
+def test_a_frozen_worker_is_replaced_by_its_stale_liveness_report(tmp_path: Path) -> None:
+    """A worker frozen mid-run (SIGSTOP) writes no more verdicts on itself (workers.liveness): three
+    periods on, the supervisor ends it and starts another; a sibling that reports nothing is left alone."""
+    from core.settings import load_settings
+    from reprise.supervisor import worker_health
+    from workers.liveness import LivenessReport, report_dir, write_report
+
+    settings = load_settings(data_dir=tmp_path, liveness_period_s=0.2, worker_stall_s=1.0)
+    frozen, sibling = _child(tmp_path, "worker-large", SLEEPER), _child(tmp_path, "worker-io", SLEEPER)
+    frozen.health = sibling.health = worker_health(settings)
+    said: list[str] = []
+    supervisor = Supervisor([frozen, sibling], say=said.append, period_s=0.05)
+    supervisor.start()
+    try:
+        first, sibling_pid = frozen.pid(), sibling.pid()
+        assert first is not None
+        write_report(report_dir(settings), LivenessReport(first, "large-1@here", time.time(), True, "busy"))
+        os.kill(first, signal.SIGSTOP)  # hung but alive: its process runs, its reports stop
+        _wait(lambda: frozen.restarts == 1 and frozen.alive())
+        assert frozen.pid() not in (None, first) and sibling.pid() == sibling_pid
+        assert said[0].startswith(f"worker-large (pid {first}) is not alive: no report for")
+        assert "frozen" in said[0]
+    finally:
+        supervisor.stop()
+
+
 def test_a_crashing_child_waits_longer_each_time(tmp_path: Path) -> None:
     crasher = _child(tmp_path, "beat", CRASHER)
     crasher.start(now=0.0)
