@@ -72,9 +72,14 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _settings(data_dir: Path, step_cache: str, max_batch: int = 4) -> Settings:
     return load_settings(
-        data_dir=data_dir, device="cpu", model_set="lab", steps=STEPS, capture_steps="5,10",
-        step_cache=step_cache, max_batch=max_batch,
-    )  # fmt: skip
+        data_dir=data_dir,
+        device="cpu",
+        model_set="lab",
+        steps=STEPS,
+        capture_steps="5,10",
+        step_cache=step_cache,
+        max_batch=max_batch,
+    )
 
 
 def _params(index: int) -> GenerationParams:
