@@ -35,7 +35,7 @@ WORKER_ROLES = tuple(Role)
 DEPLOYMENTS = {"api", "beat", "flower", "maintenance", *(role.value for role in Role)}
 SECRET_SETTINGS = {
     "REPRISE_DATABASE_URL", "REPRISE_REDIS_URL", "REPRISE_S3_ACCESS_KEY_ID", "REPRISE_S3_SECRET_ACCESS_KEY",
-    "REPRISE_FLOWER_BASIC_AUTH",
+    "REPRISE_FLOWER_BASIC_AUTH", "REPRISE_OUTPUT_LINK_KEY", "REPRISE_WEBHOOK_SECRET_KEYS",
 }  # fmt: skip
 PLACEHOLDER = "CHANGE_ME"
 NAMED_SECRETS = {  # the Secrets the pods and KEDA read, and their keys: supplied by the operator
