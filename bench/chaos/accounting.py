@@ -9,6 +9,8 @@
 - running_recovery_s: the same over the jobs that were running (`processing`) when the fault struck: the
   runs the fault interrupted or held up, which recovery must bring to an end; with `jobs`, their count.
   For webhook-outage, the events the receiver refused while it was down, delivered after it.
+- duplicate_runs: GPU runs beyond one per job (its attempts less one): a run cut by the fault (its
+  lease lost) and started again elsewhere counts one; a job's effects still happen once (duplicated).
 - lost_detail: per lost job, its status, route, attempts and last error, so a lost job says where it
   stopped.
 """
@@ -71,6 +73,15 @@ def duplicated_entries(settings: Settings, job_ids: list[str]) -> int:
         return sum(1 for _, count in counts if count > 1)
 
 
+def duplicate_runs(settings: Settings, job_ids: list[str]) -> int:
+    """GPU runs beyond one per job: each job's attempts less one (a hit rerouted to a miss gives its
+    attempt back, so it counts none)."""
+    ids = [uuid.UUID(job_id) for job_id in job_ids]
+    with session_scope(settings, pooled=False) as session:
+        attempts = session.scalars(select(Job.attempts).where(Job.id.in_(ids)))
+        return sum(max(0, count - 1) for count in attempts)
+
+
 @dataclass
 class ScenarioReport:
     accepted: int = 0
@@ -81,6 +92,7 @@ class ScenarioReport:
     lost: int = 0
     duplicated: int = 0
     duplicated_detail: dict[str, int] = field(default_factory=dict)
+    duplicate_runs: int = 0
     recovery: list[float] = field(default_factory=list)
     running_recovery: list[float] = field(default_factory=list)
     running_at_fault_end: int = 0
@@ -98,6 +110,7 @@ class ScenarioReport:
             "lost": self.lost,
             "duplicated": self.duplicated,
             "duplicated_detail": self.duplicated_detail,
+            "duplicate_runs": self.duplicate_runs,
             "recovery_s": _p50_max(self.recovery),
             "running_recovery_s": _p50_max(self.running_recovery) | {"jobs": self.running_at_fault_end},
             "lost_detail": dict(self.lost_detail),

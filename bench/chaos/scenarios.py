@@ -6,6 +6,8 @@ job is terminal and every completed event was delivered; then it accounts (bench
 - redis-empty, network, disk-full, node-loss: bench.chaos.faults (Redis back without its data; a lossy
   network between the workers and their services; the workers' disk full; a second node lost).
 - kill-<role>: the pool's worker process group is SIGKILLed; `reprise run` restarts it.
+- worker-freeze: the large worker's group is SIGSTOPped mid-run, hung but alive (bench.chaos.faults.freeze):
+  its jobs finish elsewhere once their leases lapse, and the supervisor replaces it by its stale liveness.
 - webhook-outage: the receiver answers 503 for `outage_s`; retries carry the same webhook-id.
 - load: intake only, many submissions from concurrent clients (the `intake` figures); then canceled.
   Once through each intake path (REPRISE_INTAKE): the stack's own API, and beside it an API process of
@@ -27,6 +29,7 @@ import httpx
 from bench.chaos.accounting import (
     ScenarioReport,
     all_terminal,
+    duplicate_runs,
     duplicated_entries,
     job_ends,
     running_jobs,
@@ -34,6 +37,7 @@ from bench.chaos.accounting import (
 )
 from bench.chaos.faults import disk, node
 from bench.chaos.faults.broker import redis_empty
+from bench.chaos.faults.freeze import worker_freeze
 from bench.chaos.faults.network import network
 from bench.chaos.load import LoadResult, submit_all
 from bench.chaos.probe import Probe
@@ -49,6 +53,7 @@ SCENARIOS = (
     "redis-empty",
     "postgres",
     *(f"kill-{role}" for role in ROLES),
+    "worker-freeze",
     "webhook-outage",
     "network",
     "disk-full",
@@ -167,6 +172,8 @@ def fault_for(name: str) -> Callable[[Run], float]:
         return lambda run: _kill_child(run, name.removeprefix("kill-"))
     if name == "webhook-outage":
         return _webhook_outage
+    if name == "worker-freeze":
+        return worker_freeze
     if name == "redis-empty":
         return redis_empty
     if name == "network":
@@ -317,6 +324,7 @@ def _account(run: Run, job_ids: list[str], fault_end: float, probe: Probe | None
             if count > 1 and run.receiver.job_of.get(m) in wanted
         }
     entries = duplicated_entries(run.target.settings, job_ids)
+    run.report.duplicate_runs = duplicate_runs(run.target.settings, job_ids)
     run.report.duplicated = entries + len(twice)
     run.report.duplicated_detail = {"cache_entries": entries, "webhook_events": len(twice)}
     if probe is not None:
