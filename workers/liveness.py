@@ -8,7 +8,7 @@ while every thread but one goes on. So liveness is judged on progress (`judge`):
   task time limit or the run's deadline) is alive;
 - otherwise it is alive while it took or finished a task within worker_stall_s;
 - a broker that cannot be read says nothing about the worker: alive (a restart would not bring Redis
-  back, and the worker rides the outage out holding its unacked tasks).
+  back, and the worker rides the outage out holding its unacked tasks); its return restarts the clock.
 
 What the judgement reads is the worker's `Pulse`: shared memory made by the main process before the pool
 forks, written by the consumer (a task received), the pool (a task finished) and the runs (a hung model
@@ -107,10 +107,19 @@ class Verdict:
 
 
 def judge(
-    reading: PulseReading, *, now: float, queued: int | None, free_slots: int, stall_s: float
+    reading: PulseReading,
+    *,
+    now: float,
+    queued: int | None,
+    free_slots: int,
+    stall_s: float,
+    broker_back: float = 0.0,
 ) -> Verdict:
     """Whether a worker is alive by its progress (the module's rule). queued: the messages waiting in the
-    queues it consumes (None: the broker could not be read); free_slots: its pool's slots holding no task."""
+    queues it consumes (None: the broker could not be read); free_slots: its pool's slots holding no task;
+    broker_back: when the broker could last not be read. An outage restarts the clock: the consumer
+    reconnects on a backoff of its own (within about 12 s of a minute-long outage, docs/operations.md)
+    and has stall_s from the broker's return to take work again."""
     if reading.hung_runs:
         return Verdict(
             False, f"{reading.hung_runs} run(s) hung in a model call for {now - reading.hung_since:.0f}s"
@@ -121,7 +130,7 @@ def judge(
         return Verdict(True, "nothing to take")
     if free_slots <= 0:
         return Verdict(True, "every slot runs a task")
-    idle_s = now - max(reading.started, reading.taken, reading.finished)
+    idle_s = now - max(reading.started, reading.taken, reading.finished, broker_back)
     if idle_s < stall_s:
         return Verdict(True, f"took or finished work {idle_s:.0f}s ago")
     return Verdict(

@@ -55,6 +55,7 @@ class LivenessWatch:
         self._broker = broker_client(settings, socket_timeout=2, socket_connect_timeout=2)
         self._started_as = role_switch.shared_role()
         self._started_on = self._consuming()
+        self._broker_back = 0.0  # the last look that could not read the broker
         self._thread = threading.Thread(target=self._watch, name="liveness", daemon=True)
 
     def start(self) -> None:
@@ -93,6 +94,7 @@ class LivenessWatch:
             queued: int | None = queued_messages(self._broker, queues)
         except redis.RedisError:
             queued = None
+            self._broker_back = time.time()
         free_slots = int(self.consumer.pool.limit or 1) - len(state.reserved_requests)
         return liveness.judge(
             liveness.pulse().reading(),
@@ -100,6 +102,7 @@ class LivenessWatch:
             queued=queued,
             free_slots=free_slots,
             stall_s=self.settings.worker_stall_s,
+            broker_back=self._broker_back,
         )
 
     def _exit(self, reason: str) -> None:

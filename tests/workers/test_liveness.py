@@ -39,6 +39,16 @@ def test_a_worker_with_nothing_to_take_or_no_free_slot_or_no_broker_is_alive() -
     assert outage.alive and "broker" in outage.reason
 
 
+def test_the_brokers_return_gives_the_consumer_a_full_stall_period_to_reconnect() -> None:
+    """Redis down for a minute: the worker took nothing meanwhile, and its consumer reconnects on a backoff
+    of its own; it is judged from the broker's return, not from its last task before the outage."""
+    before_outage = _reading(taken=900.0)
+    back = judge(before_outage, now=1000.0, queued=4, free_slots=1, stall_s=STALL_S, broker_back=990.0)
+    assert back.alive
+    still = judge(before_outage, now=1036.0, queued=4, free_slots=1, stall_s=STALL_S, broker_back=990.0)
+    assert not still.alive and "46s" in still.reason
+
+
 def test_a_hung_model_call_makes_the_worker_not_alive_whatever_else_it_did() -> None:
     hung = judge(_reading(taken=999.0, hung_runs=1), now=1000.0, queued=0, free_slots=0, stall_s=STALL_S)
     assert not hung.alive and "hung" in hung.reason and "100s" in hung.reason
