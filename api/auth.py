@@ -64,6 +64,14 @@ class CallerCache:
     def __init__(self, max_entries: int = 10_000) -> None:
         self.max_entries = max_entries
         self._entries: dict[str, tuple[float, Caller]] = {}
+        self._forgotten: dict[str, float] = {}  # key hash -> when its revocation was heard
+
+    def forget(self, digest: str) -> None:
+        """Drop a revoked key (api.revocations); a lookup of it that began before is not kept either."""
+        self._entries.pop(digest, None)
+        if len(self._forgotten) >= self.max_entries:
+            self._forgotten.clear()
+        self._forgotten[digest] = time.monotonic()
 
     def lookup(
         self, credentials: HTTPAuthorizationCredentials | None, load: Callable[[], Caller], *, ttl_s: float
@@ -78,6 +86,8 @@ class CallerCache:
             if expires is None or expires > datetime.now(UTC):
                 return cached[1]
         caller = load()
+        if self._forgotten.get(digest, -1.0) >= now:
+            return caller  # revoked while it was looked up: answered this once, never kept
         if len(self._entries) >= self.max_entries:
             self._entries.clear()
         self._entries[digest] = (now, caller)

@@ -13,6 +13,7 @@ from typing import Annotated
 import redis
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials
+from redis.exceptions import RedisError
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -21,13 +22,14 @@ from api.feeds import JobFeeds
 from api.problems import Problem
 from api.rate_limit import RateLimiter
 from api.reads import ImageReader
+from api.revocations import RevocationListener
 from api.waiting import JobWaiter
 from core.params import Limits
 from core.settings import Settings
 from db.blobs.base import BlobStore
 from db.engine import engine_for
 from db.models import Tenant
-from jobs.broker import broker_client
+from jobs.broker import async_broker_client, broker_client
 from jobs.dispatch import CeleryDispatcher, Dispatcher
 from jobs.queues import Queue, queue_depth
 from jobs.webhooks import Resolver, system_resolver
@@ -52,6 +54,9 @@ class AppState:
     feeds_: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, JobFeeds] = field(
         default_factory=weakref.WeakKeyDictionary, repr=False
     )
+    revocations_: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, RevocationListener] = field(
+        default_factory=weakref.WeakKeyDictionary, repr=False
+    )
     _backlog: int | None = field(default=None, repr=False)
     _backlog_at: float = field(default=-BACKLOG_TTL_S, repr=False)
 
@@ -69,6 +74,17 @@ class AppState:
         found = self.feeds_.get(loop)
         if found is None:
             found = self.feeds_[loop] = JobFeeds(self.waiter)
+        return found
+
+    @property
+    def revocations(self) -> RevocationListener:
+        """This event loop's subscription to revoked keys (api.revocations)."""
+        loop = asyncio.get_running_loop()
+        found = self.revocations_.get(loop)
+        if found is None:
+            found = self.revocations_[loop] = RevocationListener(
+                async_broker_client(self.settings), self.callers
+            )
         return found
 
     @property
@@ -176,6 +192,16 @@ def get_tenant(caller: CallerDep) -> Tenant:
 
 
 TenantDep = Annotated[Tenant, Depends(get_tenant)]
+
+
+async def hear_revocations(state: StateDep) -> None:
+    """Before a keyed route looks its key up: this loop's subscription to revoked keys is in place, so
+    that a key this process trusts from its cache is one whose revocation it hears (api.revocations)."""
+    try:
+        listener = state.revocations
+    except RedisError:
+        return  # no broker: the key cache's own life bounds how long a revoked key works
+    await listener.subscribed()
 
 
 async def limit_rate(caller: CallerDep, state: StateDep) -> None:

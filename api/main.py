@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import Depends, FastAPI
 from fastapi.routing import APIRoute
 
-from api.deps import AppState, limit_rate
+from api.deps import AppState, hear_revocations, limit_rate
 from api.middleware import BodyLimitMiddleware, MetricsMiddleware
 from api.problems import install_problem_handlers
 from api.reads import ImageReader, NodeReader
@@ -55,10 +55,10 @@ def create_app(
         stats.router,
         openai_images.router,
     )
-    for router in keyed:  # every route that takes an API key counts against its tenant's request rate
-        app.include_router(router, dependencies=[Depends(limit_rate)], responses=problem_responses(429))
-    # A tenant's webhook deliveries: keyed, counted like every keyed route.
-    app.include_router(deliveries, dependencies=[Depends(limit_rate)], responses=problem_responses(429))
+    # Every route that takes an API key hears revoked keys, then counts against its tenant's request rate.
+    per_key = [Depends(hear_revocations), Depends(limit_rate)]
+    for router in (*keyed, deliveries):  # deliveries: a tenant's webhook deliveries, keyed too
+        app.include_router(router, dependencies=per_key, responses=problem_responses(429))
     for router in (outputs.router, health.router):  # a signed link's, or no key: nothing to count against
         app.include_router(router)
     routers = (*keyed, deliveries, outputs.router, health.router)

@@ -28,7 +28,9 @@ class ApiSettings(BaseSettings):
         5.0,
         ge=0,
         description="An API process trusts a key it looked up this long (a database query less per "
-        "request); a revoked key stops working within it. 0: look up every request.",
+        "request). `reprise keys revoke` tells every API process over Redis, which drop the key at once; "
+        "only a process that missed it (Redis down) trusts a revoked key until then. 0: look up every "
+        "request.",
     )
     queue_depth_limit: int = Field(
         1000, ge=1, description="Admit-queue length past which new jobs get 503 + Retry-After (backpressure)."

@@ -9,14 +9,18 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import typer
+from redis.exceptions import RedisError
 
 from core.errors import UnknownKey
 from core.server_keys import webhook_secret_keys
 from core.settings import get_settings
 from db.engine import session_scope
 from db.keys import list_keys, revoke_key, rotate_key, rotate_webhook_secret
+from db.models import ApiKey
 from db.secret_box import reencrypt_tenants
 from db.tenants import issue_key
+from jobs.broker import broker_client
+from jobs.key_events import announce_revoked
 
 keys_app = typer.Typer(help="Tenants and API keys.", no_args_is_help=True)
 
@@ -137,13 +141,29 @@ def list_keys_command(
 
 @keys_app.command("revoke")
 def revoke_key_command(key_id: str = typer.Argument(..., help="The key's id (reprise keys list).")) -> None:
-    """Revoke a key now: its next request gets 401."""
+    """Revoke a key now: its next request gets 401, on every API process, and its event streams close."""
     try:
         with session_scope(get_settings()) as session:
             changed = revoke_key(session, _key_id(key_id))
+            key_hash = session.get_one(ApiKey, _key_id(key_id)).key_hash
     except UnknownKey as error:
         raise typer.BadParameter(str(error), param_hint="KEY_ID") from None
+    _tell_api_processes(key_hash)  # after the commit: a process that hears it reads the key revoked
     typer.echo(f"revoked {key_id}" if changed else f"{key_id} was revoked already")
+
+
+def _tell_api_processes(key_hash: str) -> None:
+    """Announce a key's revocation or shortened life to every API process (jobs.key_events), so that
+    none trusts it from its key cache any longer; without Redis each stops within REPRISE_AUTH_CACHE_S."""
+    settings = get_settings()
+    try:
+        announce_revoked(broker_client(settings, socket_timeout=5, socket_connect_timeout=5), key_hash)
+    except RedisError as error:
+        typer.echo(
+            f"warning: the API processes were not told ({error}); each stops trusting the key within "
+            f"REPRISE_AUTH_CACHE_S ({settings.auth_cache_s:g} s)",
+            err=True,
+        )
 
 
 @keys_app.command("rotate")
@@ -156,8 +176,10 @@ def rotate_key_command(
     try:
         with session_scope(get_settings()) as session:
             issued = rotate_key(session, _key_id(key_id), overlap=window)
+            old_hash = session.get_one(ApiKey, _key_id(key_id)).key_hash
     except UnknownKey as error:
         raise typer.BadParameter(str(error), param_hint="KEY_ID") from None
+    _tell_api_processes(old_hash)  # its life ends with the overlap now: no cache may hold it longer
     typer.echo(f"api key:        {issued.key}")
     typer.echo(f"key id:         {issued.api_key.id}")
     typer.echo(f"old key {key_id} expires at {(datetime.now(UTC) + window).isoformat()}")
