@@ -16,6 +16,7 @@ from celery import Task
 from celery.exceptions import CeleryError, Reject
 
 from core.errors import LeaseBusy, LeaseLost, NotThisPool
+from core.job_errors import public_run_error
 from core.vocabulary import Allocator, WebhookEvent
 from db.engine import session_scope
 from db.job_runs import record_run_error
@@ -95,9 +96,12 @@ def _run_leased(
 
 
 def _record_run_error(context: WorkerContext, job_id: uuid.UUID, owner: str, error: Exception) -> None:
+    """The tenant's reading of the run's failure, a code and a sentence (core.job_errors); the exception
+    itself goes to the log, with the job's id (and its traceback when the task re-raises it)."""
+    log.warning("job %s's run failed: %s: %s", job_id, type(error).__name__, error)
     try:
         with session_scope(context.settings) as session:
-            record_run_error(session, job_id, owner=owner, error=f"{type(error).__name__}: {error}")
+            record_run_error(session, job_id, owner=owner, error=public_run_error(error))
     except Exception as unrecorded:  # Postgres may be what failed: the run's failure stands as it is
         log.warning("the error of job %s's run was not recorded: %s", job_id, unrecorded)
 
