@@ -188,13 +188,16 @@ def never_attempted(
 
 def waiting_at(session: Session, *, url_prefix: str, after: datetime) -> list[Waiting]:
     """Messages to URLs starting with `url_prefix` whose latest attempt failed and whose next attempt
-    is scheduled after `after` (jobs.policies.webhook_recovery decides which of them to send now)."""
+    is scheduled after `after` (jobs.policies.webhook_recovery decides which of them to send now). An
+    attempt still in flight (claimed, no outcome yet: INTERRUPTED) is not waiting: its own outcome
+    decides; one whose worker died is sent by the reconciler when its next attempt falls due."""
     row, later = WebhookDelivery, aliased(WebhookDelivery)
     is_latest = ~exists().where(later.message_id == row.message_id, later.attempt > row.attempt)
     same_start = or_(row.url == url_prefix, row.url.startswith(url_prefix + "/", autoescape=True))
     rows = session.execute(
         select(row.job_id, row.event, row.attempt, row.next_attempt_at, row.url).where(
             row.next_attempt_at > after,
+            row.error.is_distinct_from(INTERRUPTED),
             or_(same_start, row.url.startswith(url_prefix + "?", autoescape=True)),
             is_latest,
         )

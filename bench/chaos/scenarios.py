@@ -9,6 +9,9 @@ job is terminal and every completed event was delivered; then it accounts (bench
 - worker-freeze: the large worker's group is SIGSTOPped mid-run, hung but alive (bench.chaos.faults.freeze):
   its jobs finish elsewhere once their leases lapse, and the supervisor replaces it by its stale liveness.
 - webhook-outage: the receiver answers 503 for `outage_s`; retries carry the same webhook-id.
+- webhook-slow, webhook-hang, webhook-huge: another tenant's receiver trickles its answer, never answers,
+  or answers 100 MB for `outage_s` (bench.chaos.faults.webhooks); the bench tenant's deliveries must not
+  wait on it.
 - load: intake only, many submissions from concurrent clients (the `intake` figures); then canceled.
   Once through each intake path (REPRISE_INTAKE): the stack's own API, and beside it an API process of
   the other path on the same services, so that one run compares them.
@@ -39,6 +42,8 @@ from bench.chaos.faults import disk, node
 from bench.chaos.faults.broker import redis_empty
 from bench.chaos.faults.freeze import worker_freeze
 from bench.chaos.faults.network import network
+from bench.chaos.faults.webhooks import MODES as WEBHOOK_FAULTS
+from bench.chaos.faults.webhooks import account_noisy, noisy_webhook
 from bench.chaos.load import LoadResult, submit_all
 from bench.chaos.probe import Probe
 from bench.chaos.proxy import NetworkFault
@@ -47,7 +52,7 @@ from bench.chaos.target import ChaosTarget
 
 ROLES = ("large", "small", "admit", "decode", "io")
 # The scenarios whose fault lasts: each runs once per outage length (--outage-s).
-OUTAGES = ("redis", "redis-empty", "postgres", "webhook-outage", "network", "disk-full")
+OUTAGES = ("redis", "redis-empty", "postgres", "webhook-outage", *WEBHOOK_FAULTS, "network", "disk-full")
 SCENARIOS = (
     "redis",
     "redis-empty",
@@ -55,6 +60,7 @@ SCENARIOS = (
     *(f"kill-{role}" for role in ROLES),
     "worker-freeze",
     "webhook-outage",
+    *WEBHOOK_FAULTS,
     "network",
     "disk-full",
     "node-loss",
@@ -174,6 +180,8 @@ def fault_for(name: str) -> Callable[[Run], float]:
         return _webhook_outage
     if name == "worker-freeze":
         return worker_freeze
+    if name in WEBHOOK_FAULTS:
+        return lambda run: noisy_webhook(run, WEBHOOK_FAULTS[name])
     if name == "redis-empty":
         return redis_empty
     if name == "network":
@@ -239,6 +247,8 @@ def _fault_scenario(run: Run, name: str) -> None:
             _read_images(run, batch, fault_end)
         run.wait_terminal(job_ids, fault_end)
     _account(run, job_ids, fault_end, probe)
+    if name in WEBHOOK_FAULTS:
+        account_noisy(run, job_ids, fault_end)
     if name == "webhook-outage":  # what recovers is delivery: time from the outage's end to each event
         run.report.recovery = deliveries_after(run, job_ids, fault_end)
         # what the outage held up: the events refused while it lasted, delivered after it

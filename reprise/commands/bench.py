@@ -256,6 +256,7 @@ def simulate_command(
 def chaos_command(
     scenarios: str = typer.Option(
         "redis,redis-empty,postgres,kill-large,kill-small,kill-admit,kill-decode,kill-io,webhook-outage,"
+        "webhook-slow,webhook-hang,webhook-huge,"
         "network,disk-full,node-loss,load,cancel-storm",
         "--scenarios",
         help="Comma list, run in this order.",

@@ -26,9 +26,10 @@ from db.engine import session_scope
 from db.jobs import NewJob, create_job
 from db.models import Tenant, WebhookDelivery
 from db.tenants import TenantCredentials
-from db.webhooks import INTERRUPTED, claim_attempt, due_retries
+from db.webhooks import INTERRUPTED, claim_attempt, due_retries, waiting_at
 from jobs.celery_app import make_celery_app
 from jobs.dispatch import CeleryDispatcher
+from jobs.policies.webhook_recovery import url_prefix
 from jobs.queues import Queue
 from jobs.webhooks import message_id
 from workers.endpoint_slots import EndpointSlots
@@ -229,7 +230,10 @@ def test_a_killed_attempt_is_counted_and_its_successor_scheduled(
     assert (row.status_code, row.error) == (None, INTERRUPTED)
     with session_scope(bounded) as session:  # the reconciler sends attempt 2 once it is overdue
         due = due_retries(session, now=now + timedelta(minutes=10), long_wait_s=60, overdue_s=60)
+        # and no endpoint's recovery sends it early: it is no failure waiting for its endpoint
+        waiting = waiting_at(session, url_prefix=url_prefix(receiver.url), after=now)
     assert (job_id, WebhookEvent.COMPLETED.value, 1) in due
+    assert [w for w in waiting if w.job_id == job_id] == []
 
 
 def test_an_endpoint_whose_slots_are_taken_is_deferred_not_waited_for(
