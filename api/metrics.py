@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from prometheus_client import Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from core.vocabulary import Priority
 from db.cascade import CascadeCounts
 from db.models import CascadeDecision, PoolDecision
 
@@ -30,11 +31,13 @@ HTTP_LATENCY = Histogram(
     "HTTP request latency by route template and method.",
     ["route", "method"],
 )
-JOBS_CREATED = Counter("reprise_jobs_created_total", "Jobs accepted through the API.")
+JOBS_CREATED = Counter("reprise_jobs_created_total", "Jobs accepted through the API.", ["priority"])
+for _priority in Priority:  # every priority's series exists from the start (a rate over none is no rate)
+    JOBS_CREATED.labels(_priority.value)
 IDEMPOTENT_REPLAYS = Counter("reprise_idempotent_replays_total", "Requests answered with an earlier job.")
 JOBS_REJECTED = Counter(
     "reprise_jobs_rejected_total", "Submissions refused for capacity.", ["reason"]
-)  # reason: inflight_limit, backpressure
+)  # reason: inflight_limit, backpressure, high_priority_limit, deadline_unmet
 ENQUEUE_FAILURES = Counter(
     "reprise_enqueue_failures_total",
     "Tasks the API could not put on the broker (the reconciler retries).",

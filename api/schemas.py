@@ -24,6 +24,10 @@ VIDEO_FIELDS = ("frames", "fps", "noise_window")  # only with kind "video"
 DEFAULT_FRAMES = 16  # 2 seconds at DEFAULT_FPS: a short clip by default; FlexCache's 64 frames on request
 DEFAULT_FPS = 8
 EventFilterName = Literal["start", "completed"]
+PriorityName = Literal["low", "normal", "high"]  # core.vocabulary.Priority
+OnDeadlineName = Literal["fail", "best_effort"]  # core.vocabulary.OnDeadline
+MAX_DEADLINE_S = 24 * 3600  # a day: past it a deadline orders nothing a queue holds
+SCHEDULING_DEFAULTS = {"priority": "normal", "deadline_s": None, "on_deadline": "best_effort"}
 
 
 def _no_nul(value: str | None) -> str | None:
@@ -115,6 +119,24 @@ class GenerationCreate(BaseModel):
         min_length=1,
         description="Events to send: start, completed (succeeded, failed or canceled). Default: both.",
     )
+    priority: PriorityName = Field(
+        "normal",
+        description="How soon it runs against other waiting jobs: high first, low last (the broker's "
+        "priority steps). A tenant's unfinished high jobs are capped "
+        "(429 high-priority-limit past it).",
+    )
+    deadline_s: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_DEADLINE_S,
+        allow_inf_nan=False,
+        description="Seconds from submission by which it should have ended (see on_deadline).",
+    )
+    on_deadline: OnDeadlineName = Field(
+        "best_effort",
+        description="fail: refuse the request at once (422 deadline-unmet) when its estimated finish is "
+        "past deadline_s; best_effort: run it anyway.",
+    )
 
     @field_validator("prompt", "negative_prompt", "webhook")
     @classmethod
@@ -132,6 +154,7 @@ class GenerationCreate(BaseModel):
         left_out = {"decode"} if self.decode == "lazy" else set()
         if self.kind == "image":
             left_out |= {"kind", *VIDEO_FIELDS}
+        left_out |= {name for name, default in SCHEDULING_DEFAULTS.items() if getattr(self, name) == default}
         body = self.model_dump(mode="json", exclude=left_out)
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()

@@ -29,13 +29,17 @@ from api.schemas import (
     GenerationCreate,
 )
 from core import logs
-from core.errors import DatabaseUnavailable, InflightLimitExceeded, InvalidInput
+from core.errors import DatabaseUnavailable, HighPriorityLimitExceeded, InflightLimitExceeded, InvalidInput
 from core.params import GenerationParams, VideoParams, check_params, check_video_params, row_values
-from core.vocabulary import JobKind, JobStatus
+from core.vocabulary import JobKind, JobStatus, OnDeadline, Priority
 from db import jobs as jobs_db
+from db.engine import session_scope
 from db.job_intake import Outcome
 from db.models import Job, Tenant
+from db.queue_position import submission_view
+from jobs.estimates import queued_estimate
 from jobs.intake import JobIntake, Submitted
+from jobs.priority import check_deadline
 from jobs.representation import generation_object
 from jobs.webhooks import check_webhook_url
 
@@ -98,6 +102,39 @@ def inflight_limited(state: AppState, limit: int) -> Problem:
     )
 
 
+def high_limited(state: AppState, limit: int) -> Problem:
+    JOBS_REJECTED.labels("high_priority_limit").inc()
+    return Problem(
+        429,
+        str(HighPriorityLimitExceeded(limit)),
+        slug="high-priority-limit",
+        headers={"Retry-After": str(state.settings.retry_after_s)},
+    )
+
+
+def refuse_unmeetable(new: jobs_db.NewJob, state: AppState) -> None:
+    """422 deadline-unmet when the request asks to fail (`on_deadline: fail`) and the job's estimated
+    finish (jobs.estimates over the miss route's queue at its priority and above) is past its deadline:
+    answered now, never as a late result. Blocking: two short queries."""
+    if new.deadline_s is None or new.on_deadline != OnDeadline.FAIL:
+        return
+    with session_scope(state.settings) as session:
+        view = submission_view(session, Priority(new.priority))
+    finish_s = queued_estimate(view).finish_s
+    if check_deadline(
+        deadline_s=new.deadline_s, on_deadline=new.on_deadline, estimated_finish_s=finish_s
+    ).refused:
+        JOBS_REJECTED.labels("deadline_unmet").inc()
+        raise Problem(
+            422,
+            f"the job would end in about {finish_s} s, past its deadline_s of {new.deadline_s} s "
+            '(send "on_deadline": "best_effort" to run it anyway)',
+            slug="deadline-unmet",
+            title="Deadline cannot be met",
+            errors=[{"location": "body", "field": "deadline_s", "detail": f"estimated finish {finish_s} s"}],
+        )
+
+
 def new_job(
     body: GenerationCreate, tenant: Tenant, state: AppState, idempotency_key: str | None
 ) -> jobs_db.NewJob:
@@ -119,6 +156,9 @@ def new_job(
         webhook_events_filter=body.events(),
         idempotency_key=idempotency_key,
         request_fingerprint=body.fingerprint() if idempotency_key is not None else None,
+        priority=body.priority,
+        deadline_s=body.deadline_s,
+        on_deadline=body.on_deadline,
     )
 
 
@@ -129,13 +169,15 @@ def insert_job(session: SessionDep, tenant: Tenant, state: AppState, new: jobs_d
         result = jobs_db.create_job(session=session, tenant=tenant, new=new)
     except InflightLimitExceeded as error:
         raise inflight_limited(state, error.limit) from None
+    except HighPriorityLimitExceeded as error:
+        raise high_limited(state, error.limit) from None
     session.commit()
     return result.job, result.created
 
 
-def enqueue_admit(state: AppState, job_id: uuid.UUID) -> None:
+def enqueue_admit(state: AppState, job_id: uuid.UUID, priority: Priority) -> None:
     try:
-        state.dispatcher.admit(job_id)
+        state.dispatcher.admit(job_id, priority)
     except Exception:  # the broker is down: the job stays 'starting' and the reconciler re-enqueues it
         ENQUEUE_FAILURES.labels("admit").inc()
         log.warning("could not enqueue admission of job %s; the reconciler will", job_id, exc_info=True)
@@ -176,6 +218,8 @@ async def submit_fast(
         new = await run_in_threadpool(new_job, body, tenant, state, idempotency_key)
     else:
         new = new_job(body, tenant, state, idempotency_key)
+    if new.deadline_s is not None:
+        await run_in_threadpool(refuse_unmeetable, new, state)
     backlog = await intake.admit_backlog()
     if backlog is not None and backlog > state.settings.queue_depth_limit:
         raise overloaded(state, backlog)
@@ -194,6 +238,8 @@ async def submit_fast(
         replayed = None
         if idempotency_key is not None:
             replayed = await run_in_threadpool(find_replay, session, tenant, new)
+        if replayed is None and submitted.outcome is Outcome.NO_HIGH_ROOM:
+            raise high_limited(state, tenant.high_limit)
         if replayed is None:
             raise inflight_limited(state, tenant.inflight_limit)
         IDEMPOTENT_REPLAYS.inc()
@@ -203,7 +249,7 @@ async def submit_fast(
         response.headers["Location"] = generation.urls.self_
         return generation
     # 3. Committed, and its admission queued (or left to the reconciler).
-    JOBS_CREATED.inc()
+    JOBS_CREATED.labels(new.priority).inc()
     job = new_job_row(submitted, tenant, new)
     with logs.bound(job_id=job.id, tenant=tenant.id):
         log.info("job created: %s, %d steps at %dx%d", job.kind, job.steps, job.width, job.height)
@@ -247,6 +293,9 @@ def new_job_row(submitted: Submitted, tenant: Tenant, new: jobs_db.NewJob) -> Jo
         webhook_events_filter=list(new.webhook_events_filter),
         idempotency_key=new.idempotency_key,
         request_fingerprint=new.request_fingerprint,
+        priority=str(new.priority),
+        deadline_s=new.deadline_s,
+        on_deadline=str(new.on_deadline),
         models_used=[],
         denoiser_evals={},
         admission_ms={},
@@ -286,6 +335,7 @@ def submit(
     """The create's work, in a worker thread: check, insert or replay, enqueue; ends its transaction."""
     # 1. Check the request before touching anything.
     new = new_job(body, tenant, state, idempotency_key)
+    refuse_unmeetable(new, state)
     # 2. A replay answers with the first job even when we are busy now.
     replayed = None
     if idempotency_key is not None:
@@ -296,10 +346,10 @@ def submit(
         job, created = replayed, False
     # 3. Queue it only once it is committed, so a worker never looks for a row that is not there.
     if created:
-        JOBS_CREATED.inc()
+        JOBS_CREATED.labels(job.priority).inc()
         with logs.bound(job_id=job.id, tenant=tenant.id):
             log.info("job created: %s, %d steps at %dx%d", job.kind, job.steps, job.width, job.height)
-            enqueue_admit(state, job.id)
+            enqueue_admit(state, job.id, Priority(job.priority))
     else:
         IDEMPOTENT_REPLAYS.inc()
         response.status_code = 200

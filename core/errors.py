@@ -89,6 +89,20 @@ class InflightLimitExceeded(RepriseError):
         self.limit = limit
 
 
+class HighPriorityLimitExceeded(RepriseError):
+    """The tenant has as many unfinished `high` jobs as it may. Recoverable: retry when some finish, or
+    submit at `normal`."""
+
+    recoverable = True
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"{limit} high-priority jobs are already starting or processing, the limit of this tenant; "
+            'submit with "priority": "normal", or retry when some finish'
+        )
+        self.limit = limit
+
+
 # raised in db.blobs.base
 class BlobNotFound(RepriseError, KeyError):
     """No blob under this key (evicted, or never written). Recoverable for cache reads: run as a miss."""

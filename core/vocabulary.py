@@ -197,6 +197,29 @@ class ImageDelivery(StrEnum):
     REDIRECT = "redirect"  # a 307 to a presigned URL of the blob store (S3); bytes where it has none
 
 
+class Priority(StrEnum):
+    """How soon a job runs against the others waiting (jobs.priority maps it onto the broker's steps)."""
+
+    LOW = "low"
+    NORMAL = "normal"
+    HIGH = "high"
+
+
+PRIORITY_RANK: dict[Priority, int] = {Priority.HIGH: 0, Priority.NORMAL: 1, Priority.LOW: 2}  # sooner first
+
+# Concurrent `high` jobs a tenant may have unfinished by default (its tenants.high_limit): an eighth of
+# the default in-flight limit (64), so that one tenant's high jobs are at most a slice of the large
+# pool's queue ahead of everyone's normal work; the replay's mix (10% high) stays under it.
+DEFAULT_HIGH_LIMIT = 8
+
+
+class OnDeadline(StrEnum):
+    """What a request with `deadline_s` wants when its estimated finish is past the deadline."""
+
+    FAIL = "fail"  # refused at once (422 deadline-unmet), never a late result
+    BEST_EFFORT = "best_effort"  # run anyway, ordered by its deadline
+
+
 class LogFormat(StrEnum):
     """How processes write their logs (REPRISE_LOG_FORMAT)."""
 

@@ -288,6 +288,7 @@ class StuckJob:
     admitted: bool
     route: str | None
     running: bool = False  # its lease expired (else: it waits, and its message may still be queued)
+    priority: str = "normal"  # core.vocabulary.Priority: its messages are sent again at its step
 
 
 def find_stuck(session: Session, *, older_than_s: float, limit: int = 2000) -> list[StuckJob]:
@@ -301,12 +302,12 @@ def find_stuck(session: Session, *, older_than_s: float, limit: int = 2000) -> l
     now = utcnow()
     cutoff = now - timedelta(seconds=older_than_s)
     expired = (
-        select(Job.id, Job.admitted_at, Job.route, literal(True))
+        select(Job.id, Job.admitted_at, Job.route, literal(True), Job.priority)
         .where(Job.status == JobStatus.PROCESSING.value, Job.lease_until < now)
         .limit(limit)
     )
     waiting = (
-        select(Job.id, Job.admitted_at, Job.route, literal(False))
+        select(Job.id, Job.admitted_at, Job.route, literal(False), Job.priority)
         .where(
             Job.status == JobStatus.STARTING.value,
             Job.created_at < cutoff,
@@ -317,5 +318,6 @@ def find_stuck(session: Session, *, older_than_s: float, limit: int = 2000) -> l
     )
     rows = [*session.execute(expired).all(), *session.execute(waiting).all()][:limit]
     return [
-        StuckJob(job_id=row[0], admitted=row[1] is not None, route=row[2], running=row[3]) for row in rows
+        StuckJob(job_id=row[0], admitted=row[1] is not None, route=row[2], running=row[3], priority=row[4])
+        for row in rows
     ]

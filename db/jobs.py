@@ -16,9 +16,9 @@ from sqlalchemy import ColumnElement, case, func, select, text, tuple_, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
-from core.errors import InflightLimitExceeded, InvalidInput
+from core.errors import HighPriorityLimitExceeded, InflightLimitExceeded, InvalidInput
 from core.params import GenerationParams, VideoParams, row_values
-from core.vocabulary import DecodeMode, JobKind, JobStatus
+from core.vocabulary import DecodeMode, JobKind, JobStatus, OnDeadline, Priority
 from db.models import Job, Tenant
 
 ACTIVE_STATUSES = (JobStatus.STARTING.value, JobStatus.PROCESSING.value)
@@ -42,6 +42,9 @@ class NewJob:
     idempotency_key: str | None = None
     request_fingerprint: str | None = None  # sha256 of the canonical request body
     decode_mode: str = DecodeMode.LAZY  # core.vocabulary.DecodeMode
+    priority: str = Priority.NORMAL  # core.vocabulary.Priority
+    deadline_s: float | None = None
+    on_deadline: str = OnDeadline.BEST_EFFORT  # core.vocabulary.OnDeadline
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +93,8 @@ def count_active(*, session: Session, tenant_id: uuid.UUID) -> int:
 def create_job(*, session: Session, tenant: Tenant, new: NewJob) -> CreatedJob:
     """Insert a 'starting' job, or return the earlier job with the same Idempotency-Key.
 
-    Raises IdempotencyConflict (same key, other body) and InflightLimitExceeded.
+    Raises IdempotencyConflict (same key, other body), InflightLimitExceeded and
+    HighPriorityLimitExceeded (the tenant's unfinished `high` jobs past its high_limit).
     """
     # 1. A replay answers with the first job whatever the limits say now.
     replayed = find_replay(session=session, tenant_id=tenant.id, new=new)
@@ -115,6 +119,9 @@ def create_job(*, session: Session, tenant: Tenant, new: NewJob) -> CreatedJob:
             webhook_events_filter=list(new.webhook_events_filter),
             idempotency_key=new.idempotency_key,
             request_fingerprint=new.request_fingerprint,
+            priority=str(new.priority),
+            deadline_s=new.deadline_s,
+            on_deadline=str(new.on_deadline),
         )
         .on_conflict_do_nothing(constraint="uq_jobs_tenant_idempotency_key")
         .returning(Job)
@@ -128,7 +135,19 @@ def create_job(*, session: Session, tenant: Tenant, new: NewJob) -> CreatedJob:
     inflight = session.scalar(select(Tenant.inflight).where(Tenant.id == tenant.id)) or 0
     if inflight > tenant.inflight_limit:
         raise InflightLimitExceeded(tenant.inflight_limit)
+    if new.priority == Priority.HIGH and unfinished_high(session, tenant.id) > tenant.high_limit:
+        raise HighPriorityLimitExceeded(tenant.high_limit)
     return CreatedJob(job=inserted, created=True)
+
+
+def unfinished_high(session: Session, tenant_id: uuid.UUID) -> int:
+    """The tenant's `high` jobs starting or processing (the partial index ix_jobs_high_unfinished)."""
+    query = select(func.count()).where(
+        Job.tenant_id == tenant_id,
+        Job.priority == Priority.HIGH.value,
+        Job.status.in_([JobStatus.STARTING.value, JobStatus.PROCESSING.value]),
+    )
+    return int(session.execute(query).scalar_one())
 
 
 def get_job(*, session: Session, tenant_id: uuid.UUID, job_id: uuid.UUID) -> Job | None:

@@ -32,7 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from core.vocabulary import DecodeMode, EntryState, JobKind, JobStatus
+from core.vocabulary import DecodeMode, EntryState, JobKind, JobStatus, OnDeadline, Priority
 from db.secret_box import EncryptedSecret  # webhook secrets are stored encrypted
 
 
@@ -52,6 +52,8 @@ class Tenant(Base):
     webhook_secret: Mapped[str] = mapped_column(EncryptedSecret)  # whsec_<base64>, Standard Webhooks
     shared_cache: Mapped[bool] = mapped_column(Boolean, default=False)  # opted in to the shared scope
     inflight_limit: Mapped[int] = mapped_column(Integer, default=64)
+    # unfinished `high` jobs allowed at once: core.vocabulary.DEFAULT_HIGH_LIMIT, and why
+    high_limit: Mapped[int] = mapped_column(Integer, default=8, server_default="8")
     # Unfinished jobs, kept by the jobs_count_inflight trigger (migration 0004): never written here.
     inflight: Mapped[int] = mapped_column(Integer, server_default="0")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=_now())
@@ -107,6 +109,12 @@ class Job(Base):
     webhook_events_filter: Mapped[list[str]] = mapped_column(ARRAY(Text), default=list)
     idempotency_key: Mapped[str | None] = mapped_column(String(255))
     request_fingerprint: Mapped[str | None] = mapped_column(String(64))  # sha256 of the canonical body
+    # how soon it runs (core.vocabulary.Priority; jobs.priority), and by when the request wants it
+    priority: Mapped[str] = mapped_column(String(8), default=Priority.NORMAL.value, server_default="normal")
+    deadline_s: Mapped[float | None] = mapped_column(Float)  # seconds from created_at
+    on_deadline: Mapped[str] = mapped_column(
+        String(16), default=OnDeadline.BEST_EFFORT.value, server_default="best_effort"
+    )
 
     # a video job: kind 'video', its frames, rate and FreeNoise window
     kind: Mapped[str] = mapped_column(String(8), default=JobKind.IMAGE.value, server_default="image")

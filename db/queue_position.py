@@ -10,7 +10,8 @@ from typing import Final
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from core.vocabulary import JobStatus, Role, Route
+from core.vocabulary import PRIORITY_RANK as RANK
+from core.vocabulary import JobStatus, Priority, Role, Route
 from db.models import Job
 from db.pools import workers_per_role
 
@@ -83,4 +84,26 @@ def queue_view(session: Session, job: Job, *, large_serves_hits: bool) -> QueueV
         ahead=jobs_ahead(session, job),
         workers=sum(counts.get(role, 0) for role in roles),
         mean_run_s=mean_run_s(session, job.route),
+    )
+
+
+def submission_view(session: Session, priority: Priority) -> QueueView:
+    """The queue a job being submitted would join, as its deadline is checked against it: the waiting
+    jobs of its priority and above that will run on the large pool (admitted misses and those not yet
+    admitted, which may well miss), the large workers, the miss route's recent run time. The cache may
+    serve it sooner; a deadline refused on this estimate is refused on the likely case, a miss."""
+    ranks = [p.value for p in Priority if RANK[p] <= RANK[priority]]
+    waiting = (
+        select(func.count())
+        .select_from(Job)
+        .where(
+            Job.status == JobStatus.STARTING.value,
+            Job.priority.in_(ranks),
+            Job.route.is_(None) | Job.route.in_([Route.MISS.value, Route.HEAVY.value]),
+        )
+    )
+    return QueueView(
+        ahead=int(session.execute(waiting).scalar_one()),
+        workers=workers_per_role(session).get(Role.LARGE.value, 0),
+        mean_run_s=mean_run_s(session, Route.MISS.value),
     )

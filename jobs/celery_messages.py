@@ -23,7 +23,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs.queues import ROUTES, TaskName
+from jobs.queues import PRIORITY_STEPS, ROUTES, TaskName, step_lists
 
 EVENTS_EXCHANGE = "celeryev"  # Celery's event exchange, a fanout
 SENT_EVENT = "task-sent"
@@ -61,8 +61,12 @@ class TaskMessages:
         self.queue = self.queue or ROUTES[self.task].value
         self.event_channel = f"/{self.db}.{EVENTS_EXCHANGE}/{SENT_EVENT.replace('-', '.')}"
 
-    def message(self, task_id: str, args: list[Any]) -> str:
-        """The task message for LPUSH on `self.queue` (what a worker consumes)."""
+    def queue_for(self, priority: int) -> str:
+        """The list a message of this kombu priority step is pushed on (step 0: the queue's own name)."""
+        return step_lists(self.queue)[PRIORITY_STEPS.index(priority)]
+
+    def message(self, task_id: str, args: list[Any], *, priority: int = 0) -> str:
+        """The task message for LPUSH on `self.queue_for(priority)` (what a worker consumes)."""
         headers: dict[str, Any] = {
             "lang": "py",
             "task": self.task.value,
@@ -89,7 +93,7 @@ class TaskMessages:
             "reply_to": self.reply_to,
             "delivery_mode": 2,  # persistent
             "delivery_info": {"exchange": "", "routing_key": self.queue},
-            "priority": 0,
+            "priority": priority,
             "body_encoding": "base64",
             "delivery_tag": str(uuid.uuid4()),
         }

@@ -20,7 +20,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from core.vocabulary import Allocator, Route, WebhookEvent
+from core.vocabulary import Allocator, Priority, Route, WebhookEvent
+from jobs.priority import broker_step
 from jobs.queues import ROUTES, TaskName, decode_queue, hit_task
 
 if TYPE_CHECKING:
@@ -48,13 +49,21 @@ def route_task(route: Route, settings: Settings) -> TaskName:
 class Dispatcher(Protocol):
     """Puts tasks on the broker. Implementations raise on failure; callers decide if that matters."""
 
-    def admit(self, job_id: uuid.UUID) -> None:
-        """Queue the admission of a job that is committed in Postgres as 'starting'."""
+    def admit(self, job_id: uuid.UUID, priority: Priority = Priority.NORMAL) -> None:
+        """Queue the admission of a job that is committed in Postgres as 'starting', at its priority's
+        broker step (jobs.priority)."""
 
     def run_route(
-        self, job_id: uuid.UUID, route: Route, settings: Settings, *, countdown: float | None = None
+        self,
+        job_id: uuid.UUID,
+        route: Route,
+        settings: Settings,
+        *,
+        countdown: float | None = None,
+        priority: Priority = Priority.NORMAL,
     ) -> None:
-        """Queue an admitted job on a pool that can run its route (hit or miss) under `settings`."""
+        """Queue an admitted job on a pool that can run its route (hit or miss) under `settings`, at its
+        priority's broker step."""
 
     def resume_route(self, job_id: uuid.UUID, route: Route, settings: Settings) -> None:
         """Queue a job whose run was interrupted (its lease lapsed) at the front of its route's queue:
@@ -91,13 +100,20 @@ class DispatcherBase(ABC):
     """The Dispatcher's methods over one `_send`: the arguments each task takes, written once.
     Subclasses say how a message is sent (CeleryDispatcher; tests.support's recording double)."""
 
-    def admit(self, job_id: uuid.UUID) -> None:
-        self._send(TaskName.ADMIT, [str(job_id)])
+    def admit(self, job_id: uuid.UUID, priority: Priority = Priority.NORMAL) -> None:
+        self._send(TaskName.ADMIT, [str(job_id)], priority=broker_step(priority))
 
     def run_route(
-        self, job_id: uuid.UUID, route: Route, settings: Settings, *, countdown: float | None = None
+        self,
+        job_id: uuid.UUID,
+        route: Route,
+        settings: Settings,
+        *,
+        countdown: float | None = None,
+        priority: Priority = Priority.NORMAL,
     ) -> None:
-        self._send(route_task(route, settings), [str(job_id)], countdown=countdown)
+        task = route_task(route, settings)
+        self._send(task, [str(job_id)], countdown=countdown, priority=broker_step(priority))
 
     def resume_route(self, job_id: uuid.UUID, route: Route, settings: Settings) -> None:
         self._send_first(route_task(route, settings), [str(job_id)])
@@ -134,9 +150,15 @@ class DispatcherBase(ABC):
 
     @abstractmethod
     def _send(
-        self, task: TaskName, args: Sequence[Any], countdown: float | None = None, queue: str | None = None
+        self,
+        task: TaskName,
+        args: Sequence[Any],
+        countdown: float | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
     ) -> None:
-        """Publish `task` with `args` on `queue` (default: the route table's queue for the task)."""
+        """Publish `task` with `args` on `queue` (default: the route table's queue for the task), at
+        kombu priority `priority` (None: the broker's default, step 0)."""
 
     def _send_first(self, task: TaskName, args: Sequence[Any]) -> None:
         """Publish `task` so that it is taken before what already waits on its queue; a broker that
@@ -158,13 +180,19 @@ class CeleryDispatcher(DispatcherBase):
         return cls(make_celery_app(settings))
 
     def _send(
-        self, task: TaskName, args: Sequence[Any], countdown: float | None = None, queue: str | None = None
+        self,
+        task: TaskName,
+        args: Sequence[Any],
+        countdown: float | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
     ) -> None:
         """Publish `task` on `queue` or the one the route table gives it, retrying the publish briefly."""
         self.celery.send_task(
             task.value,
             args=list(args),
             queue=queue or ROUTES[task].value,
+            priority=priority,
             countdown=countdown or None,  # 0 means now: no eta on the message
             retry=True,
             retry_policy=PUBLISH_RETRY_POLICY,
@@ -207,14 +235,18 @@ class AdmitPublisher:
         db = int(client.connection_pool.connection_kwargs.get("db") or 0)
         self.messages = TaskMessages(TaskName.ADMIT, db=db)
 
-    async def admit(self, job_ids: Sequence[uuid.UUID]) -> None:
-        """Queue the admission of each job (committed in Postgres as 'starting'), in this order."""
+    async def admit(self, job_ids: Sequence[uuid.UUID], priorities: Sequence[Priority] = ()) -> None:
+        """Queue the admission of each job (committed in Postgres as 'starting'), in this order, each at
+        its priority's broker step (normal when `priorities` is shorter)."""
         if not job_ids:
             return
         tasks = [(str(uuid.uuid4()), [str(job_id)]) for job_id in job_ids]
+        steps = [broker_step(p) for p in priorities] + [broker_step(Priority.NORMAL)] * len(job_ids)
         pipe = self.client.pipeline(transaction=False)
-        # LPUSH takes them in order, and a worker pops from the other end (BRPOP): first in, first out.
-        pipe.lpush(self.messages.queue, *[self.messages.message(task_id, args) for task_id, args in tasks])
+        # LPUSH takes them in order, and a worker pops from the other end (BRPOP): first in, first out;
+        # each priority step is a list of its own (kombu's Redis transport), taken step 0 first.
+        for (task_id, args), step in zip(tasks, steps, strict=False):
+            pipe.lpush(self.messages.queue_for(step), self.messages.message(task_id, args, priority=step))
         for task_id, args in tasks:  # then, as send_task does, each one's task-sent event
             pipe.publish(self.messages.event_channel, self.messages.sent_event(task_id, args))
         await pipe.execute()

@@ -28,11 +28,12 @@ from redis.backoff import ConstantBackoff
 
 from core.errors import DatabaseUnavailable
 from core.settings import Settings
+from core.vocabulary import Priority
 from db.job_intake import Outcome, PendingJob, Written, insert_jobs
 from db.jobs import NewJob
 from jobs.broker import async_broker_client
 from jobs.dispatch import AdmitPublisher
-from jobs.queues import Queue
+from jobs.queues import Queue, step_lists
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,10 @@ class JobIntake:
         if now - self._backlog_at >= BACKLOG_TTL_S:
             self._backlog_at = now
             try:
-                self._backlog = int(await self.publisher.client.llen(Queue.ADMIT.value))
+                pipe = self.publisher.client.pipeline(transaction=False)
+                for name in step_lists(Queue.ADMIT.value):  # every priority step's list
+                    pipe.llen(name)
+                self._backlog = sum(int(length) for length in await pipe.execute())
             except Exception:  # an unreachable broker is no reason to refuse work: Postgres holds it
                 self._backlog = None
         return self._backlog
@@ -125,15 +129,16 @@ class JobIntake:
     async def _write(self, jobs: list[PendingJob]) -> list[Submitted | Exception]:
         written = await self._insert(jobs)
         created = [
-            job.job_id
+            job
             for job, w in zip(jobs, written, strict=True)
             if isinstance(w, Written) and w.outcome is Outcome.CREATED
         ]
         queued = await self._publish(created)
+        created_ids = {job.job_id for job in created}
         return [
             w
             if isinstance(w, Exception)
-            else Submitted(job.job_id, w, queued=queued and job.job_id in created)
+            else Submitted(job.job_id, w, queued=queued and job.job_id in created_ids)
             for job, w in zip(jobs, written, strict=True)
         ]
 
@@ -177,14 +182,14 @@ class JobIntake:
             conn, self._conn = self._conn, None
             await conn.close()
 
-    async def _publish(self, job_ids: list[uuid.UUID]) -> bool:
-        if not job_ids:
+    async def _publish(self, jobs: list[PendingJob]) -> bool:
+        if not jobs:
             return True
         try:
-            await self.publisher.admit(job_ids)
+            await self.publisher.admit([j.job_id for j in jobs], [Priority(j.new.priority) for j in jobs])
         except Exception:  # the broker is down: the jobs stay 'starting' and the reconciler sends them
             log.warning(
-                "could not enqueue admission of %d jobs; the reconciler will", len(job_ids), exc_info=True
+                "could not enqueue admission of %d jobs; the reconciler will", len(jobs), exc_info=True
             )
             return False
         return True

@@ -123,10 +123,23 @@ def decode_queue(node: str) -> str:
     return f"{Queue.DECODE.value}.{node}"
 
 
+PRIORITY_SEP = "\x06\x16"  # kombu.transport.redis.Channel.sep
+PRIORITY_STEPS = (0, 3, 6, 9)  # kombu.transport.redis.PRIORITY_STEPS (jobs.priority maps jobs onto them)
+
+
+def step_lists(queue: str) -> list[str]:
+    """The Redis lists of one queue, a priority step each: the queue's name for step 0, name + sep +
+    step above it (kombu's Redis transport)."""
+    return [f"{queue}{PRIORITY_SEP}{step}" if step else queue for step in PRIORITY_STEPS]
+
+
 def queue_depth(client: redis.Redis, queue: Queue) -> int | None:
-    """Messages waiting in a queue (Celery's Redis transport keeps each queue as a list named after
-    it); None when the broker cannot be asked."""
+    """Messages waiting in a queue, over its priority steps' lists (step_lists); None when the broker
+    cannot be asked."""
     try:
-        return int(client.llen(queue.value))
+        pipe = client.pipeline(transaction=False)
+        for name in step_lists(queue.value):
+            pipe.llen(name)
+        return sum(int(length) for length in pipe.execute())
     except redis.RedisError:
         return None

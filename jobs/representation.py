@@ -41,6 +41,15 @@ class GenerationInput(BaseModel):
     )
     webhook: str | None
     webhook_events_filter: list[str]
+    priority: str = Field(
+        default="normal", description="low, normal or high: how soon it runs against others."
+    )
+    deadline_s: float | None = Field(
+        default=None, description="Seconds from submission it should end by; null: none."
+    )
+    on_deadline: str = Field(
+        default="best_effort", description="fail or best_effort: what its deadline asked."
+    )
 
 
 class VideoGenerationInput(GenerationInput):
@@ -267,6 +276,9 @@ def _input(job: Job) -> VideoGenerationInput | GenerationInput:
         "decode": job.decode_mode,
         "webhook": job.webhook_url,
         "webhook_events_filter": list(job.webhook_events_filter or []),
+        "priority": job.priority or "normal",
+        "deadline_s": job.deadline_s,
+        "on_deadline": job.on_deadline or "best_effort",
     }
     if job.kind == JobKind.VIDEO:
         return VideoGenerationInput(**asdict(video_params_from_row(job)), **request)

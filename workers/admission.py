@@ -8,7 +8,7 @@ import uuid
 from datetime import UTC, datetime
 
 from core import logs
-from core.vocabulary import JobStatus, Route
+from core.vocabulary import JobStatus, Priority, Route
 from db import jobs as jobs_db
 from db import stats
 from db.engine import session_scope
@@ -40,12 +40,13 @@ def _admit(context: WorkerContext, job_id: uuid.UUID) -> AdmissionDecision | Non
             return None
         if job.admitted_at is not None and job.route is not None:
             # redelivered after routing: the route task dedups
-            context.dispatcher.run_route(job_id, Route(job.route), settings)
+            context.dispatcher.run_route(job_id, Route(job.route), settings, priority=Priority(job.priority))
             return None
         logs.bind(job_id=job.id, tenant=job.tenant_id)
         waited = (datetime.now(UTC) - job.created_at).total_seconds()
         metrics.QUEUE_WAIT.labels(queue=Queue.ADMIT.value).observe(max(waited, 0.0))
         request = job_view(session, job)
+        priority = Priority(job.priority)
     timer = StageTimer()
     admitted = kind_of(request.kind).admit(context, request, timer)
     decision = admitted.decision
@@ -68,7 +69,7 @@ def _admit(context: WorkerContext, job_id: uuid.UUID) -> AdmissionDecision | Non
             stats.record_admission(session, outcome=decision.outcome, k=decision.k)
     if not recorded:  # canceled or admitted by a concurrent delivery meanwhile
         return None
-    context.dispatcher.run_route(job_id, decision.route, settings)
+    context.dispatcher.run_route(job_id, decision.route, settings, priority=priority)
     log.info(
         "admitted %s: %s k=%s similarity=%s in %s ms",
         job_id,

@@ -51,7 +51,12 @@ class Discard(DispatcherBase):
     """Sends nothing: the bench measures admission, not the broker."""
 
     def _send(
-        self, task: TaskName, args: Sequence[Any], countdown: float | None = None, queue: str | None = None
+        self,
+        task: TaskName,
+        args: Sequence[Any],
+        countdown: float | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
     ) -> None:
         pass
 

@@ -15,7 +15,7 @@ from typing import Literal
 import redis
 
 from core.settings import Settings
-from core.vocabulary import FILTER_OF_EVENT, Route, WebhookEvent
+from core.vocabulary import FILTER_OF_EVENT, Priority, Route, WebhookEvent
 from db import webhooks as webhooks_db
 from db.engine import session_scope
 from db.job_runs import find_stuck
@@ -57,9 +57,9 @@ def _reconcile(settings: Settings, dispatcher: Dispatcher, broker: redis.Redis) 
         if job.admitted and job.route is not None and job.running:  # its run was cut: first in line
             dispatcher.resume_route(job.job_id, Route(job.route), settings)
         elif job.admitted and job.route is not None:
-            dispatcher.run_route(job.job_id, Route(job.route), settings)
+            dispatcher.run_route(job.job_id, Route(job.route), settings, priority=Priority(job.priority))
         else:
-            dispatcher.admit(job.job_id)
+            dispatcher.admit(job.job_id, Priority(job.priority))
     if stuck:
         log.warning("reconciler re-enqueued %d stuck jobs", len(stuck))
     try:

@@ -32,7 +32,8 @@ from jobs.celery_app import make_celery_app
 from jobs.dispatch import CeleryDispatcher
 from jobs.intake import PING_IDLE_S, JobIntake, Submitted
 from jobs.passes.reconcile import reconcile
-from jobs.queues import Queue, TaskName
+from jobs.queues import Queue, TaskName, queue_depth
+from tests.support.queued import queued_messages
 
 pytestmark = pytest.mark.integration
 
@@ -44,8 +45,7 @@ def _create(client: TestClient, who: TenantCredentials, **body: Any) -> Any:
 
 
 def _queued(broker: redis.Redis) -> list[dict[str, Any]]:
-    raw = broker.lrange(Queue.ADMIT.value, 0, -1)
-    return [json.loads(message) for message in reversed(raw)]
+    return queued_messages(broker, Queue.ADMIT.value)
 
 
 def _without_ids(message: dict[str, Any]) -> dict[str, Any]:
@@ -93,7 +93,7 @@ def test_a_real_celery_worker_runs_the_admission(
     ):
         assert ran.wait(30), "the worker did not run the admission"
     assert admitted == [job["id"]]
-    assert broker.llen(Queue.ADMIT.value) == 0
+    assert queue_depth(broker, Queue.ADMIT) == 0
 
 
 def test_submissions_that_share_a_commit_each_get_their_job(
@@ -123,7 +123,7 @@ def test_the_inflight_limit_holds_inside_a_batch(
     assert statuses == [202] * 3 + [429] * 9
     refused = next(answer for answer in answers if answer.status_code == 429)
     assert refused.json()["type"].endswith("inflight-limit") and refused.headers["retry-after"]
-    assert broker.llen(Queue.ADMIT.value) == 3
+    assert queue_depth(broker, Queue.ADMIT) == 3
 
 
 def test_concurrent_replays_of_one_key_in_a_batch_give_one_job(
@@ -138,7 +138,7 @@ def test_concurrent_replays_of_one_key_in_a_batch_give_one_job(
         )
     assert sorted(answer.status_code for answer in answers) == [200] * 7 + [202], [a.text for a in answers]
     assert len({answer.json()["id"] for answer in answers}) == 1
-    assert broker.llen(Queue.ADMIT.value) == 1
+    assert queue_depth(broker, Queue.ADMIT) == 1
 
 
 def test_a_job_whose_message_is_lost_is_sent_by_the_reconciler(
@@ -150,7 +150,7 @@ def test_a_job_whose_message_is_lost_is_sent_by_the_reconciler(
     down = make_client(redis_url="redis://127.0.0.1:9/0")  # nothing listens there
     answer = _create(down, tenant)
     assert answer.status_code == 202  # committed: the broker's outage only delays it
-    assert broker.llen(Queue.ADMIT.value) == 0
+    assert queue_depth(broker, Queue.ADMIT) == 0
     sent = reconcile(
         api_settings.model_copy(update={"stuck_after_s": 0}), CeleryDispatcher(make_celery_app(api_settings))
     )
@@ -173,7 +173,7 @@ def test_both_paths_answer_alike(
     assert job["metrics"]["denoiser_evaluations"] == {} and job["created_at"]
     bad = _create(client, tenant, frames=4)
     assert bad.status_code == 422 and "video" in bad.json()["detail"]
-    assert broker.llen(Queue.ADMIT.value) == 1
+    assert queue_depth(broker, Queue.ADMIT) == 1
 
 
 def test_a_connection_that_postgres_dropped_is_replaced_before_use(

@@ -15,7 +15,8 @@ from core.settings import Settings
 from db.engine import session_scope
 from db.models import Job
 from db.tenants import TenantCredentials
-from jobs.queues import Queue, TaskName
+from jobs.queues import Queue, TaskName, queue_depth
+from tests.support.queued import queued_messages
 
 pytestmark = pytest.mark.integration
 
@@ -52,14 +53,17 @@ def test_create_answers_202_with_the_job_and_queues_its_admission(
         "decode": "lazy",
         "webhook": None,
         "webhook_events_filter": ["completed", "start"],
+        "priority": "normal",
+        "deadline_s": None,
+        "on_deadline": "best_effort",
     }
     assert job["output"] is None and job["error"] is None
     base = f"http://testserver/v1/generations/{job['id']}"
     assert job["urls"] == {"self": base, "cancel": f"{base}/cancel", "image": f"{base}/image"}
     assert response.headers["location"] == base
     # The admission task sits in the admit queue, naming the job.
-    assert broker.llen(Queue.ADMIT.value) == 1
-    message = json.loads(broker.lindex(Queue.ADMIT.value, 0))  # type: ignore[arg-type]
+    assert queue_depth(broker, Queue.ADMIT) == 1
+    (message,) = queued_messages(broker, Queue.ADMIT.value)
     assert message["headers"]["task"] == TaskName.ADMIT.value
     assert message["headers"]["argsrepr"] == repr([job["id"]])
 

@@ -15,7 +15,7 @@ from core.settings import Settings
 from db.engine import session_scope
 from db.models import Job
 from db.tenants import TenantCredentials
-from jobs.queues import Queue
+from jobs.queues import Queue, queue_depth
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +46,7 @@ def test_same_key_and_body_returns_the_first_job_with_200(
     assert again.json() == first.json()  # same id, same random seed
     assert again.headers["idempotent-replayed"] == "true"
     assert "idempotent-replayed" not in first.headers
-    assert broker.llen(Queue.ADMIT.value) == 1  # admitted once
+    assert queue_depth(broker, Queue.ADMIT) == 1  # admitted once
 
 
 def test_same_key_with_another_body_is_a_422_naming_the_header(
@@ -91,7 +91,7 @@ def test_concurrent_duplicates_create_one_job(
     assert sorted(r.status_code for r in responses) == [200] * 7 + [202]
     assert len({r.json()["id"] for r in responses}) == 1
     assert jobs_with_key(api_settings, who, "burst") == 1
-    assert broker.llen(Queue.ADMIT.value) == 1
+    assert queue_depth(broker, Queue.ADMIT) == 1
 
 
 def test_key_length_is_limited(client: TestClient, tenant: TenantCredentials) -> None:

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from api.deps import BACKLOG_TTL_S
 from db.tenants import TenantCredentials
-from jobs.queues import Queue
+from jobs.queues import Queue, queue_depth
 
 pytestmark = pytest.mark.integration
 
@@ -51,4 +51,4 @@ def test_a_long_admit_queue_gets_503(
     assert refused.status_code == 503
     assert refused.headers["retry-after"] == "7"
     assert refused.json()["type"] == "urn:reprise:problem:overloaded"
-    assert broker.llen(Queue.ADMIT.value) == 3  # nothing was added
+    assert queue_depth(broker, Queue.ADMIT) == 3  # nothing was added

@@ -18,7 +18,7 @@ from core.settings import Settings
 from db.engine import session_scope
 from db.models import Job
 from db.tenants import TenantCredentials
-from jobs.queues import Queue
+from jobs.queues import Queue, queue_depth
 
 pytestmark = pytest.mark.integration
 
@@ -51,13 +51,14 @@ def test_a_video_job_is_queued_like_an_image_job_with_its_frames(
         "prompt": PROMPT, "negative_prompt": None, "seed": 3, "steps": 50, "width": 64, "height": 48,
         "guidance": 7.5, "cache": "auto", "decode": "lazy", "webhook": None,
         "webhook_events_filter": ["completed", "start"], "frames": 24, "fps": 12, "noise_window": 8,
+        "priority": "normal", "deadline_s": None, "on_deadline": "best_effort",
     }  # fmt: skip
     base = f"http://testserver/v1/generations/{job['id']}"
     assert job["urls"] == {"self": base, "cancel": f"{base}/cancel", "video": f"{base}/video"}
     assert job["metrics"]["video_hit"] is None and job["metrics"]["background_entry"] is None
     stored = row(api_settings, job["id"])
     assert (stored.kind, stored.frames, stored.fps, stored.noise_window) == ("video", 24, 12, 8)
-    assert broker.llen(Queue.ADMIT.value) == 1  # the same queue, the same admission
+    assert queue_depth(broker, Queue.ADMIT) == 1  # the same queue, the same admission
 
 
 def test_a_video_job_takes_the_default_frames_rate_and_size(
@@ -104,7 +105,7 @@ def test_invalid_video_fields_are_422_problems_naming_the_field(
     problem = response.json()
     assert problem["type"] == "urn:reprise:problem:invalid-input"
     assert [(e["location"], e["field"]) for e in problem["errors"]] == [("body", field)]
-    assert broker.llen(Queue.ADMIT.value) == 0
+    assert queue_depth(broker, Queue.ADMIT) == 0
 
 
 def test_a_video_field_sent_with_an_image_kind_says_what_to_send(

@@ -17,6 +17,7 @@ class Sent(NamedTuple):
     args: tuple[Any, ...]
     countdown: float | None
     queue: str | None = None  # set when the task went to one node's queue (decode.<node>)
+    priority: int | None = None  # the kombu priority step (jobs.priority), when one was given
 
 
 class RecordingDispatcher(DispatcherBase):
@@ -27,9 +28,14 @@ class RecordingDispatcher(DispatcherBase):
         self.sent: list[Sent] = []
 
     def _send(
-        self, task: TaskName, args: Sequence[Any], countdown: float | None = None, queue: str | None = None
+        self,
+        task: TaskName,
+        args: Sequence[Any],
+        countdown: float | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
     ) -> None:
-        self.sent.append(Sent(task, tuple(args), countdown, queue))
+        self.sent.append(Sent(task, tuple(args), countdown, queue, priority))
 
     def of(self, task: TaskName) -> list[Sent]:
         """The recorded sends of one task."""

@@ -26,7 +26,7 @@ from db.models import Job
 from db.tenants import TenantCredentials, issue_key
 from jobs.celery_app import make_celery_app
 from jobs.dispatch import CeleryDispatcher
-from jobs.queues import Queue
+from jobs.queues import Queue, step_lists
 
 
 @pytest.fixture
@@ -45,9 +45,11 @@ def api_settings(db_settings: Settings, redis_url: str) -> Settings:
 def broker(redis_url: str) -> Iterator[redis.Redis]:
     """This run's Redis database, its queues emptied before and after each test."""
     client = redis.Redis.from_url(redis_url)
-    client.delete(*[queue.value for queue in Queue])
+    # every priority step's list too (kombu's Redis transport: <queue>\x06\x16<step>, jobs.priority)
+    lists = [name for queue in Queue for name in step_lists(queue.value)]
+    client.delete(*lists)
     yield client
-    client.delete(*[queue.value for queue in Queue])
+    client.delete(*lists)
     client.close()
 
 

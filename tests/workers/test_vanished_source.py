@@ -13,7 +13,7 @@ from core.vocabulary import JobStatus, Role
 from db.engine import session_scope
 from db.models import CacheEntry, Job, Tenant
 from jobs.celery_app import get_celery_app
-from jobs.queues import Queue
+from jobs.queues import Queue, queue_depth
 from workers.context import WorkerContext
 from workers.generation import reuse_job
 
@@ -53,11 +53,11 @@ def test_a_hit_whose_source_was_evicted_is_rerouted_to_the_large_pool(
     # else: the entry lives but holds no state at k = 20 (evicted one by one): SourceVanished
 
     broker = redis.Redis.from_url(get_celery_app().conf.broker_url)
-    before = broker.llen(Queue.CACHE_MISS.value)
+    before = queue_depth(broker, Queue.CACHE_MISS) or 0
     reuse_job(WorkerContext(settings, Role.SMALL), job_id)
 
     with session_scope(settings) as session:
         job = session.get_one(Job, job_id)
         assert (job.status, job.route, job.k, job.source_entry_id) == (JobStatus.STARTING, "miss", None, None)
         assert job.attempts == 0 and job.lease_owner is None  # the fallback costs no attempt
-    assert broker.llen(Queue.CACHE_MISS.value) == before + 1  # sent to the large pool
+    assert queue_depth(broker, Queue.CACHE_MISS) == before + 1  # sent to the large pool

@@ -19,7 +19,7 @@ from reprise_client.errors import (
     Unauthorized,
     WaitTimeout,
 )
-from reprise_client.models import Generation, GenerationPage, Progress, QueuePlace
+from reprise_client.models import Generation, GenerationPage, OnDeadline, Priority, Progress, QueuePlace
 from reprise_client.retry import RetryPolicy
 from reprise_client.webhooks import verify_webhook
 
@@ -35,6 +35,8 @@ __all__ = [
     "Gone",
     "InvalidRequest",
     "NotFound",
+    "OnDeadline",
+    "Priority",
     "Progress",
     "QueuePlace",
     "RateLimited",

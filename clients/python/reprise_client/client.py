@@ -30,7 +30,7 @@ import httpx
 
 from reprise_client.deliveries import AsyncWebhookDeliveries, WebhookDeliveries
 from reprise_client.errors import ConfigurationError, ConnectionFailed, WaitTimeout, api_error
-from reprise_client.models import Generation, GenerationPage
+from reprise_client.models import Generation, GenerationPage, OnDeadline, Priority
 from reprise_client.retry import Attempts, RetryPolicy, parse_retry_after
 from reprise_client.sse import ServerEvent, aparse_events, parse_events
 
@@ -190,16 +190,27 @@ class Client(WebhookDeliveries):
             time.sleep(pause)
 
     def create(
-        self, prompt: str, *, idempotency_key: str | None = None, wait_s: int | None = None, **params: Any
+        self,
+        prompt: str,
+        *,
+        idempotency_key: str | None = None,
+        wait_s: int | None = None,
+        priority: Priority | None = None,
+        deadline_s: float | None = None,
+        on_deadline: OnDeadline | None = None,
+        **params: Any,
     ) -> Generation:
         """Submit a job (params: negative_prompt, seed, steps, width, height, guidance, cache, decode,
         webhook, webhook_events_filter; kind="video" with frames, fps, noise_window: see create_video).
+        `priority` low/normal/high; `deadline_s` with `on_deadline="fail"` is refused at once (a 422
+        InvalidRequest, type deadline-unmet) when the server estimates it cannot be met.
         With wait_s the server answers when the job ends, or then. Without an idempotency_key a new one
         is sent, the same on every try of this call."""
+        schedule = {"priority": priority, "deadline_s": deadline_s, "on_deadline": on_deadline}
         response = self._request(
             "POST",
             "/v1/generations",
-            json=_body(prompt, params),
+            json=_body(prompt, {**params, **schedule}),
             headers=_create_headers(idempotency_key, wait_s),
         )
         return Generation.from_json(_checked(response).json())
@@ -360,12 +371,21 @@ class AsyncClient(AsyncWebhookDeliveries):
             await asyncio.sleep(pause)
 
     async def create(
-        self, prompt: str, *, idempotency_key: str | None = None, wait_s: int | None = None, **params: Any
+        self,
+        prompt: str,
+        *,
+        idempotency_key: str | None = None,
+        wait_s: int | None = None,
+        priority: Priority | None = None,
+        deadline_s: float | None = None,
+        on_deadline: OnDeadline | None = None,
+        **params: Any,
     ) -> Generation:
+        schedule = {"priority": priority, "deadline_s": deadline_s, "on_deadline": on_deadline}
         response = await self._request(
             "POST",
             "/v1/generations",
-            json=_body(prompt, params),
+            json=_body(prompt, {**params, **schedule}),
             headers=_create_headers(idempotency_key, wait_s),
         )
         return Generation.from_json(_checked(response).json())

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 TERMINAL = frozenset({"succeeded", "failed", "canceled"})
+Priority = Literal["low", "normal", "high"]  # how soon a job runs against the others waiting
+OnDeadline = Literal[
+    "fail", "best_effort"
+]  # fail: refused at once (422 deadline-unmet) when it cannot be met
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,15 @@ class Generation:
     @property
     def done(self) -> bool:
         return self.status in TERMINAL
+
+    @property
+    def priority(self) -> Priority:
+        return self.input.get("priority", "normal")  # type: ignore[no-any-return]
+
+    @property
+    def deadline_s(self) -> float | None:
+        """Seconds from submission the job was asked to end by (None: no deadline)."""
+        return self.input.get("deadline_s")
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Generation:

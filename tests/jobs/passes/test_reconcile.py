@@ -14,16 +14,19 @@ import pytest
 import redis
 
 from core.settings import Settings, load_settings
-from core.vocabulary import JobStatus, Route
+from core.vocabulary import JobStatus, Priority, Route
 from db.engine import session_scope
 from db.job_runs import utcnow
 from db.models import Job, Tenant
 from jobs.broker_contents import UNACKED, UNACKED_INDEX
 from jobs.celery_app import make_celery_app
+from jobs.celery_messages import TaskMessages
 from jobs.dispatch import CeleryDispatcher
 from jobs.passes.reconcile import reconcile
-from jobs.queues import Queue, TaskName
+from jobs.priority import broker_step
+from jobs.queues import Queue, TaskName, step_lists
 from jobs.schedule import beat_schedule
+from tests.support.queued import queued_job_ids
 
 pytestmark = pytest.mark.integration
 
@@ -44,9 +47,13 @@ def _old_job(settings: Settings, *, status: JobStatus = JobStatus.STARTING) -> u
         return job.id
 
 
+# The list a normal job's admissions wait on (kombu's priority step 3 of the admit queue, jobs.priority).
+NORMAL_ADMIT = TaskMessages(TaskName.ADMIT).queue_for(broker_step(Priority.NORMAL))
+
+
 def _admit_messages(broker: redis.Redis) -> list[str]:
-    """The job id of each admission waiting in the admit queue."""
-    raws = broker.lrange(Queue.ADMIT.value, 0, -1)
+    """The job id of each admission waiting on the normal step of the admit queue, the last sent first."""
+    raws = broker.lrange(NORMAL_ADMIT, 0, -1)
     return [json.loads(base64.b64decode(json.loads(raw)["body"]))[0][0] for raw in raws]
 
 
@@ -58,12 +65,12 @@ def test_only_jobs_whose_message_is_gone_are_sent_again(api_settings: Settings, 
     for job_id in (queued, taken_now, taken_by_the_dead, expired):
         dispatcher.admit(job_id)
     # A worker took two messages off the queue, kombu's way: into `unacked`, with the delivery time.
-    raws = broker.lrange(Queue.ADMIT.value, 0, -1)  # LPUSH: the last sent first
+    raws = broker.lrange(NORMAL_ADMIT, 0, -1)  # LPUSH: the last sent first
     by_job = dict(zip(_admit_messages(broker), raws, strict=True))
     tags = {taken_now: f"tag-{uuid.uuid4()}", taken_by_the_dead: f"tag-{uuid.uuid4()}"}
     for job_id, delivered_ago in ((taken_now, 1.0), (taken_by_the_dead, 60.0)):
         raw = by_job[str(job_id)]
-        broker.lrem(Queue.ADMIT.value, 1, raw)  # type: ignore[arg-type]  # redis-py takes bytes too
+        broker.lrem(NORMAL_ADMIT, 1, raw)  # type: ignore[arg-type]  # redis-py takes bytes too
         broker.hset(UNACKED, tags[job_id], json.dumps([json.loads(raw), "", Queue.ADMIT.value]))
         broker.zadd(UNACKED_INDEX, {tags[job_id]: time.time() - delivered_ago})
     try:
@@ -82,10 +89,9 @@ def test_only_jobs_whose_message_is_gone_are_sent_again(api_settings: Settings, 
 
 
 def _queued_jobs(broker: redis.Redis, queue: Queue) -> list[str]:
-    """The job id of each message on a queue, in the order workers take them (BRPOP: the right end
-    first)."""
-    raws = reversed(broker.lrange(queue.value, 0, -1))
-    return [json.loads(base64.b64decode(json.loads(raw)["body"]))[0][0] for raw in raws]
+    """The job id of each message on a queue, in the order workers take them (priority step 0 first;
+    BRPOP: the right end first)."""
+    return queued_job_ids(broker, queue.value)
 
 
 def test_a_run_whose_lease_lapsed_goes_to_the_front_of_its_queue(
@@ -95,7 +101,7 @@ def test_a_run_whose_lease_lapsed_goes_to_the_front_of_its_queue(
     every job that came since."""
     settings = api_settings.model_copy(update={"stuck_after_s": 20})
     dispatcher = CeleryDispatcher(make_celery_app(settings))
-    broker.delete(Queue.CACHE_MISS.value)
+    broker.delete(*step_lists(Queue.CACHE_MISS.value))
     cut = _old_job(settings, status=JobStatus.PROCESSING)
     with session_scope(settings) as session:
         job = session.get_one(Job, cut)
@@ -110,7 +116,7 @@ def test_a_run_whose_lease_lapsed_goes_to_the_front_of_its_queue(
         assert taken.index(str(cut)) < min(taken.index(str(job_id)) for job_id in backlog), taken
         assert [job for job in taken if job in map(str, backlog)] == [str(job_id) for job_id in backlog]
     finally:
-        broker.delete(Queue.CACHE_MISS.value)
+        broker.delete(*step_lists(Queue.CACHE_MISS.value))
 
 
 def test_a_broker_that_cannot_be_read_sends_every_stuck_job(
