@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from bench.run.outcomes import RequestOutcome
+from bench.run.outcomes import RequestOutcome, Served
 from bench.workload.trace import Request
 
 TERMINAL = frozenset({"succeeded", "failed", "canceled"})
@@ -36,8 +36,21 @@ def parse_time(value: Any) -> datetime | None:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
-def outcome_from_record(record: JobRecord) -> RequestOutcome:
-    """A RequestOutcome from a job object (see the module docstring for the latency)."""
+def served_by(metrics: Mapping[str, Any], *, step_cache: bool) -> Served:
+    """The stratum of a job's drop from its metrics: a hit, the cascade's light image kept, a miss run with
+    the stack's step cache (`step_cache`: the stack ran one and the request did not turn caching off), or
+    the full large model alone."""
+    if metrics.get("route") == "hit":
+        return Served.HIT
+    stage = metrics.get("cascade")
+    if stage is not None and not stage.get("escalated"):
+        return Served.LIGHT
+    return Served.STEP_CACHE if step_cache else Served.FULL
+
+
+def outcome_from_record(record: JobRecord, *, step_cache: bool = False) -> RequestOutcome:
+    """A RequestOutcome from a job object (see the module docstring for the latency); `step_cache`: the
+    stack served the replay's cached requests with its step cache (bench.live.replay.ReplayOptions)."""
     request = record.request
     job = record.job
     if job is None:
@@ -65,6 +78,7 @@ def outcome_from_record(record: JobRecord) -> RequestOutcome:
         prompt_idx=request.prompt_idx,
         status=status if status in TERMINAL else "timeout",
         hit=hit,
+        served=served_by(metrics, step_cache=step_cache and (job.get("input") or {}).get("cache") != "off"),
         k=int(metrics["k"]) if hit and metrics.get("k") is not None else None,
         similarity=float(metrics["similarity"]) if hit and metrics.get("similarity") is not None else None,
         steps=int((job.get("input") or {}).get("steps") or 0),

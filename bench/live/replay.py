@@ -74,6 +74,7 @@ class ReplayOptions:
     seed_from_index: bool = True
     fetch_images: int = 0
     quality_sample: int = 0  # judged hits audited (generated afresh, cache off) for their drop; 0: none
+    step_cache: bool = False  # the stack runs a step cache: its cached requests' misses are audited too
     video_frames: int | None = None  # video jobs of this many frames (FlexCache); None: images
     video_fps: int = 8
 
@@ -89,12 +90,15 @@ def replay_report(
     gpu_workers: int | None,
     png_bytes: float | None,
     audits: Mapping[int, float | None] | None = None,
+    step_cache: bool = False,
 ) -> BenchReport:
     """The report of a replay. The SLO base is T x large_step_ms + decode_ms from a measured costs
     file, else the median run time of this replay's misses. The judged quality of every job, and the
     drop of the hits `audits` scored afresh (record index -> score: bench.quality.replayed)."""
     outcomes, quality_source = replay_quality(
-        [outcome_from_record(r) for r in records], [r.job for r in records], audits=audits or {}
+        [outcome_from_record(r, step_cache=step_cache) for r in records],
+        [r.job for r in records],
+        audits=audits or {},
     )
     measured_full = measured_full_generation_ms(records)
     slo_base = (
@@ -391,7 +395,7 @@ def run_replay(
     audits = audit_hits(
         options.base_url,
         options.api_key,
-        [(outcome_from_record(r), r.job) for r in records],
+        [(outcome_from_record(r, step_cache=options.step_cache), r.job) for r in records],
         options.quality_sample,
         scorer=scorer,
     )
@@ -406,6 +410,7 @@ def run_replay(
         gpu_workers=gpu_workers,
         png_bytes=statistics.mean(sizes) if sizes else (float(costs.png_bytes) if costs_measured else None),
         audits=audits,
+        step_cache=options.step_cache,
     )
     elapsed_s = (datetime.now(UTC) - watch.started_at).total_seconds()
     counters = stack_decode_counters(

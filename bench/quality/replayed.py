@@ -35,11 +35,13 @@ def audit_sample(
     *,
     seed: int = AUDIT_SEED,
 ) -> list[int]:
-    """Indices of up to `sample` succeeded, judged hits, drawn uniformly at random (seeded), ascending."""
+    """Indices of up to `sample` succeeded, judged requests served with less than the full large model
+    alone (hits, kept light images, runs with the step cache: RequestOutcome.reduced), drawn uniformly at
+    random (seeded), ascending."""
     judged = [
         index
         for index, (outcome, job) in enumerate(zip(outcomes, jobs, strict=True))
-        if outcome.succeeded and outcome.hit and judged_quality(job) is not None
+        if outcome.succeeded and outcome.reduced and judged_quality(job) is not None
     ]
     if len(judged) <= sample:
         return judged
@@ -61,15 +63,16 @@ def replay_quality(
         if quality is None:
             judged.append(outcome)
             continue
-        fresh = quality if not outcome.hit else audits.get(index)
+        fresh = quality if not outcome.reduced else audits.get(index)
         judged.append(replace(outcome, quality=quality, fresh_quality=fresh))
     if all(o.quality is None for o in judged):
         return list(outcomes), None
-    done = sum(1 for index, score in audits.items() if score is not None and judged[index].hit)
-    hits = sum(1 for o in judged if o.hit and o.quality is not None and o.succeeded)
+    done = sum(1 for index, score in audits.items() if score is not None and judged[index].reduced)
+    reduced = sum(1 for o in judged if o.reduced and o.quality is not None and o.succeeded)
     source = (
         f"judged with the workers' scorer (by the workers where they decoded the image, else on the image "
-        f"read back: bench.live.judging); {done} of {hits} hits audited against a fresh generation on the "
-        f"stack (same request, cache off); drop over all requests by stratum, 95% interval: {INTERVAL_METHOD}"
+        f"read back: bench.live.judging); {done} of {reduced} requests served with less than the full model "
+        f"(hits, kept light images, step-cached runs) audited against a fresh generation on the stack (same "
+        f"request, every cache off); drop over all requests by stratum, 95% interval: {INTERVAL_METHOD}"
     )
     return judged, source

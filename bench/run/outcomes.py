@@ -20,6 +20,7 @@ import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,17 @@ from bench.run.report import AdmissionLatency, BenchReport, Latency, Quality, Sl
 from core.errors import UnknownModel
 
 SUCCEEDED = "succeeded"
+
+
+class Served(StrEnum):
+    """What served a request, the strata of its drop: the full large model alone (a miss with every step
+    a full call: it is its own fresh generation, drop 0), a hit (NIRVANA/MoDM), the cascade's light
+    image kept by the discriminator (DiffServe), or a miss run with the step cache (DeepCache/TeaCache)."""
+
+    FULL = "full"
+    HIT = "hit"
+    LIGHT = "light"
+    STEP_CACHE = "step_cache"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +63,20 @@ class RequestOutcome:
     similarity: float | None = None  # a hit's similarity to its cached entry
     quality: float | None = None  # the judge's score of the result (bench.quality)
     fresh_quality: float | None = None  # the judge's score of a fresh generation of the same prompt and seed
+    served: str = "full"  # a Served stratum: how much less than the full large model alone served it
+
+    def __post_init__(self) -> None:
+        if self.hit and self.served == Served.FULL:  # a hit is served by its cached work, whoever built it
+            object.__setattr__(self, "served", Served.HIT)
 
     @property
     def succeeded(self) -> bool:
         return self.status == SUCCEEDED
+
+    @property
+    def reduced(self) -> bool:
+        """Served with less than the full large model alone: its drop is known only by an audit."""
+        return self.served != Served.FULL
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,10 +225,10 @@ def summarize_quality(
     compared = [o for o in judged if o.fresh_quality is not None and o.quality is not None]
     hit_drops = [_drop(o) for o in compared if o.hit]
     strata = Strata(
-        hits=len(hits),
-        others=len(misses),
-        hit_drops=hit_drops,
-        other_drops=[_drop(o) for o in compared if not o.hit],
+        hits=sum(1 for o in judged if o.reduced),
+        others=sum(1 for o in judged if not o.reduced),
+        hit_drops=[_drop(o) for o in compared if o.reduced],
+        other_drops=[_drop(o) for o in compared if not o.reduced],
     )
     return Quality(
         hit_mean=float(np.mean(hits)) if hits else None,
@@ -219,12 +241,27 @@ def summarize_quality(
         source=source,
         drop_ci95=drop_interval(strata) if interval else None,
         audited=len(hit_drops),
+        by_stratum=_by_stratum(judged, compared),
         by_bin=tuple(
             by_bin(
                 (o.similarity, o.k, _drop(o)) for o in compared if o.hit and o.similarity is not None and o.k
             )
         ),
     )
+
+
+def _by_stratum(
+    judged: Sequence[RequestOutcome], compared: Sequence[RequestOutcome]
+) -> dict[str, dict[str, Any]]:
+    """Per Served stratum present: its requests, those compared with a fresh generation, their mean drop."""
+    rows: dict[str, dict[str, Any]] = {}
+    for stratum in Served:
+        drops = [_drop(o) for o in compared if o.served == stratum]
+        count = sum(1 for o in judged if o.served == stratum)
+        if count:
+            mean = float(np.mean(drops)) if drops else None
+            rows[stratum.value] = {"n": count, "compared": len(drops), "drop_mean": mean}
+    return rows
 
 
 def _drop(outcome: RequestOutcome) -> float:

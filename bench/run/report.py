@@ -117,8 +117,10 @@ class Decodes:
 class Quality:
     """The judge's quality of results (bench.quality): mean and 5th percentile over hits, mean over misses,
     and the drop against a fresh generation of the same prompt and seed: `drop_mean` over all judged
-    requests (a miss is its own fresh generation: drop 0; the hits weighed by their count, estimated
-    from the compared ones: bench.quality.drops), with `drop_ci95` its 95% bootstrap interval (None
+    requests (a miss run by the full model alone is its own fresh generation: drop 0; the requests
+    served with less (hits, the cascade's kept light images, runs with the step cache) weighed by their
+    count, estimated from the compared ones: bench.quality.drops), `by_stratum` each such stratum's
+    count, compared and mean drop, with `drop_ci95` its 95% bootstrap interval (None
     where nothing was sampled: a simulation's profile), `hit_drop_mean` over compared hits, `audited`
     the hits compared with a fresh generation, `by_bin` the compared hits' drop per (similarity bin, k).
     `source` says how it was obtained (judged images, a sample of fresh generations, or a profile)."""
@@ -134,6 +136,7 @@ class Quality:
     drop_ci95: tuple[float, float] | None = None
     audited: int = 0
     by_bin: tuple[BinDrop, ...] = ()
+    by_stratum: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # bench.run.outcomes.Served
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -147,6 +150,10 @@ class Quality:
             "compared": self.compared,
             "audited": self.audited,
             "by_bin": [row.as_json() for row in self.by_bin],
+            "by_stratum": {
+                name: {**row, "drop_mean": _round(row.get("drop_mean"))}
+                for name, row in self.by_stratum.items()
+            },
             "source": self.source,
         }
 

@@ -4,6 +4,7 @@ uniform sample of audited hits, and the simulator's quality model refitted from 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -95,7 +96,11 @@ def test_replay_quality_compares_audited_hits_and_misses_only() -> None:
     jobs = [_job(0.5), _job(0.6), _job(0.8), _job(0.7)]
     judged, source = replay_quality(outcomes, jobs, audits={0: 0.9, 3: None})  # 3's audit failed
     assert [o.fresh_quality for o in judged] == [0.9, None, 0.8, None]
-    assert source is not None and "1 of 3 hits audited" in source and "bootstrap" in source
+    assert (
+        source is not None
+        and "1 of 3 requests served with less than the full model" in source
+        and "bootstrap" in source
+    )
     quality = summarize_quality(judged, source)
     assert quality is not None and quality.audited == 1
     assert quality.drop_mean == pytest.approx(0.75 * 0.4)
@@ -148,3 +153,25 @@ def test_the_simulator_predicts_a_refitted_drop(tmp_path: Path) -> None:
 def test_a_replay_without_bins_cannot_refit(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="quality-sample"):
         live_drops(_replay_json(tmp_path, []))
+
+
+def test_light_images_kept_and_step_cached_runs_are_audited_and_weigh_in_the_drop_by_stratum() -> None:
+    from bench.live.records import served_by
+    from bench.run.outcomes import Served
+
+    assert served_by({"route": "hit"}, step_cache=True) is Served.HIT
+    assert served_by({"route": "miss", "cascade": {"escalated": False}}, step_cache=False) is Served.LIGHT
+    assert served_by({"route": "miss", "cascade": {"escalated": True}}, step_cache=False) is Served.FULL
+    assert served_by({"route": "miss"}, step_cache=True) is Served.STEP_CACHE
+    light = replace(_miss(1), served=Served.LIGHT)
+    cached = replace(_miss(2), served=Served.STEP_CACHE)
+    outcomes = [_hit(0), light, cached, _miss(3)]
+    assert audit_sample(outcomes, [_job(0.5)] * 4, 10) == [0, 1, 2]  # every reduced one; the full miss not
+    judged, source = replay_quality(outcomes, [_job(0.5)] * 4, audits={0: 0.6, 1: 0.7, 2: 0.5})
+    quality = summarize_quality(judged, source)
+    assert quality is not None
+    # Three of four requests reduced, their drops 0.1, 0.2, 0.0; the full miss drops nothing.
+    assert quality.drop_mean == pytest.approx(3 / 4 * (0.1 + 0.2 + 0.0) / 3)
+    assert quality.by_stratum["light"] == {"n": 1, "compared": 1, "drop_mean": pytest.approx(0.2)}
+    assert quality.by_stratum["step_cache"]["drop_mean"] == pytest.approx(0.0)
+    assert quality.by_stratum["full"] == {"n": 1, "compared": 1, "drop_mean": 0.0}
