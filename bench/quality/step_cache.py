@@ -112,6 +112,31 @@ def sweep(
     return {"default": choose_default(runs), "runs": runs, "steps": settings.steps, "seed": seed}
 
 
+def sweep_models(
+    settings: Settings,
+    setups: Sequence[str],
+    models: Sequence[str],
+    *,
+    prompts: int,
+    seed: int,
+    jobs: int = 1,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """`sweep`, each model in its own process when jobs > 1 (its figures are CPU seconds, so models
+    measured side by side do not slow each other's); the default chosen over them all."""
+    if jobs <= 1 or len(models) == 1:
+        return sweep(settings, setups, models, prompts=prompts, seed=seed, log=log)
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    with ProcessPoolExecutor(min(jobs, len(models)), mp_context=get_context("spawn")) as pool:
+        parts = [pool.submit(sweep, settings, setups, [m], prompts=prompts, seed=seed) for m in models]
+        runs = [run for part in parts for run in part.result()["runs"]]
+    for run in runs:
+        log(f"{run['model']} {run['setting']}: {run['images_per_s']:.2f} images/s, drop {run['drop']:+.4f}")
+    return {"default": choose_default(runs), "runs": runs, "steps": settings.steps, "seed": seed}
+
+
 def choose_default(runs: Sequence[dict[str, Any]]) -> str:
     """The fastest setting (least speedup over the models) whose drop and interval's upper bound are
     within DROP_BUDGET on every model; `off` when none is."""

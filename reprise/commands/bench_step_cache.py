@@ -23,13 +23,14 @@ def step_cache_command(
     prompts: int = typer.Option(500, "--prompts", min=2, help="Lab prompts per setting and model."),
     seed: int = typer.Option(1, "--seed", help="Seed of the prompts."),
     json_path: Path | None = typer.Option(None, "--json", help="Write the sweep to this JSON file."),
+    jobs: int = typer.Option(1, "--jobs", min=1, help="Models swept in parallel processes."),
     fit: str | None = typer.Option(
         None, "--fit", help="Instead: fit TeaCache's rescaling polynomial on this lab model (lab:large)."
     ),
 ) -> None:
     """Sweep step cache settings on the lab (images/s against the judge's drop, per model) and name the
     default; or, with --fit, fit TeaCache's polynomial on a model."""
-    from bench.quality.step_cache import fit_teacache, sweep
+    from bench.quality.step_cache import fit_teacache, sweep_models
     from core.step_cache import parse_step_cache
 
     settings = get_settings()
@@ -42,7 +43,7 @@ def step_cache_command(
             return
         setups = [str(parse_step_cache(s)) for s in settings_list.split(",") if s.strip()]
         names = [m.strip() for m in models.split(",") if m.strip()]
-        report = sweep(settings, setups, names, prompts=prompts, seed=seed, log=typer.echo)
+        report = sweep_models(settings, setups, names, prompts=prompts, seed=seed, jobs=jobs, log=typer.echo)
     except ValueError as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from error
