@@ -72,10 +72,7 @@ def opened(stored: str, keys: Sequence[bytes]) -> str:
 
 def resealed(stored: str, keys: Sequence[bytes]) -> str:
     """A stored value encrypted again with the first key (a clear one encrypted for the first time)."""
-    if not is_sealed(stored):
-        return seal(stored, keys)
-    token = _box(keys).rotate(stored.removeprefix(CIPHER_PREFIX).encode())
-    return CIPHER_PREFIX + token.decode("ascii")
+    return seal(opened(stored, keys), keys)
 
 
 class EncryptedSecret(TypeDecorator[str]):

@@ -22,6 +22,7 @@ from db.tenants import create_tenant
 from db.webhooks import signing_secrets
 from jobs.webhooks import signature_headers, verify
 from reprise.cli import app
+from tests.conftest import fresh_database
 
 OLD_TEXT, NEW_TEXT = "an-old-key-of-32-characters-or-more", "a-new-key-of-32-characters-or-more"
 OLD, NEW = fernet_key(OLD_TEXT.encode()), fernet_key(NEW_TEXT.encode())
@@ -64,9 +65,8 @@ def _stored(settings: Settings, tenant_id: uuid.UUID) -> tuple[str, str | None]:
 
 
 @pytest.mark.integration
-def test_the_table_holds_no_secret_and_deliveries_still_verify(
-    db_settings: Settings, process_keys: None
-) -> None:
+def test_the_table_holds_no_secret_and_deliveries_still_verify(db_settings: Settings) -> None:
+    """Under this process's own keys (the settings'), as every other test of the session reads them."""
     with session_scope(db_settings) as session:
         tenant = create_tenant(session=session, name=f"sealed-{uuid.uuid4().hex[:8]}")
         tenant_id, first = tenant.id, tenant.webhook_secret
@@ -89,8 +89,19 @@ def test_the_table_holds_no_secret_and_deliveries_still_verify(
 
 @pytest.mark.integration
 def test_a_key_rotation_reencrypts_every_row(
-    db_settings: Settings, process_keys: None, monkeypatch: pytest.MonkeyPatch
+    service_settings: Settings, process_keys: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """On a database of its own: every tenant of it is re-encrypted, under keys no other test uses."""
+    with fresh_database(service_settings) as db_settings:
+        _rotate_keys(db_settings, monkeypatch)
+
+
+def test_a_secret_under_a_key_left_out_is_refused_with_the_fix() -> None:
+    with pytest.raises(SettingsError, match="REPRISE_WEBHOOK_SECRET_KEYS"):
+        resealed(seal(SECRET, [OLD]), [NEW])  # the old key dropped before `reprise keys reencrypt`
+
+
+def _rotate_keys(db_settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     with session_scope(db_settings) as session:
         tenant = create_tenant(session=session, name=f"rotated-{uuid.uuid4().hex[:8]}")
         tenant_id, secret = tenant.id, tenant.webhook_secret
