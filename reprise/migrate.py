@@ -16,6 +16,7 @@ from sqlalchemy.exc import DBAPIError
 
 import migrations
 from core.errors import EmbeddingDimensionMismatch
+from core.server_keys import webhook_secret_keys
 from core.settings import Settings
 from db.engine import engine_for
 
@@ -26,6 +27,7 @@ def alembic_config(settings: Settings) -> Config:
     config.set_main_option("sqlalchemy.url", settings.sqlalchemy_url.replace("%", "%%"))
     config.attributes["text_embedding_dim"] = settings.text_embedding_dim
     config.attributes["image_embedding_dim"] = settings.image_embedding_dim
+    config.attributes["webhook_secret_keys"] = webhook_secret_keys(settings)  # to encrypt webhook secrets
     return config
 
 
