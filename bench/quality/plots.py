@@ -32,3 +32,33 @@ def plot_profile(result: dict[str, Any], path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def plot_step_cache(report: dict[str, Any], path: Path) -> Path:
+    """`reprise bench step-cache`'s curve: speedup against the judge's drop (95% interval), per model."""
+    fig, axis = plt.subplots(figsize=(6, 4))
+    models = sorted({run["model"] for run in report["runs"]})
+    for model in models:
+        runs = sorted((r for r in report["runs"] if r["model"] == model), key=lambda r: r["speedup"])
+        xs = [r["speedup"] for r in runs]
+        ys = [r["drop"] for r in runs]
+        errors = [
+            [r["drop"] - r["drop_ci95"][0] for r in runs],
+            [r["drop_ci95"][1] - r["drop"] for r in runs],
+        ]
+        axis.errorbar(xs, ys, yerr=errors, marker="o", capsize=3, label=model)
+        for run in runs:
+            where = (run["speedup"], run["drop"])
+            axis.annotate(run["setting"], where, fontsize=7, xytext=(3, 3), textcoords="offset points")
+    axis.axhline(0.01, color="red", linestyle="--", label="drop budget 0.01")
+    axis.set_xlabel("speedup over off (images per CPU-second)")
+    axis.set_ylabel("judged drop vs off (95% interval)")
+    axis.set_title(
+        f"step cache on the lab, {report['runs'][0]['prompts']} prompts, default {report['default']}"
+    )
+    axis.legend(fontsize=8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -24,15 +24,24 @@ def step_cache_command(
     seed: int = typer.Option(1, "--seed", help="Seed of the prompts."),
     json_path: Path | None = typer.Option(None, "--json", help="Write the sweep to this JSON file."),
     jobs: int = typer.Option(1, "--jobs", min=1, help="Models swept in parallel processes."),
+    plot: Path | None = typer.Option(None, "--plot", help="Draw the speed-quality curve to this PNG."),
+    replot: Path | None = typer.Option(None, "--from", help="Instead: draw --plot from this sweep's JSON."),
     fit: str | None = typer.Option(
         None, "--fit", help="Instead: fit TeaCache's rescaling polynomial on this lab model (lab:large)."
     ),
 ) -> None:
     """Sweep step cache settings on the lab (images/s against the judge's drop, per model) and name the
     default; or, with --fit, fit TeaCache's polynomial on a model."""
+    from bench.quality.plots import plot_step_cache
     from bench.quality.step_cache import fit_teacache, sweep_models
     from core.step_cache import parse_step_cache
 
+    if replot is not None:
+        if plot is None:
+            typer.echo("error: --from draws a plot: give --plot PATH", err=True)
+            raise typer.Exit(2)
+        typer.echo(f"wrote {plot_step_cache(json.loads(replot.read_text()), plot)}")
+        return
     settings = get_settings()
     try:
         if fit is not None:
@@ -51,3 +60,5 @@ def step_cache_command(
     if json_path is not None:
         json_path.write_text(json.dumps(report, indent=2) + "\n")
         typer.echo(f"wrote {json_path}")
+    if plot is not None:
+        typer.echo(f"wrote {plot_step_cache(report, plot)}")

@@ -48,7 +48,16 @@ def test_the_sweep_writes_its_contract_and_the_fit_is_read_by_the_runtime(tmp_pa
     out = tmp_path / "sweep.json"
     env = os.environ | {"REPRISE_DATA_DIR": str(tmp_path / "data"), "HF_HUB_OFFLINE": "1"}
     command = [sys.executable, "-m", "reprise", "bench", "step-cache", "--models", "lab:small"]
-    command += ["--settings", "deepcache:3", "--prompts", "4", "--json", str(out)]
+    command += [
+        "--settings",
+        "deepcache:3",
+        "--prompts",
+        "4",
+        "--plot",
+        str(tmp_path / "c.png"),
+        "--json",
+        str(out),
+    ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(out.read_text())
@@ -58,6 +67,7 @@ def test_the_sweep_writes_its_contract_and_the_fit_is_read_by_the_runtime(tmp_pa
     assert set(cached) >= {"model", "setting", "images_per_s", "speedup", "drop", "drop_ci95", "prompts"}
     assert cached["drop_ci95"][0] <= cached["drop"] <= cached["drop_ci95"][1]
     assert report["default"] in ("off", "deepcache:3")
+    assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     bad = subprocess.run(
         [*command[:-2], "--settings", "deepcache:1"], env=env, capture_output=True, text=True
