@@ -2,13 +2,13 @@
 cache's reuse across requests.
 
     off              every step is a full model call (the runtime as it was, bit for bit)
-    deepcache:N      DeepCache (Ma et al., CVPR'24, section 3.2, "uniform 1:N"): a full UNet call every
+    deepcache:N      DeepCache (Ma et al., CVPR'24, its "uniform 1:N"): a full UNet call every
     deepcache:N:D    N steps; in between only the shallow branch (the outermost D down and up blocks)
                      runs, on the high-level features the last full call left. D defaults to 1, the
                      paper's shallowest skip branch.
-    teacache:δ       TeaCache (Liu et al., CVPR'25, section 3.3-3.4): skip a step's model call while the
+    teacache:δ       TeaCache (Liu et al., CVPR'25): skip a step's model call while the
                      accumulated, rescaled relative change of the timestep-modulated input stays below
-                     δ, and reuse the last call's output (section 3.4's polynomial rescaling, fitted on
+                     δ, and reuse the last call's output (its polynomial rescaling, fitted on
                      the model by `reprise bench step-cache --fit`).
 
 Pure: the parse and the plan. The mechanisms are workers.runtime.step_cache.

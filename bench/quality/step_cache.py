@@ -10,7 +10,7 @@ work does not count); speedup is against `off` on the same model in the
 same run. The default is the fastest setting whose drop and its interval's upper bound are both within
 DROP_BUDGET on every model measured, `off` when none is.
 
-`--fit MODEL` fits TeaCache's rescaling polynomial (TeaCache 3.4): full runs of lab prompts record, at
+`--fit MODEL` fits TeaCache's rescaling polynomial (TeaCache's rescaling): full runs of lab prompts record, at
 every step, the relative L1 change of the timestep-modulated input and of the model's output; a
 degree-4 least-squares polynomial maps the first to the second, written to
 workers/runtime/teacache_fits.json under the model's name.
@@ -37,7 +37,7 @@ DROP_BUDGET: Final = 0.01  # the step cache's own share of the 0.02 quality targ
 GUIDANCE: Final = 7.5  # Stable Diffusion's default, as the replays request
 BATCH: Final = 8  # settings.max_batch's default: the batch a GPU worker steps
 RESAMPLES: Final = 2000
-FIT_DEGREE: Final = 4  # TeaCache 3.4 fits a 4th-order polynomial
+FIT_DEGREE: Final = 4  # TeaCache's released fits are 4th-order polynomials
 ROLES: Final = {"lab:large": Role.LARGE, "lab:small": Role.SMALL}
 
 

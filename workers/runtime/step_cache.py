@@ -27,7 +27,7 @@ from core.step_cache import StepCacheMethod, StepCachePlan, full_step_due
 from workers.runtime import unet_parts
 
 FITS = Path(__file__).with_name("teacache_fits.json")
-"""TeaCache's rescaling polynomials (section 3.4) per model, written by `reprise bench step-cache --fit`."""
+"""TeaCache's rescaling polynomials per model, written by `reprise bench step-cache --fit`."""
 
 
 Rows = tuple[torch.Tensor, ...]
@@ -104,7 +104,7 @@ class StepCache(Protocol):
 
 class DeepCache:
     """DeepCache (Ma et al., CVPR'24): a full call every N steps keeps the deep features; the steps in
-    between run the shallow branch on them (section 3.2, uniform 1:N)."""
+    between run the shallow branch on them (the paper's uniform 1:N)."""
 
     def __init__(self, plan: StepCachePlan, unet: Any) -> None:
         unet_parts.check_supported(unet, plan.depth)
@@ -142,7 +142,7 @@ class DeepCache:
 
 class TeaCache:
     """TeaCache (Liu et al., CVPR'25): skip a step's model call while the accumulated change of the
-    timestep-modulated input, rescaled by the model's fitted polynomial (section 3.4), stays below δ;
+    timestep-modulated input, rescaled by the model's fitted polynomial, stays below δ;
     the skipped step reuses the last call's output. In a UNet, whose output is not a residual of its
     input, the reused quantity is the noise prediction itself."""
 
@@ -180,7 +180,7 @@ class TeaCache:
 
 
 def relative_l1(now: torch.Tensor, before: torch.Tensor) -> float:
-    """TeaCache's distance (section 3.3): mean |now - before| over mean |before|."""
+    """TeaCache's distance, relative L1: mean |now - before| over mean |before|."""
     return float((now - before).abs().mean() / before.abs().mean().clamp_min(1e-12))
 
 

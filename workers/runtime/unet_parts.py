@@ -5,11 +5,11 @@ sample, prompt states, no ControlNet, adapter or attention mask), written out bl
 same calls in the same order, so its output equals `unet(...)` bit for bit (tests/workers/runtime/
 test_unet_parts.py) and it can stop at the points a step cache needs:
 
-- DeepCache (CVPR'24, section 3.2): with a skip branch of depth D, the "deep" features are the hidden
+- DeepCache (CVPR'24): with a skip branch of depth D, the "deep" features are the hidden
   states entering up_blocks[-D] (the output of every block below); a full call returns them, and a
   `shallow` call recomputes only conv_in, the first D down blocks (the D-th without its downsampler,
   whose output only the deep blocks read) and the last D up blocks on those features.
-- TeaCache (CVPR'25, section 3.3): the timestep-embedding-modulated input is, in a UNet, the output of
+- TeaCache (CVPR'25): the timestep-embedding-modulated input is, in a UNet, the output of
   the first ResNet, where the timestep embedding is added to the input's features (`modulated_input`).
 """
 
