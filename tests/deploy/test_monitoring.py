@@ -10,7 +10,14 @@ from typing import Any
 from tests.deploy.conftest import KUBERNETES, MONITORING, by_kind, container, objects_of
 from tests.test_dashboard import DASHBOARD
 
-WORKERS = {"reprise-admit", "reprise-large", "reprise-small", "reprise-decode", "reprise-io", "reprise-maintenance"}
+WORKERS = {
+    "reprise-admit",
+    "reprise-large",
+    "reprise-small",
+    "reprise-decode",
+    "reprise-io",
+    "reprise-maintenance",
+}
 
 
 def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
