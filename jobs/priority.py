@@ -16,11 +16,12 @@ run resumed after a lost lease is pushed at the consuming end of step 0 (jobs.di
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from core.vocabulary import PRIORITY_RANK as RANK
 from core.vocabulary import OnDeadline, Priority
 
+DEADLINE_UNMET = "deadline-unmet"  # the failure reason of a job its deadline passed before it ran
 BROKER_STEP: dict[Priority, int] = {Priority.HIGH: 0, Priority.NORMAL: 3, Priority.LOW: 6}
 
 
@@ -47,6 +48,16 @@ def check_deadline(
     return DeadlineCheck(
         refused=late and OnDeadline(on_deadline) is OnDeadline.FAIL, estimated_finish_s=estimated_finish_s
     )
+
+
+def deadline_passed(
+    *, created_at: datetime, deadline_s: float | None, on_deadline: str, now: datetime
+) -> bool:
+    """Whether a job that asked to fail on its deadline (`on_deadline: fail`) is past it already: it
+    could only end late, so it fails now with DEADLINE_UNMET rather than run."""
+    if deadline_s is None or OnDeadline(on_deadline) is not OnDeadline.FAIL:
+        return False
+    return now > created_at + timedelta(seconds=deadline_s)
 
 
 def admission_key(priority: str | None, due_at: datetime | None, arrived: int) -> tuple[int, int, float, int]:

@@ -8,18 +8,20 @@ import uuid
 from datetime import UTC, datetime
 
 from core import logs
-from core.vocabulary import JobStatus, Priority, Route
+from core.vocabulary import JobStatus, Priority, Route, WebhookEvent
 from db import jobs as jobs_db
 from db import stats
 from db.engine import session_scope
-from db.job_runs import record_admission
+from db.job_runs import finish, record_admission
 from jobs.admission import AdmissionDecision
+from jobs.priority import DEADLINE_UNMET, deadline_passed
 from jobs.queues import Queue
 from workers import metrics
 from workers.context import WorkerContext
 from workers.job import job_view
 from workers.kinds import kind_of
 from workers.kinds.base import StageTimer
+from workers.notify import notify
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +31,29 @@ def admit(context: WorkerContext, job_id: uuid.UUID) -> AdmissionDecision | None
     The job's log fields are bound for the call only: a thread of an admit pool, or a caller outside
     Celery, keeps its own context afterwards."""
     with logs.bound():
+        if _failed_late(context, job_id):
+            return None
         return _admit(context, job_id)
+
+
+def _failed_late(context: WorkerContext, job_id: uuid.UUID) -> bool:
+    """Fail a waiting job whose deadline passed before its admission, when it asked to fail on it
+    (jobs.priority.deadline_passed): it could only end late. True when the job is (now) ended so."""
+    with session_scope(context.settings) as session:
+        job = jobs_db.job_by_id(session, job_id)
+        if job is None or job.status != JobStatus.STARTING.value:
+            return False
+        now = datetime.now(UTC)
+        if not deadline_passed(
+            created_at=job.created_at, deadline_s=job.deadline_s, on_deadline=job.on_deadline, now=now
+        ):
+            return False
+        late = f"{DEADLINE_UNMET}: its deadline of {job.deadline_s} s passed before it was admitted"
+        ended = finish(session, job_id, JobStatus.FAILED, error=late)
+    if ended:
+        log.info("job %s failed: %s", job_id, late)
+        notify(context, job_id, WebhookEvent.COMPLETED)
+    return True
 
 
 def _admit(context: WorkerContext, job_id: uuid.UUID) -> AdmissionDecision | None:

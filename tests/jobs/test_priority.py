@@ -9,7 +9,7 @@ import pytest
 
 from core.vocabulary import DEFAULT_HIGH_LIMIT, OnDeadline, Priority
 from db.models import Tenant
-from jobs.priority import admission_key, broker_step, check_deadline
+from jobs.priority import admission_key, broker_step, check_deadline, deadline_passed
 
 NOW = datetime(2026, 12, 2, tzinfo=UTC)
 
@@ -63,3 +63,11 @@ def test_admission_orders_by_priority_then_earliest_deadline_then_arrival() -> N
 def test_the_tenants_high_limit_defaults_to_the_documented_cap() -> None:
     column = Tenant.__table__.c.high_limit
     assert column.default.arg == DEFAULT_HIGH_LIMIT and column.server_default.arg == str(DEFAULT_HIGH_LIMIT)
+
+
+def test_a_deadline_has_passed_only_for_a_job_that_asked_to_fail_on_it() -> None:
+    created = NOW - timedelta(seconds=30)
+    assert deadline_passed(created_at=created, deadline_s=10.0, on_deadline="fail", now=NOW)
+    assert not deadline_passed(created_at=created, deadline_s=60.0, on_deadline="fail", now=NOW)  # in time
+    assert not deadline_passed(created_at=created, deadline_s=10.0, on_deadline="best_effort", now=NOW)
+    assert not deadline_passed(created_at=created, deadline_s=None, on_deadline="fail", now=NOW)
