@@ -167,13 +167,16 @@ def read_verdicts(
     directory: Path, *, now: float, period_s: float, pid: int | None = None
 ) -> list[LivenessReport]:
     """The reports of the worker processes that run (the one of `pid` only, when given), each judged
-    stale, and so not alive, when STALE_PERIODS periods old. A report whose process is gone is removed."""
+    stale, and so not alive, when STALE_PERIODS periods old. The reports of processes that are gone are
+    removed (whichever pid was asked for)."""
     reports = []
     for path in sorted(directory.glob("*.json")):
-        if not path.stem.isdigit() or (pid is not None and int(path.stem) != pid):
+        if not path.stem.isdigit():
             continue
         if not Path(f"/proc/{path.stem}").exists():
             path.unlink(missing_ok=True)
+            continue
+        if pid is not None and int(path.stem) != pid:
             continue
         try:
             report = LivenessReport(**json.loads(path.read_text()))

@@ -80,7 +80,9 @@ def test_reports_are_read_for_running_processes_and_a_stale_one_is_a_frozen_proc
     )
     dead_pid = int(gone.stdout)
     write_report(tmp_path, LivenessReport(dead_pid, "io-1@here", now, False, "whatever"))
-    assert [report.pid for report in read_verdicts(tmp_path, now=now, period_s=5.0)] == [os.getpid()]
+    assert [report.pid for report in read_verdicts(tmp_path, now=now, period_s=5.0, pid=os.getpid())] == [
+        os.getpid()
+    ]
     assert not (tmp_path / f"{dead_pid}.json").exists()  # a report of a process that is gone is removed
     assert read_verdicts(tmp_path, now=now, period_s=5.0, pid=dead_pid) == []
 
