@@ -19,7 +19,7 @@ from dataclasses import replace
 
 from PIL import Image
 
-from core.vocabulary import DiscriminatorFeatures, Route
+from core.vocabulary import DiscriminatorFeatures, Priority, Route
 from db import cascade as cascade_db
 from db.engine import session_scope
 from jobs.policies.cascade import accepts, feature_kind_for
@@ -104,7 +104,7 @@ def _light(context: WorkerContext, job: JobView, lease: LeaseKeeper) -> None:
         return
     log.info("job %s escalated: score %s below threshold %.2f", job.id, score, threshold)
     try:
-        context.dispatcher.run_route(job.id, Route.HEAVY, context.settings)
+        context.dispatcher.run_route(job.id, Route.HEAVY, context.settings, priority=Priority(job.priority))
     except Exception:  # the row says heavy: the reconciler sends it again
         log.warning("job %s: could not queue its escalation now; the reconciler will", job.id, exc_info=True)
 

@@ -16,7 +16,7 @@ from core import logs
 from core.errors import LeaseBusy
 from core.params import GenerationParams, job_params
 from core.scopes import uses_shared_scope
-from core.vocabulary import DecodeMode, JobKind, Route, WebhookEvent
+from core.vocabulary import DecodeMode, JobKind, Priority, Route, WebhookEvent
 from db import jobs as jobs_db
 from db.engine import session_scope
 from db.job_runs import Claim, ClaimOutcome, claim_run
@@ -46,6 +46,7 @@ class JobView:
     background_entry_id: uuid.UUID | None = None  # a decoupled video hit's background source
     webhook_url: str | None = None
     webhook_events_filter: tuple[str, ...] = ()
+    priority: str = Priority.NORMAL.value  # its messages' broker step (jobs.priority)
 
     @property
     def route(self) -> str:
@@ -80,6 +81,7 @@ def job_view(session: Session, job: Job) -> JobView:
         background_entry_id=job.background_entry_id,
         webhook_url=job.webhook_url,
         webhook_events_filter=tuple(job.webhook_events_filter or ()),
+        priority=job.priority or Priority.NORMAL.value,
     )
 
 

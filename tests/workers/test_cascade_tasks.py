@@ -13,6 +13,7 @@ from core.settings import Settings
 from core.vocabulary import Allocator, JobStatus, Role, WebhookEvent
 from db.engine import session_scope
 from db.models import Job
+from jobs.priority import broker_step
 from jobs.queues import TaskName
 from tests.support.dispatch import RecordingDispatcher
 from tests.workers.conftest import make_job, make_tenant
@@ -50,7 +51,7 @@ def test_without_a_discriminator_the_light_stage_escalates_and_says_why(
 ) -> None:
     job_id = make_job(
         task_settings, make_tenant(task_settings), "a fox", steps=10, route="miss",
-        admission_outcome="cache_off", cache_mode="off", **HOOK,
+        admission_outcome="cache_off", cache_mode="off", priority="high", **HOOK,
     )  # fmt: skip
     light = cascade_context(Role.SMALL)
     light_job(light, job_id)
@@ -60,6 +61,7 @@ def test_without_a_discriminator_the_light_stage_escalates_and_says_why(
     assert "reprise cascade train" in job.cascade["reason"]
     assert sum(job.cascade["light_evals"].values()) == 3  # REPRISE_CASCADE_LIGHT_STEPS, not the job's 10
     assert [s.args[0] for s in dispatcher.of(TaskName.ESCALATE)] == [str(job_id)]
+    assert dispatcher.of(TaskName.ESCALATE)[0].priority == broker_step("high")  # its job's step
 
     light_job(light, job_id)  # the broker hands the light task out again: nothing more happens
     assert len(dispatcher.of(TaskName.ESCALATE)) == 1
