@@ -15,8 +15,14 @@ are admitted in order, and one of another shape waits until the batch has draine
 is never passed over, so no shape starves). A failure of the UNet call itself (out of memory, a broken
 model) fails every member of that step, each in its own thread; the loop then starts afresh. Whatever
 else stops the loop (a new batch that cannot be made) hands every member it holds back with the error,
-so no task thread waits on a loop that is gone (its job's lease would be renewed while it waited, and
-the job never sent again); a telemetry write that fails (a full disk) is logged and the loop goes on.
+so no task thread waits on a loop that is gone; a telemetry write that fails (a full disk) is logged and
+the loop goes on.
+
+A run's deadline and its lease are enforced here through each member's should_stop, asked before every
+step: a run past its deadline, or whose lease was lost, retires at its next step (workers.lease,
+workers.run_clock). A UNet call that never returns holds the loop itself: there the run's lease stops
+being renewed once the step has hung run_stall_s, so its job is sent to another worker, and the worker is
+not alive until it is replaced (workers.liveness).
 """
 
 from __future__ import annotations
