@@ -82,9 +82,16 @@ def test_bad_requests_on_the_openai_path_answer_in_openais_shape(
     assert native.headers["content-type"] == "application/problem+json"
 
 
+@pytest.mark.parametrize("intake", ["fast", "orm"])
 def test_n_jobs_are_made_and_the_answer_waits_for_them(
-    client: TestClient, tenant: TenantCredentials, set_job: Callable[..., None], broker: redis.Redis
+    make_client: Callable[..., TestClient],
+    tenant: TenantCredentials,
+    set_job: Callable[..., None],
+    broker: redis.Redis,
+    intake: str,
 ) -> None:
+    client = make_client(intake=intake)  # the same submission as POST /v1/generations, either intake
+
     def finish() -> None:  # as the workers would: every job of this tenant succeeds
         deadline = time.monotonic() + 10
         done: set[str] = set()
