@@ -59,6 +59,7 @@ from jobs.webhooks import (
     system_resolver,
     wants_event,
 )
+from workers.endpoint_pause import EndpointPause, paused_error
 from workers.endpoint_slots import EndpointSlots
 from workers.metrics import WEBHOOK_DEAD_LETTERS, WEBHOOK_DEFERRALS
 from workers.webhook_http import AttemptLimits, post_within
@@ -146,9 +147,10 @@ def _check(settings: Settings, url: str, resolver: Resolver) -> WebhookTarget | 
 
 def _send(
     settings: Settings, prepared: _Message, target: WebhookTarget, client: httpx.Client | None
-) -> tuple[int | None, str | None]:
+) -> tuple[int | None, str | None, bool]:
     """One attempt: sign with the send time (receivers check it against replays) and POST within the
-    attempt's deadline (workers.webhook_http). (status code or None, error or None)."""
+    attempt's deadline (workers.webhook_http). (status code or None, error or None, whether it ended
+    without an answer in time: the deadline, or a connect or read timeout)."""
     now = int(datetime.now(UTC).timestamp())
     headers = signature_headers(prepared.secrets, msg_id=prepared.msg_id, timestamp=now, body=prepared.body)
     headers |= {"content-type": "application/json", "user-agent": USER_AGENT}
@@ -156,9 +158,10 @@ def _send(
     http = client or httpx.Client(timeout=limits.step_timeout_s, follow_redirects=False, trust_env=False)
     try:
         status_code = post_within(http, target, headers, prepared.body, limits)
-        return status_code, None if is_delivered(status_code) else f"HTTP {status_code}"
+        return status_code, None if is_delivered(status_code) else f"HTTP {status_code}", False
     except httpx.HTTPError as failure:
-        return None, f"{type(failure).__name__}: {failure}"[:1000]
+        timed_out = isinstance(failure, httpx.TimeoutException)
+        return None, f"{type(failure).__name__}: {failure}"[:1000], timed_out
     finally:
         if client is None:
             http.close()
@@ -174,23 +177,27 @@ def deliver_webhook(
     resolver: Resolver = system_resolver,
     probe: bool = False,
     slots: EndpointSlots | None = None,
+    pause: EndpointPause | None = None,
 ) -> DeliveryOutcome:
     """Make delivery attempt `attempt` of a job's event, recorded before it is sent. Never raises for
     the receiver's failures: they are recorded, and `retry_in` says when to try again. A probe (the
     reconciler's try of an endpoint that failed, jobs.passes.webhook_probes) is kept only if delivered:
     failed, it leaves the message's schedule as it was. With `slots`, an endpoint whose slots are all
-    taken gets nothing now: the outcome says `busy`, and the caller queues the attempt again."""
+    taken gets nothing now: the outcome says `busy`, and the caller queues the attempt again. With
+    `pause`, an endpoint whose recent attempts went unanswered gets no request but a probe
+    (workers.endpoint_pause)."""
     # 1. Build the message, or learn there is nothing to send.
     prepared = _prepare(settings, job_id, event, attempt)
     if isinstance(prepared, str):
         log.info("webhook %s of job %s, attempt %d: skipped, %s", event, job_id, attempt, prepared)
         return DeliveryOutcome(attempt=attempt, skipped=prepared)
+    how = (client, resolver, probe, pause)
     if slots is None:
-        return _attempt(settings, prepared, job_id, event, attempt, (client, resolver, probe))
+        return _attempt(settings, prepared, job_id, event, attempt, how)
     with slots.hold(prepared.url) as taken:
         if not taken:
             return DeliveryOutcome(attempt=attempt, skipped=ENDPOINT_BUSY, busy=True, url=prepared.url)
-        return _attempt(settings, prepared, job_id, event, attempt, (client, resolver, probe))
+        return _attempt(settings, prepared, job_id, event, attempt, how)
 
 
 ENDPOINT_BUSY = "the endpoint's slots are all taken"
@@ -202,9 +209,9 @@ def _attempt(
     job_id: uuid.UUID,
     event: WebhookEvent,
     attempt: int,
-    how: tuple[httpx.Client | None, Resolver, bool],
+    how: tuple[httpx.Client | None, Resolver, bool, EndpointPause | None],
 ) -> DeliveryOutcome:
-    client, resolver, probe = how
+    client, resolver, probe, pause = how
     # 2. Claim the attempt: recorded before it is sent, once across every consumer.
     delivery_id = _claim(settings, prepared, job_id, event, attempt)
     if delivery_id is None:
@@ -218,8 +225,12 @@ def _attempt(
         checked, error = None, str(unresolved)
     if isinstance(checked, str):
         error, refused = checked, True
+    elif checked is not None and pause is not None and not probe and pause.paused(prepared.url):
+        error = paused_error(prepared.url, settings.webhook_probe_s)  # no request: the probe tries it
     elif checked is not None:
-        status_code, error = _send(settings, prepared, checked, client)
+        status_code, error, timed_out = _send(settings, prepared, checked, client)
+        if pause is not None:
+            pause.observe(prepared.url, answered=status_code is not None, timed_out=timed_out)
     # 4. Decide what comes next and record the outcome.
     delivered = status_code is not None and is_delivered(status_code)
     if probe and not delivered:
@@ -325,8 +336,13 @@ def run_delivery(
     slots = EndpointSlots(
         broker, capacity=settings.webhook_endpoint_concurrency, deadline_s=settings.webhook_attempt_deadline_s
     )
+    pause = EndpointPause(
+        broker,
+        after=settings.webhook_pause_after_timeouts,
+        ttl_s=mark_ttl_s(settings.webhook_retry_delays_s),
+    )
     outcome = deliver_webhook(
-        settings=settings, job_id=job_id, event=event, attempt=attempt, probe=probe, slots=slots
+        settings=settings, job_id=job_id, event=event, attempt=attempt, probe=probe, slots=slots, pause=pause
     )
     if outcome.busy:  # the same attempt, shortly: the endpoint's slots free as its attempts end
         WEBHOOK_DEFERRALS.inc()

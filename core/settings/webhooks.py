@@ -57,6 +57,16 @@ class WebhookSettings(BaseSettings):
         "a few seconds later rather than wait. Default 4: a quarter of REPRISE_WEBHOOK_THREADS, so three "
         "slow endpoints still leave a quarter of the pool to every other one.",
     )
+    webhook_pause_after_timeouts: int = Field(
+        3,
+        ge=0,
+        description="An endpoint whose last this many attempts in a row went unanswered (the attempt's "
+        "deadline, a connect or read timeout) is paused: it is sent nothing but the reconciler's probe "
+        "(every REPRISE_WEBHOOK_PROBE_S) until it answers; its other attempts are recorded as failed "
+        "without a request. 0: never pause. Default 3: one timeout can be a blip (a deploy, a pause "
+        "of the receiver's runtime), three in a row are 45 s of a delivery thread spent on an endpoint "
+        "that does not answer; an endpoint that answers, even 5xx, is never paused.",
+    )
     webhook_threads: int = Field(
         16,
         ge=1,

@@ -2,7 +2,8 @@
 receiver cannot stretch, a cap on the answer read; and its record (db.webhooks.claim_attempt): claimed
 before it is sent, once across concurrent consumers, counted when its worker dies mid-attempt; and the
 per-endpoint slots (workers.endpoint_slots) that defer rather than wait. Real receivers on 127.0.0.1,
-the real database and Redis."""
+the real database and Redis; and the breaker (workers.endpoint_pause) that stops sending to an endpoint
+that does not answer, but its probe."""
 
 from __future__ import annotations
 
@@ -32,8 +33,9 @@ from jobs.dispatch import CeleryDispatcher
 from jobs.policies.webhook_recovery import url_prefix
 from jobs.queues import Queue
 from jobs.webhooks import message_id
+from workers.endpoint_pause import EndpointPause
 from workers.endpoint_slots import EndpointSlots
-from workers.webhook_delivery import ENDPOINT_BUSY, deliver_webhook, run_delivery
+from workers.webhook_delivery import ENDPOINT_BUSY, DeliveryOutcome, deliver_webhook, run_delivery
 
 pytestmark = pytest.mark.integration
 
@@ -264,3 +266,37 @@ def test_an_endpoint_whose_slots_are_taken_is_deferred_not_waited_for(
     assert slots.in_use(receiver.url) == 0  # released at the block's end
     second = deliver_webhook(settings=settings, job_id=job_id, event=WebhookEvent.COMPLETED, slots=slots)
     assert second.delivered and len(receiver.requests) == 1
+
+
+def test_an_endpoint_that_keeps_timing_out_is_paused_and_probed(
+    raw_receiver: Callable[[str], RawReceiver],
+    bounded: Settings,
+    job_to: Callable[[str], uuid.UUID],
+    broker: redis.Redis,
+) -> None:
+    receiver = raw_receiver("hang")
+    settings = bounded.model_copy(update={"webhook_retry_delays_s": [0.0] * 5})
+    pause = EndpointPause(broker, after=2, ttl_s=60)
+    job_id = job_to(receiver.url)
+
+    def attempt(number: int, *, probe: bool = False) -> DeliveryOutcome:
+        return deliver_webhook(
+            settings=settings,
+            job_id=job_id,
+            event=WebhookEvent.COMPLETED,
+            attempt=number,
+            pause=pause,
+            probe=probe,
+        )
+
+    for number in (1, 2):  # two attempts cut at the deadline open the breaker
+        assert "deadline" in (attempt(number).error or "")
+    pause.observe(receiver.url, answered=False, timed_out=False)  # a refused connection counts nothing
+    third = attempt(3)
+    assert (third.error or "").startswith("paused") and third.retry_in == 0.0
+    assert len(receiver.requests) == 2  # nothing sent to the paused endpoint
+    assert [row.error for row in rows(settings, job_id)][-1] == third.error  # yet the attempt counts
+
+    receiver.mode = "ok"  # the endpoint answers again: the reconciler's probe finds it
+    assert attempt(4, probe=True).delivered and len(receiver.requests) == 3
+    assert not pause.paused(receiver.url)  # any answer closes the breaker
