@@ -135,7 +135,9 @@ def describe_validation_error(error: ValidationError) -> str:
             var = ENV_PREFIX + loc[0].upper()
             field = Settings.model_fields.get(loc[0])
             about = f" {var}: {field.description}" if field is not None and field.description else ""
-            default = f" Unset it for the default ({field.default!r})." if field is not None else ""
+            default = "" if field is None else " Unset it for the default."
+            if field is not None and field.default_factory is None:  # a factory's default is made, not named
+                default = f" Unset it for the default ({field.default!r})."
             given = (
                 "(hidden: it carries a credential)"
                 if loc[0] in CREDENTIAL_SETTINGS

@@ -113,3 +113,18 @@ def test_an_unset_video_model_is_the_model_sets_and_names_the_video_family(
     assert (lab.video_model_name, lab.video_family) == ("lab:video", "lab:video")
     assert (tiny.video_model_name, tiny.video_family) == ("tiny-video", "tiny-video")
     assert chosen.video_model_name == chosen.video_family == "ali-vilab/text-to-video-ms-1.7b"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "default"), [("capture_steps", "0", None), ("steps", "0", "(50)")]
+)
+def test_a_refused_value_names_its_variable_and_the_default_it_would_get(
+    field: str, value: str, default: str | None
+) -> None:
+    with pytest.raises(SettingsError) as caught:
+        load_settings(**{field: value})
+    message = str(caught.value)
+    assert f"REPRISE_{field.upper()}=" in message and "Unset it for the default" in message
+    assert "PydanticUndefined" not in message  # a default made by a factory is not named
+    if default is not None:
+        assert f"Unset it for the default {default}." in message
