@@ -5,7 +5,8 @@ answers pings (a failed ack through a lossy network left one idle for good), and
 while every thread but one goes on. So liveness is judged on progress (`judge`):
 - a run whose model call hung (workers.lease, workers.run_clock) makes the worker not alive, at once;
 - a worker with nothing to take (its queues empty) or no free slot (each slot runs a task, bounded by the
-  task time limit or the run's deadline) is alive;
+  task time limit or the run's deadline) is alive, unless a task has run a minute past the time limit
+  (Celery's hard limit ends a prefork child's task at it; nothing ends a threads pool's);
 - otherwise it is alive while it took or finished a task within worker_stall_s;
 - a broker that cannot be read says nothing about the worker: alive (a restart would not bring Redis
   back, and the worker rides the outage out holding its unacked tasks); its return restarts the clock.
@@ -114,16 +115,21 @@ def judge(
     free_slots: int,
     stall_s: float,
     broker_back: float = 0.0,
+    oldest_task_s: float | None = None,
+    overrun_s: float = float("inf"),
 ) -> Verdict:
     """Whether a worker is alive by its progress (the module's rule). queued: the messages waiting in the
     queues it consumes (None: the broker could not be read); free_slots: its pool's slots holding no task;
     broker_back: when the broker could last not be read. An outage restarts the clock: the consumer
     reconnects on a backoff of its own (within about 12 s of a minute-long outage, docs/operations.md)
-    and has stall_s from the broker's return to take work again."""
+    and has stall_s from the broker's return to take work again. oldest_task_s: how long its longest
+    running task has run; past overrun_s it is stuck (no pool stops a threads pool's task)."""
     if reading.hung_runs:
         return Verdict(
             False, f"{reading.hung_runs} run(s) hung in a model call for {now - reading.hung_since:.0f}s"
         )
+    if oldest_task_s is not None and oldest_task_s > overrun_s:
+        return Verdict(False, f"a task has run for {oldest_task_s:.0f}s, past the time limit")
     if queued is None:
         return Verdict(True, "the broker cannot be read: an outage is not this worker's")
     if queued == 0:

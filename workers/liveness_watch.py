@@ -33,6 +33,7 @@ from workers import liveness, role_switch
 log = logging.getLogger(__name__)
 
 EXIT_STALLED: Final = 75  # EX_TEMPFAIL: a restart may help
+OVERRUN_GRACE_S: Final = 60.0  # past the task time limit, a prefork child's task is killed well within it
 
 
 def queued_messages(client: redis.Redis, queues: Sequence[str]) -> int:
@@ -96,6 +97,7 @@ class LivenessWatch:
             queued = None
             self._broker_back = time.time()
         free_slots = int(self.consumer.pool.limit or 1) - len(state.reserved_requests)
+        started = [request.time_start for request in list(state.active_requests) if request.time_start]
         return liveness.judge(
             liveness.pulse().reading(),
             now=time.time(),
@@ -103,6 +105,8 @@ class LivenessWatch:
             free_slots=free_slots,
             stall_s=self.settings.worker_stall_s,
             broker_back=self._broker_back,
+            oldest_task_s=time.time() - min(started) if started else None,
+            overrun_s=self.settings.task_time_limit_s + OVERRUN_GRACE_S,
         )
 
     def _exit(self, reason: str) -> None:

@@ -49,6 +49,19 @@ def test_the_brokers_return_gives_the_consumer_a_full_stall_period_to_reconnect(
     assert not still.alive and "46s" in still.reason
 
 
+def test_a_task_running_a_minute_past_the_time_limit_makes_a_busy_worker_not_alive() -> None:
+    """Every slot busy is alive while the tasks are within their limit; a threads pool stops none."""
+    busy = _reading(taken=0.0)
+    within = judge(
+        busy, now=1000.0, queued=5, free_slots=0, stall_s=STALL_S, oldest_task_s=900.0, overrun_s=960.0
+    )
+    assert within.alive
+    stuck = judge(
+        busy, now=1000.0, queued=None, free_slots=0, stall_s=STALL_S, oldest_task_s=961.0, overrun_s=960.0
+    )
+    assert not stuck.alive and "past the time limit" in stuck.reason
+
+
 def test_a_hung_model_call_makes_the_worker_not_alive_whatever_else_it_did() -> None:
     hung = judge(_reading(taken=999.0, hung_runs=1), now=1000.0, queued=0, free_slots=0, stall_s=STALL_S)
     assert not hung.alive and "hung" in hung.reason and "100s" in hung.reason
