@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import logging
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 from starlette.datastructures import URL
 
-from api.deps import BaseUrlDep, SessionDep, StateDep, TenantDep
+from api.deps import AppState, BaseUrlDep, SessionDep, StateDep, TenantDep
 from api.metrics import ENQUEUE_FAILURES
 from api.problems import Problem
 from api.routing import ReleasingRoute
@@ -84,6 +84,7 @@ def _cursor(text: str) -> int:
 def list_webhook_deliveries(
     tenant: TenantDep,
     session: SessionDep,
+    state: StateDep,
     base: BaseUrlDep,
     status: Annotated[DeliveryStatus | None, Query(description="Only deliveries in this status.")] = None,
     generation: Annotated[uuid.UUID | None, Query(description="Only this generation's deliveries.")] = None,
@@ -101,6 +102,7 @@ def list_webhook_deliveries(
         job_id=generation,
         limit=limit,
         before=_cursor(cursor) if cursor is not None else None,
+        in_flight_since=_in_flight_since(state),
     )
     next_url = None
     if page.next_cursor is not None:
@@ -114,9 +116,11 @@ def list_webhook_deliveries(
 
 
 @router.get("/{delivery_id}", responses=problem_responses(401, 404))
-def get_webhook_delivery(delivery_id: str, tenant: TenantDep, session: SessionDep) -> WebhookDelivery:
+def get_webhook_delivery(
+    delivery_id: str, tenant: TenantDep, session: SessionDep, state: StateDep
+) -> WebhookDelivery:
     """One of your webhook deliveries."""
-    return _delivery(_load(session, tenant, delivery_id))
+    return _delivery(_load(session, tenant, delivery_id, state))
 
 
 @router.post("/{delivery_id}/redeliver", status_code=202, responses=problem_responses(401, 404, 409, 503))
@@ -125,7 +129,7 @@ def redeliver_webhook_delivery(
 ) -> Redelivery:
     """Send a failed delivery again: one more attempt, signed afresh, with the same webhook-id (a
     receiver that saw it already deduplicates). 409 unless the delivery failed."""
-    view = _load(session, tenant, delivery_id)
+    view = _load(session, tenant, delivery_id, state)
     if view.status is not DeliveryStatus.FAILED:
         raise Problem(
             409,
@@ -159,7 +163,12 @@ def redeliver_webhook_deliveries(
     if end <= since:
         raise Problem(422, "until must be after since", slug="invalid-input")
     failed = deliveries_db.failed_between(
-        session, tenant_id=tenant.id, since=since, until=end, limit=RANGE_LIMIT + 1
+        session,
+        tenant_id=tenant.id,
+        since=since,
+        until=end,
+        limit=RANGE_LIMIT + 1,
+        in_flight_since=_in_flight_since(state),
     )
     chosen = [
         view for view in failed[:RANGE_LIMIT] if not url_gone(session, tenant_id=tenant.id, url=view.url)
@@ -169,8 +178,19 @@ def redeliver_webhook_deliveries(
     return Redelivery(ids=[view.message_id for view in chosen], more=len(failed) > RANGE_LIMIT)
 
 
-def _load(session: SessionDep, tenant: Tenant, delivery_id: str) -> DeliveryView:
-    view = deliveries_db.delivery_of(session, tenant_id=tenant.id, message_id=delivery_id)
+IN_FLIGHT_MARGIN_S = 30.0  # past the attempt's deadline: recording its outcome, a slow commit
+
+
+def _in_flight_since(state: AppState) -> datetime:
+    """Attempts claimed after this without an outcome are still running; older ones were cut short."""
+    window = state.settings.webhook_attempt_deadline_s + IN_FLIGHT_MARGIN_S
+    return datetime.now(UTC) - timedelta(seconds=window)
+
+
+def _load(session: SessionDep, tenant: Tenant, delivery_id: str, state: AppState) -> DeliveryView:
+    view = deliveries_db.delivery_of(
+        session, tenant_id=tenant.id, message_id=delivery_id, in_flight_since=_in_flight_since(state)
+    )
     if view is None:
         raise Problem(404, f"no webhook delivery {delivery_id}", slug="not-found")
     return view

@@ -24,6 +24,7 @@ from db.engine import session_scope
 from db.jobs import NewJob, create_job
 from db.models import Tenant
 from db.tenants import TenantCredentials
+from db.webhooks import claim_attempt, finish_attempt
 from jobs.queues import Queue
 from jobs.webhooks import message_id
 from workers.webhook_delivery import deliver_webhook
@@ -204,3 +205,41 @@ def test_a_bad_range_is_a_problem(
 ) -> None:
     answer = client.post("/v1/webhook-deliveries/redeliver", params=params, headers=tenant.auth_headers)
     assert answer.status_code == 422 and answer.headers["content-type"] == PROBLEM
+
+
+def test_an_attempt_in_flight_or_unanswered_is_pending_not_failed(
+    client: TestClient, tenant: TenantCredentials, two_attempts: Settings
+) -> None:
+    """The last attempt of a schedule, claimed and still running, has no next attempt yet is no dead
+    letter; an attempt that got no answer (a refused connection) with a retry scheduled is pending."""
+    with session_scope(two_attempts) as session:
+        owner = session.get_one(Tenant, tenant.tenant_id)
+        new = NewJob(GenerationParams(prompt="a heron"), webhook_url="http://127.0.0.1:9/h")
+        jobs = [create_job(session=session, tenant=owner, new=new).job.id for _ in range(2)]
+    running, unanswered = (message_id(job, WebhookEvent.COMPLETED) for job in jobs)
+    with session_scope(two_attempts) as session:
+        for job, delivery, retry in ((jobs[0], running, None), (jobs[1], unanswered, datetime.now(UTC))):
+            claimed = claim_attempt(
+                session,
+                job_id=job,
+                message_id=delivery,
+                event=WebhookEvent.COMPLETED.value,
+                url="http://127.0.0.1:9/h",
+                attempt=2,
+                next_attempt_at=None,
+            )
+            assert claimed is not None
+            if delivery == unanswered:
+                finish_attempt(
+                    session,
+                    delivery_id=claimed,
+                    status_code=None,
+                    error="ConnectError",
+                    next_attempt_at=retry,
+                )
+    pending = client.get("/v1/webhook-deliveries?status=pending", headers=tenant.auth_headers).json()
+    assert {d["id"] for d in pending["results"]} == {running, unanswered}
+    failed = client.get("/v1/webhook-deliveries?status=failed", headers=tenant.auth_headers).json()
+    assert failed["results"] == []
+    refused = client.post(f"/v1/webhook-deliveries/{running}/redeliver", headers=tenant.auth_headers)
+    assert refused.status_code == 409  # not while its attempt runs
