@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -104,6 +104,12 @@ class BatchBench:
     operators_ms: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
+def _step_price(settings: Settings) -> Callable[[Sequence[float]], float]:
+    """A step cache makes steps of two costs (full calls and reusing ones): a step's price is then their
+    mean over whole runs, which a median would miss (it would be the cheap step's)."""
+    return statistics.fmean if settings.step_cache_plan.on else statistics.median
+
+
 def measure_runtime(
     settings: Settings,
     *,
@@ -147,9 +153,7 @@ def measure_runtime(
     decode_ms, decode_batch = _decodes(runtime, final, family, batch_sizes, decode_repeats)
     runtime.release()
 
-    # A step cache makes steps of two costs (full calls and reusing ones): a step's price is then their
-    # mean over whole runs, which a median would miss (it would be the cheap step's).
-    per_step = statistics.fmean if settings.step_cache_plan.on else statistics.median
+    per_step = _step_price(settings)
     return RuntimeBench(
         large_step_ms=per_step(large_steps),
         small_step_ms=per_step(small_steps),
