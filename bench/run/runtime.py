@@ -153,10 +153,9 @@ def measure_runtime(
     decode_ms, decode_batch = _decodes(runtime, final, family, batch_sizes, decode_repeats)
     runtime.release()
 
-    per_step = _step_price(settings)
     return RuntimeBench(
-        large_step_ms=per_step(large_steps),
-        small_step_ms=per_step(small_steps),
+        large_step_ms=_step_price(settings)(large_steps),
+        small_step_ms=_step_price(settings)(small_steps),
         decode_ms=statistics.median(decode_ms),
         codec_ratio=final.nbytes / final_bytes,
         entry_bytes=entry_bytes,
