@@ -11,7 +11,8 @@ cache's reuse across requests.
                      δ, and reuse the last call's output (its polynomial rescaling, fitted on
                      the model by `reprise bench step-cache --fit`).
 
-Pure: the parse and the plan. The mechanisms are workers.runtime.step_cache.
+One value applies to every model; `large=teacache:0.2,small=deepcache:5` gives each model role its own
+(a role not named runs off). Pure: the parse and the plan. The mechanisms are workers.runtime.step_cache.
 """
 
 from __future__ import annotations
@@ -48,6 +49,47 @@ class StepCachePlan:
 
 
 OFF = StepCachePlan()
+ROLES = ("large", "small")  # the model roles a GPU worker hosts (core.vocabulary.Role's model roles)
+
+
+@dataclass(frozen=True, slots=True)
+class StepCacheSetting:
+    """REPRISE_STEP_CACHE as a whole: one plan for every model, or a plan per model role (`large=...,
+    small=...`, a role not named runs off), since each model tolerates reuse to its own degree."""
+
+    plans: tuple[tuple[str, StepCachePlan], ...]
+
+    def for_role(self, role: str) -> StepCachePlan:
+        return dict(self.plans).get(role, OFF)
+
+    @property
+    def on(self) -> bool:
+        return any(plan.on for _, plan in self.plans)
+
+    def __str__(self) -> str:
+        distinct = {plan for _, plan in self.plans}
+        if len(distinct) == 1 and len(self.plans) == len(ROLES):
+            return str(next(iter(distinct)))
+        return ",".join(f"{role}={plan}" for role, plan in self.plans)
+
+
+def parse_setting(value: str) -> StepCacheSetting:
+    """A REPRISE_STEP_CACHE value: a plan for every model, or `role=plan` pairs joined by commas."""
+    if "=" not in value:
+        plan = parse_step_cache(value)
+        return StepCacheSetting(tuple((role, plan) for role in ROLES))
+    plans: dict[str, StepCachePlan] = {}
+    for part in value.split(","):
+        role, _, text = part.partition("=")
+        role = role.strip().lower()
+        if role not in ROLES or role in plans:
+            raise ValueError(
+                f"step cache {value!r}: name each of {', '.join(ROLES)} once, e.g. large=teacache:0.2"
+            )
+        plans[role] = parse_step_cache(text)
+    return StepCacheSetting(tuple((role, plans.get(role, OFF)) for role in ROLES))
+
+
 FORMS = "off, deepcache:N (N >= 2), deepcache:N:D (D >= 1 blocks), or teacache:δ (0 < δ < 1)"
 
 

@@ -198,7 +198,7 @@ def replay_main(settings: Settings, options: ReplayCliOptions) -> int:
         fetch_images=0 if options.video_frames else options.fetch_images,
         quality_sample=options.quality_sample,
         video_frames=options.video_frames,
-        step_cache=settings.step_cache_plan.on and profile.caches,
+        step_cache=settings.step_cache_setting.on and profile.caches,
     )
     embedder = {
         **configured_embedder(settings).describe,

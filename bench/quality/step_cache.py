@@ -7,8 +7,8 @@ quality of its image with the cache off minus with the setting (paired, same pro
 setting's drop is their mean with a 95% percentile-bootstrap interval. images_per_s is the prompts over
 the CPU seconds of the batched denoising and decoding (one torch thread, so a shared machine's other
 work does not count); speedup is against `off` on the same model in the
-same run. The default is the fastest setting whose drop and its interval's upper bound are both within
-DROP_BUDGET on every model measured, `off` when none is.
+same run. The default is, per model, the fastest setting whose drop and its interval's upper bound are
+both within DROP_BUDGET (`off` when none is): one value when the models agree, else `large=...,small=...`.
 
 `--fit MODEL` fits TeaCache's rescaling polynomial (TeaCache's rescaling): full runs of lab prompts record, at
 every step, the relative L1 change of the timestep-modulated input and of the model's output; a
@@ -31,6 +31,7 @@ from bench.quality.compare import lab_prompts
 from bench.quality.profile import seed_of
 from core.params import GenerationParams
 from core.settings import Settings
+from core.step_cache import parse_setting
 from core.vocabulary import Role
 
 DROP_BUDGET: Final = 0.01  # the step cache's own share of the 0.02 quality target (its issue's choice)
@@ -39,6 +40,7 @@ BATCH: Final = 8  # settings.max_batch's default: the batch a GPU worker steps
 RESAMPLES: Final = 2000
 FIT_DEGREE: Final = 4  # TeaCache's released fits are 4th-order polynomials
 ROLES: Final = {"lab:large": Role.LARGE, "lab:small": Role.SMALL}
+ROLE_NAMES: Final = {model: role.value for model, role in ROLES.items()}
 
 
 def _runtime(settings: Settings, model: str, setting: str) -> Any:
@@ -138,19 +140,18 @@ def sweep_models(
 
 
 def choose_default(runs: Sequence[dict[str, Any]]) -> str:
-    """The fastest setting (least speedup over the models) whose drop and interval's upper bound are
-    within DROP_BUDGET on every model; `off` when none is."""
-    by_setting: dict[str, list[dict[str, Any]]] = {}
-    for run in runs:
-        by_setting.setdefault(run["setting"], []).append(run)
-    models = {run["model"] for run in runs}
-    eligible = {
-        setting: min(run["speedup"] for run in rows)
-        for setting, rows in by_setting.items()
-        if {run["model"] for run in rows} == models
-        and all(run["drop"] <= DROP_BUDGET and run["drop_ci95"][1] <= DROP_BUDGET for run in rows)
-    }
-    return max(eligible, key=lambda setting: (eligible[setting], setting == "off"), default="off")
+    """Per model, the fastest setting whose drop and interval's upper bound are within DROP_BUDGET (`off`
+    when none is): one REPRISE_STEP_CACHE value when every model chose the same, else one per role."""
+    chosen: dict[str, str] = {}
+    for model in dict.fromkeys(run["model"] for run in runs):
+        eligible = [
+            run
+            for run in runs
+            if run["model"] == model and run["drop"] <= DROP_BUDGET and run["drop_ci95"][1] <= DROP_BUDGET
+        ]
+        best = max(eligible, key=lambda run: (run["speedup"], run["setting"] == "off"), default=None)
+        chosen[ROLE_NAMES[model]] = "off" if best is None else best["setting"]
+    return str(parse_setting(",".join(f"{role}={setting}" for role, setting in chosen.items())))
 
 
 class _Recorder:

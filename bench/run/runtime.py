@@ -104,10 +104,10 @@ class BatchBench:
     operators_ms: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
-def _step_price(settings: Settings) -> Callable[[Sequence[float]], float]:
+def _step_price(settings: Settings, role: Role) -> Callable[[Sequence[float]], float]:
     """A step cache makes steps of two costs (full calls and reusing ones): a step's price is then their
     mean over whole runs, which a median would miss (it would be the cheap step's)."""
-    return statistics.fmean if settings.step_cache_plan.on else statistics.median
+    return statistics.fmean if settings.step_cache_setting.for_role(role.value).on else statistics.median
 
 
 def measure_runtime(
@@ -154,8 +154,8 @@ def measure_runtime(
     runtime.release()
 
     return RuntimeBench(
-        large_step_ms=_step_price(settings)(large_steps),
-        small_step_ms=_step_price(settings)(small_steps),
+        large_step_ms=_step_price(settings, Role.LARGE)(large_steps),
+        small_step_ms=_step_price(settings, Role.SMALL)(small_steps),
         decode_ms=statistics.median(decode_ms),
         codec_ratio=final.nbytes / final_bytes,
         entry_bytes=entry_bytes,

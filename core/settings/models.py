@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode
 
 from core.schedulers import SchedulerName
-from core.step_cache import StepCachePlan, parse_step_cache
+from core.step_cache import StepCacheSetting, parse_setting
 from core.vocabulary import BUILTIN_FAMILIES, CUSTOM_FAMILY, ModelSet
 
 
@@ -56,19 +56,20 @@ class ModelSettings(BaseSettings):
         "off",
         description="Reuse inside a request's denoising (core.step_cache): off, deepcache:N[:D] (DeepCache, "
         "CVPR'24: a full UNet call every N steps, the outer D blocks between), or teacache:δ (TeaCache, "
-        "CVPR'25: skip a call while the rescaled input change stays below δ). Off by default: the lab's "
-        "sweep (docs/results/step-cache.md) is not yet the 500 prompts a default needs, and the quality "
-        "guard's audits compare against a run with the step cache on.",
+        "CVPR'25: skip a call while the rescaled input change stays below δ); one for every model, or "
+        "large=...,small=... per model role. Off by default: the lab's sweep (docs/results/step-cache.md, "
+        "500 prompts) finds large=teacache:0.2,small=deepcache:5 within 0.01 of drop, but a live replay "
+        "with it stacked on the approximate cache has not yet been judged.",
     )
 
     @field_validator("step_cache")
     @classmethod
     def _check_step_cache(cls, value: str) -> str:
-        return str(parse_step_cache(value))
+        return str(parse_setting(value))
 
     @property
-    def step_cache_plan(self) -> StepCachePlan:
-        return parse_step_cache(self.step_cache)
+    def step_cache_setting(self) -> StepCacheSetting:
+        return parse_setting(self.step_cache)
 
     @field_validator("capture_steps", mode="before")
     @classmethod

@@ -12,6 +12,7 @@ from core.errors import LatentError, RoleMismatch, SettingsError
 from core.params import Limits
 from core.schedulers import DIFFUSERS_CLASS, resume_refusal
 from core.settings import Settings
+from core.step_cache import OFF
 from core.vocabulary import GPU_ROLES, HitPolicy, Role
 from workers import metrics
 from workers.runtime.denoising import scheduler_template
@@ -58,7 +59,8 @@ class ModelHost:
             max_side=settings.max_side,
         )
         self.max_batch = settings.max_batch
-        self.step_plan = settings.step_cache_plan
+        self._step_setting = settings.step_cache_setting
+        self.step_plan = OFF  # the hosted model's plan, set by switch_role
         self.step_cache: StepCache | None = None  # made for each model hosted (workers.runtime.step_cache)
         self.device = resolve_device(settings.device)
         self.dtype = compute_dtype(self.device)
@@ -114,6 +116,7 @@ class ModelHost:
             refusal = resume_refusal(type(self._scheduler_template).__name__)
             if self._refuse_inexact_resume and refusal is not None:
                 raise SettingsError(refusal)  # REPRISE_SCHEDULER=pipeline on a model whose own cannot resume
+            self.step_plan = self._step_setting.for_role(role.value)
             try:
                 self.step_cache = make_step_cache(self.step_plan, self._pipe.unet, self._sources.name(role))
             except ValueError as error:

@@ -15,7 +15,7 @@ import torch
 from core.errors import GenerationCanceled, SettingsError
 from core.params import GenerationParams
 from core.settings import Settings, load_settings
-from core.step_cache import StepCacheMethod, StepCachePlan, full_step_due, parse_step_cache
+from core.step_cache import StepCacheMethod, StepCachePlan, full_step_due, parse_setting, parse_step_cache
 from core.vocabulary import Role
 from workers.runtime import DiffusionRuntime, GenerationResult
 from workers.runtime import step_cache as step_cache_module
@@ -56,6 +56,20 @@ def test_a_bad_setting_is_refused_naming_the_forms(text: str) -> None:
         load_settings(step_cache=text)
 
 
+def test_a_setting_per_model_role_and_one_for_all_print_back_as_given() -> None:
+    per_role = parse_setting("large=teacache:0.2, small=deepcache:5")
+    assert per_role.for_role("large") == parse_step_cache("teacache:0.2")
+    assert per_role.for_role("small") == parse_step_cache("deepcache:5")
+    assert str(per_role) == "large=teacache:0.2,small=deepcache:5" and per_role.on
+    assert str(parse_setting("small=deepcache:5")) == "large=off,small=deepcache:5"
+    assert str(parse_setting("large=off,small=off")) == "off" and not parse_setting("off").on
+    assert str(parse_setting("deepcache:3")) == "deepcache:3"
+    for bad in ("decode=deepcache:3", "large=deepcache:3,large=off", "large=deepcache:1"):
+        with pytest.raises(ValueError):
+            parse_setting(bad)
+    assert load_settings(step_cache="small=deepcache:5").step_cache == "large=off,small=deepcache:5"
+
+
 def test_deepcache_runs_a_full_call_every_n_steps_and_whenever_forced() -> None:
     plan = parse_step_cache("deepcache:3")
     assert full_step_due(plan, since_full=None, forced=False)  # a run's first step
@@ -94,6 +108,13 @@ def _results(outcomes: list[GenerationResult | GenerationCanceled]) -> list[Gene
 
 def _diff(first: Any, second: Any) -> float:
     return float(np.abs(first - second).max())
+
+
+def test_each_model_role_hosts_its_own_plan(data_dir: Path) -> None:
+    runtime = DiffusionRuntime(_settings(data_dir, "small=deepcache:3"), Role.LARGE)
+    assert runtime.step_cache is None and str(runtime.step_plan) == "off"
+    runtime.switch_role(Role.SMALL)
+    assert runtime.step_cache is not None and str(runtime.step_plan) == "deepcache:3"
 
 
 def test_with_the_step_cache_off_the_runtime_makes_none_and_runs_unbatched_at_max_batch_one(
