@@ -22,6 +22,18 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def webhook_secret_keys_of_the_stacks() -> Iterator[None]:
+    """This process seals tenants' webhook secrets under the key of the data directory the stacks it
+    starts read theirs from (core.server_keys), whatever settings a test leaves cached meanwhile."""
+    from core.server_keys import webhook_secret_keys
+    from db.secret_box import use_keys
+
+    use_keys(webhook_secret_keys(load_settings()))
+    yield
+    use_keys(None)
+
+
 def _admin_dsn(settings: Settings, dbname: str) -> str:
     url = settings.sqlalchemy_url.replace("postgresql+psycopg://", "postgresql://", 1)
     base, _, _ = url.rpartition("/")

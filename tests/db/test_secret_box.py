@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from core.errors import SettingsError
 from core.server_keys import fernet_key
 from core.settings import Settings, get_settings
+from db import secret_box
 from db.engine import engine_for, session_scope
 from db.keys import rotate_webhook_secret
 from db.secret_box import opened, resealed, seal, use_keys
@@ -31,10 +32,11 @@ SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 @pytest.fixture
 def process_keys() -> Iterator[None]:
-    """This process's keys for the test (the old one), the settings' again afterwards."""
+    """This process's keys for the test (the old one), those it had again afterwards."""
+    before = secret_box.process_keys()
     use_keys([OLD])
     yield
-    use_keys(None)
+    use_keys(before)
 
 
 def test_a_sealed_secret_opens_with_any_of_the_keys_and_no_other() -> None:

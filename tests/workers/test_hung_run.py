@@ -71,7 +71,8 @@ def _reconcile_and_claim_elsewhere(settings: Settings, job_id: uuid.UUID) -> Non
         reconcile(settings, resend, broker)
     finally:
         broker.close()
-    assert [sent.args[0] for sent in resend.of(TaskName.GENERATE)] == [str(job_id)]
+    # The session's database holds other tests' stuck jobs too: this one must be among those sent.
+    assert str(job_id) in [sent.args[0] for sent in resend.of(TaskName.GENERATE)]
     with session_scope(settings) as session:
         claim = claim_run(session, job_id, owner="another-worker", lease_s=60, max_attempts=3)
         assert claim.outcome is ClaimOutcome.CLAIMED
