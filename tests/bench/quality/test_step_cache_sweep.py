@@ -69,7 +69,7 @@ def test_the_sweep_writes_its_contract_and_the_fit_is_read_by_the_runtime(tmp_pa
     assert off["speedup"] == 1.0 and off["drop"] == 0.0 and cached["prompts"] == 4
     assert set(cached) >= {"model", "setting", "images_per_s", "speedup", "drop", "drop_ci95", "prompts"}
     assert cached["drop_ci95"][0] <= cached["drop"] <= cached["drop_ci95"][1]
-    assert report["default"] in ("off", "deepcache:3")
+    assert report["default"] in ("off", "large=off,small=deepcache:3")  # the large model was not swept
     assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     bad = subprocess.run(
