@@ -63,7 +63,8 @@ def test_replay_reports_the_contract_fields_and_hits_on_repeats(stack: Stack, tm
     assert low <= quality["drop_mean"] <= high
     assert sum(row["n"] for row in quality["by_bin"]) == 4
     assert {row["k"] for row in quality["by_bin"]} == {int(k) for k in report["k_histogram"]}
-    assert "4 of 4 hits audited" in quality["source"]
+    assert "4 of 4 requests served with less than the full model" in quality["source"]
+    assert quality["by_stratum"]["hit"]["n"] == 4 and quality["by_stratum"]["full"]["n"] == 2
     # what the stack ran, from /v1/stats, for `simulate --compare` (bench.live.stack)
     record = report["stack"]
     assert record["profile"]["name"] == "configured"
