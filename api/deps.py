@@ -4,7 +4,6 @@ AppState that create_app builds, so tests hand in their own settings, broker and
 from __future__ import annotations
 
 import asyncio
-import time
 import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -31,10 +30,8 @@ from db.engine import engine_for
 from db.models import Tenant
 from jobs.broker import async_broker_client, broker_client
 from jobs.dispatch import CeleryDispatcher, Dispatcher
-from jobs.queues import Queue, queue_depth
 from jobs.webhooks import Resolver, system_resolver
 
-BACKLOG_TTL_S = 0.25  # backpressure reacts within a quarter second, at one LLEN per period
 BROKER_TIMEOUT_S = 1.0  # the API asks Redis only cheap questions (LLEN, PING): fail fast when it is down
 
 
@@ -57,8 +54,6 @@ class AppState:
     revocations_: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, RevocationListener] = field(
         default_factory=weakref.WeakKeyDictionary, repr=False
     )
-    _backlog: int | None = field(default=None, repr=False)
-    _backlog_at: float = field(default=-BACKLOG_TTL_S, repr=False)
 
     @property
     def waiter(self) -> JobWaiter:
@@ -118,15 +113,6 @@ class AppState:
             s = self.settings
             self.rate_limiter_ = RateLimiter(self.redis, per_s=s.rate_limit_per_s, burst=s.rate_limit_burst)
         return self.rate_limiter_
-
-    def admit_backlog(self) -> int | None:
-        """The admit queue's length, asked of Redis at most every BACKLOG_TTL_S (one LLEN per request
-        would cost every submission a broker round trip for a figure that moves slowly)."""
-        now = time.monotonic()
-        if now - self._backlog_at >= BACKLOG_TTL_S:
-            self._backlog = queue_depth(self.redis, Queue.ADMIT)
-            self._backlog_at = now
-        return self._backlog
 
     @property
     def limits(self) -> Limits:

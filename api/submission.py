@@ -1,6 +1,6 @@
-"""Submitting a job (POST /v1/generations): its parameters checked, the capacity and in-flight
-limits, the row inserted and the admit task enqueued; the fast intake (jobs.intake: one insert and one
-publish, batched across concurrent submissions) or the ORM path (REPRISE_INTAKE). api.routes.generations
+"""Submitting a job (POST /v1/generations, and each job of the OpenAI-compatible create): its parameters
+checked, the capacity and in-flight limits, the row inserted and its admission queued through the intake
+(jobs.intake: one insert and one publish, batched across concurrent submissions). api.routes.generations
 holds the route; this module what it does."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ import asyncio
 import ipaddress
 import logging
 import secrets
-import uuid
 import weakref
 from dataclasses import asdict
 from urllib.parse import urlsplit
@@ -18,7 +17,7 @@ from fastapi import Request, Response
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import AppState, SessionDep
+from api.deps import AppState
 from api.metrics import ENQUEUE_FAILURES, IDEMPOTENT_REPLAYS, JOBS_CREATED, JOBS_REJECTED
 from api.problems import Problem
 from api.schemas import (
@@ -72,14 +71,6 @@ def job_params_of(body: GenerationCreate, state: AppState) -> GenerationParams:
             raise InvalidInput(f'{name} is for video jobs only: send "kind": "video" with it', field=name)
     check_params(params, state.limits)
     return params
-
-
-def check_capacity(state: AppState) -> None:
-    """503 while the admit queue is longer than REPRISE_QUEUE_DEPTH_LIMIT. An unreachable broker is
-    no reason to refuse: the job waits in Postgres for the reconciler."""
-    depth = state.admit_backlog()
-    if depth is not None and depth > state.settings.queue_depth_limit:
-        raise overloaded(state, depth)
 
 
 def overloaded(state: AppState, depth: int) -> Problem:
@@ -162,29 +153,8 @@ def new_job(
     )
 
 
-def insert_job(session: SessionDep, tenant: Tenant, state: AppState, new: jobs_db.NewJob) -> tuple[Job, bool]:
-    """Insert and commit the job under the queue's and the tenant's limits (503, 429): (job, created)."""
-    check_capacity(state)
-    try:
-        result = jobs_db.create_job(session=session, tenant=tenant, new=new)
-    except InflightLimitExceeded as error:
-        raise inflight_limited(state, error.limit) from None
-    except HighPriorityLimitExceeded as error:
-        raise high_limited(state, error.limit) from None
-    session.commit()
-    return result.job, result.created
-
-
-def enqueue_admit(state: AppState, job_id: uuid.UUID, priority: Priority) -> None:
-    try:
-        state.dispatcher.admit(job_id, priority)
-    except Exception:  # the broker is down: the job stays 'starting' and the reconciler re-enqueues it
-        ENQUEUE_FAILURES.labels("admit").inc()
-        log.warning("could not enqueue admission of job %s; the reconciler will", job_id, exc_info=True)
-
-
 def intake_of(request: Request, state: AppState) -> JobIntake:
-    """The app's fast intake on this event loop (it holds asyncio connections, which belong to one)."""
+    """The app's intake on this event loop (it holds asyncio connections, which belong to one)."""
     intakes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, JobIntake] | None = getattr(
         request.app.state, "intakes", None
     )
@@ -200,7 +170,7 @@ def intake_of(request: Request, state: AppState) -> JobIntake:
     return found
 
 
-async def submit_fast(
+async def submit_request(
     body: GenerationCreate,
     tenant: Tenant,
     session: Session,
@@ -210,8 +180,9 @@ async def submit_fast(
     idempotency_key: str | None,
     request: Request,
 ) -> Generation:
-    """The create's work on the event loop (REPRISE_INTAKE=fast, jobs.intake): one INSERT, committed with
-    the submissions beside it, then one admit message; the same answers as submit."""
+    """The create's work on the event loop (jobs.intake): one INSERT, committed with the submissions
+    beside it, then one admit message. 202 with the new job; 200 with the first job of a repeated
+    Idempotency-Key, whatever the limits say now; otherwise 503 or 429 past a limit."""
     intake = intake_of(request, state)
     # 1. Check the request before touching anything (a webhook host name is resolved off the loop).
     if body.webhook is not None and not literal_host(body.webhook):
@@ -222,10 +193,35 @@ async def submit_fast(
         await run_in_threadpool(refuse_unmeetable, new, state)
     backlog = await intake.admit_backlog()
     if backlog is not None and backlog > state.settings.queue_depth_limit:
-        raise overloaded(state, backlog)
+        replayed = await replay_of(session, tenant, new)  # a replay adds nothing to the backlog
+        if replayed is None:
+            raise overloaded(state, backlog)
+        return replay_answer(replayed, base, response)
     # 2. Insert, or find that the key was used; a replay answers with the first job whatever the limits.
+    submitted = await write(intake, tenant, new, state)
+    if submitted.outcome is not Outcome.CREATED:
+        replayed = await replay_of(session, tenant, new)
+        if replayed is None and submitted.outcome is Outcome.NO_HIGH_ROOM:
+            raise high_limited(state, tenant.high_limit)
+        if replayed is None:
+            raise inflight_limited(state, tenant.inflight_limit)
+        return replay_answer(replayed, base, response)
+    # 3. Committed, and its admission queued (or left to the reconciler).
+    JOBS_CREATED.labels(new.priority).inc()
+    job = new_job_row(submitted, tenant, new)
+    with logs.bound(job_id=job.id, tenant=tenant.id):
+        log.info("job created: %s, %d steps at %dx%d", job.kind, job.steps, job.width, job.height)
+        if not submitted.queued:
+            ENQUEUE_FAILURES.labels("admit").inc()
+    generation = generation_object(job, base_url=base)
+    response.headers["Location"] = generation.urls.self_
+    return generation
+
+
+async def write(intake: JobIntake, tenant: Tenant, new: jobs_db.NewJob, state: AppState) -> Submitted:
+    """The job written (or found refused) by the intake; 503 while Postgres cannot be reached."""
     try:
-        submitted = await intake.submit(tenant.id, new)
+        return await intake.submit(tenant.id, new)
     except DatabaseUnavailable as error:
         log.warning("could not write a job: %s", error)
         raise Problem(
@@ -234,27 +230,21 @@ async def submit_fast(
             slug="database-unavailable",
             headers={"Retry-After": str(state.settings.retry_after_s)},
         ) from None
-    if submitted.outcome is not Outcome.CREATED:
-        replayed = None
-        if idempotency_key is not None:
-            replayed = await run_in_threadpool(find_replay, session, tenant, new)
-        if replayed is None and submitted.outcome is Outcome.NO_HIGH_ROOM:
-            raise high_limited(state, tenant.high_limit)
-        if replayed is None:
-            raise inflight_limited(state, tenant.inflight_limit)
-        IDEMPOTENT_REPLAYS.inc()
-        response.status_code = 200
-        response.headers["Idempotent-Replayed"] = "true"
-        generation = generation_object(replayed, base_url=base)
-        response.headers["Location"] = generation.urls.self_
-        return generation
-    # 3. Committed, and its admission queued (or left to the reconciler).
-    JOBS_CREATED.labels(new.priority).inc()
-    job = new_job_row(submitted, tenant, new)
-    with logs.bound(job_id=job.id, tenant=tenant.id):
-        log.info("job created: %s, %d steps at %dx%d", job.kind, job.steps, job.width, job.height)
-        if not submitted.queued:
-            ENQUEUE_FAILURES.labels("admit").inc()
+
+
+async def replay_of(session: Session, tenant: Tenant, new: jobs_db.NewJob) -> Job | None:
+    """The tenant's earlier job under the request's Idempotency-Key, or None (no key, or none used);
+    422 when that key was used with another body (db.jobs.IdempotencyConflict)."""
+    if new.idempotency_key is None:
+        return None
+    return await run_in_threadpool(find_replay, session, tenant, new)
+
+
+def replay_answer(job: Job, base: str, response: Response) -> Generation:
+    """A repeated Idempotency-Key's answer: 200, the first job, marked as replayed."""
+    IDEMPOTENT_REPLAYS.inc()
+    response.status_code = 200
+    response.headers["Idempotent-Replayed"] = "true"
     generation = generation_object(job, base_url=base)
     response.headers["Location"] = generation.urls.self_
     return generation
@@ -271,6 +261,7 @@ def literal_host(url: str) -> bool:
 
 
 def find_replay(session: Session, tenant: Tenant, new: jobs_db.NewJob) -> Job | None:
+    """db.jobs.find_replay in a transaction of its own: no connection held while the request waits."""
     try:
         return jobs_db.find_replay(session=session, tenant_id=tenant.id, new=new)
     finally:
@@ -278,7 +269,7 @@ def find_replay(session: Session, tenant: Tenant, new: jobs_db.NewJob) -> Job | 
 
 
 def new_job_row(submitted: Submitted, tenant: Tenant, new: jobs_db.NewJob) -> Job:
-    """The row the fast intake inserted, as the ORM would have loaded it (its defaults filled in)."""
+    """The row the intake inserted, as the ORM would have loaded it (its defaults filled in)."""
     params = new.params
     video = isinstance(params, VideoParams)
     return Job(
@@ -305,56 +296,3 @@ def new_job_row(submitted: Submitted, tenant: Tenant, new: jobs_db.NewJob) -> Jo
         cancel_requested=False,
         created_at=submitted.written.created_at,
     )
-
-
-async def submit_request(
-    body: GenerationCreate,
-    tenant: Tenant,
-    session: Session,
-    state: AppState,
-    base: str,
-    response: Response,
-    idempotency_key: str | None,
-    request: Request,
-) -> Generation:
-    """A create through the intake the deployment runs (REPRISE_INTAKE): submit_fast or submit."""
-    if state.settings.intake == "fast":
-        return await submit_fast(body, tenant, session, state, base, response, idempotency_key, request)
-    return await run_in_threadpool(submit, body, tenant, session, state, base, response, idempotency_key)
-
-
-def submit(
-    body: GenerationCreate,
-    tenant: Tenant,
-    session: Session,
-    state: AppState,
-    base: str,
-    response: Response,
-    idempotency_key: str | None,
-) -> Generation:
-    """The create's work, in a worker thread: check, insert or replay, enqueue; ends its transaction."""
-    # 1. Check the request before touching anything.
-    new = new_job(body, tenant, state, idempotency_key)
-    refuse_unmeetable(new, state)
-    # 2. A replay answers with the first job even when we are busy now.
-    replayed = None
-    if idempotency_key is not None:
-        replayed = jobs_db.find_replay(session=session, tenant_id=tenant.id, new=new)
-    if replayed is None:
-        job, created = insert_job(session, tenant, state, new)
-    else:
-        job, created = replayed, False
-    # 3. Queue it only once it is committed, so a worker never looks for a row that is not there.
-    if created:
-        JOBS_CREATED.labels(job.priority).inc()
-        with logs.bound(job_id=job.id, tenant=tenant.id):
-            log.info("job created: %s, %d steps at %dx%d", job.kind, job.steps, job.width, job.height)
-            enqueue_admit(state, job.id, Priority(job.priority))
-    else:
-        IDEMPOTENT_REPLAYS.inc()
-        response.status_code = 200
-        response.headers["Idempotent-Replayed"] = "true"
-    generation = generation_object(job, base_url=base)
-    response.headers["Location"] = generation.urls.self_
-    session.commit()  # a replay's lookup: no connection held while the request waits
-    return generation

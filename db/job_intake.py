@@ -1,14 +1,12 @@
-"""New jobs written by the API's fast intake: one raw INSERT per job on an asyncio psycopg connection,
-a batch of them in one pipelined transaction, so that submissions that arrive together share one
-commit (and its WAL flush).
+"""New jobs written by the API's intake (jobs.intake): one raw INSERT per job on an asyncio psycopg
+connection, a batch of them in one pipelined transaction, so that submissions that arrive together share
+one commit (and its WAL flush).
 
 Each INSERT takes its tenant's row first (FOR NO KEY UPDATE, as the inflight trigger's UPDATE would) and
 inserts only while the tenant has room under its in-flight limit; a job whose Idempotency-Key the
 tenant already used is not inserted (ON CONFLICT DO NOTHING). Both are outcomes, not errors, so one
 refused job never aborts the others of its batch. Jobs are sorted by tenant, so that two API processes
 take tenants' rows in one order and never deadlock.
-
-db.jobs.create_job is the same contract through the ORM, one job a transaction (REPRISE_INTAKE=orm).
 """
 
 from __future__ import annotations

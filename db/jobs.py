@@ -1,5 +1,6 @@
-"""Jobs as the API sees them: create (idempotent, within the tenant's in-flight limit), read, list,
-cancel. Every read is scoped by tenant: another tenant's job does not exist for you.
+"""Jobs as the API sees them: what a create asks for (NewJob) and its Idempotency-Key replay, read, list,
+cancel. Every read is scoped by tenant: another tenant's job does not exist for you. The row itself is
+written by the intake (db.job_intake, on asyncio), within the tenant's in-flight limit.
 
 Functions flush but do not commit: the caller owns the transaction.
 """
@@ -13,12 +14,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from sqlalchemy import ColumnElement, case, func, select, text, tuple_, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
-from core.errors import HighPriorityLimitExceeded, InflightLimitExceeded, InvalidInput
-from core.params import GenerationParams, VideoParams, row_values
-from core.vocabulary import DecodeMode, JobKind, JobStatus, OnDeadline, Priority
+from core.errors import InvalidInput
+from core.params import GenerationParams
+from core.vocabulary import DecodeMode, JobStatus, OnDeadline, Priority
 from db.models import Job, Tenant
 
 ACTIVE_STATUSES = (JobStatus.STARTING.value, JobStatus.PROCESSING.value)
@@ -47,12 +47,6 @@ class NewJob:
     on_deadline: str = OnDeadline.BEST_EFFORT  # core.vocabulary.OnDeadline
 
 
-@dataclass(frozen=True, slots=True)
-class CreatedJob:
-    job: Job
-    created: bool  # False: an earlier job with the same Idempotency-Key
-
-
 MISS_ROUTES = ("miss", "heavy")  # a cascade's escalated miss is routed "heavy": still a miss of the cache
 
 
@@ -64,18 +58,14 @@ def _by_idempotency_key(session: Session, tenant_id: uuid.UUID, key: str) -> Job
     ).one_or_none()
 
 
-def _replay(existing: Job, new: NewJob) -> CreatedJob:
-    if existing.request_fingerprint != new.request_fingerprint:
-        raise IdempotencyConflict(new.idempotency_key or "")
-    return CreatedJob(job=existing, created=False)
-
-
 def find_replay(*, session: Session, tenant_id: uuid.UUID, new: NewJob) -> Job | None:
     """The earlier job under new.idempotency_key, or None. IdempotencyConflict if its body differed."""
     if new.idempotency_key is None:
         return None
     existing = _by_idempotency_key(session, tenant_id, new.idempotency_key)
-    return None if existing is None else _replay(existing, new).job
+    if existing is not None and existing.request_fingerprint != new.request_fingerprint:
+        raise IdempotencyConflict(new.idempotency_key)
+    return existing
 
 
 def count_active(*, session: Session, tenant_id: uuid.UUID) -> int:
@@ -88,66 +78,6 @@ def count_active(*, session: Session, tenant_id: uuid.UUID) -> int:
         )
         or 0
     )
-
-
-def create_job(*, session: Session, tenant: Tenant, new: NewJob) -> CreatedJob:
-    """Insert a 'starting' job, or return the earlier job with the same Idempotency-Key.
-
-    Raises IdempotencyConflict (same key, other body), InflightLimitExceeded and
-    HighPriorityLimitExceeded (the tenant's unfinished `high` jobs past its high_limit).
-    """
-    # 1. A replay answers with the first job whatever the limits say now.
-    replayed = find_replay(session=session, tenant_id=tenant.id, new=new)
-    if replayed is not None:
-        return CreatedJob(job=replayed, created=False)
-    # 2. Insert; a concurrent duplicate that committed first makes this a no-op, then we read its row.
-    #    The insert bumps tenants.inflight (trigger, migration 0004), locking the tenant's row until
-    #    the caller commits or rolls back: concurrent submissions of a tenant wait only for that.
-    params = new.params
-    job_id = uuid.uuid4()
-    inserted = session.scalar(
-        pg_insert(Job)
-        .values(
-            id=job_id,
-            tenant_id=tenant.id,
-            status=JobStatus.STARTING.value,
-            **row_values(params),
-            kind=JobKind.VIDEO.value if isinstance(params, VideoParams) else JobKind.IMAGE.value,
-            cache_mode=new.cache_mode,
-            decode_mode=new.decode_mode,
-            webhook_url=new.webhook_url,
-            webhook_events_filter=list(new.webhook_events_filter),
-            idempotency_key=new.idempotency_key,
-            request_fingerprint=new.request_fingerprint,
-            priority=str(new.priority),
-            deadline_s=new.deadline_s,
-            on_deadline=str(new.on_deadline),
-        )
-        .on_conflict_do_nothing(constraint="uq_jobs_tenant_idempotency_key")
-        .returning(Job)
-    )
-    if inserted is None:
-        existing = _by_idempotency_key(session, tenant.id, new.idempotency_key or "")
-        if existing is None:  # pragma: no cover - the conflicting row cannot vanish within a transaction
-            raise RuntimeError("idempotency conflict without a conflicting row")
-        return _replay(existing, new)
-    # 3. The count now includes this job; over the limit, the caller rolls back (a 429).
-    inflight = session.scalar(select(Tenant.inflight).where(Tenant.id == tenant.id)) or 0
-    if inflight > tenant.inflight_limit:
-        raise InflightLimitExceeded(tenant.inflight_limit)
-    if new.priority == Priority.HIGH and unfinished_high(session, tenant.id) > tenant.high_limit:
-        raise HighPriorityLimitExceeded(tenant.high_limit)
-    return CreatedJob(job=inserted, created=True)
-
-
-def unfinished_high(session: Session, tenant_id: uuid.UUID) -> int:
-    """The tenant's `high` jobs starting or processing (the partial index ix_jobs_high_unfinished)."""
-    query = select(func.count()).where(
-        Job.tenant_id == tenant_id,
-        Job.priority == Priority.HIGH.value,
-        Job.status.in_([JobStatus.STARTING.value, JobStatus.PROCESSING.value]),
-    )
-    return int(session.execute(query).scalar_one())
 
 
 def get_job(*, session: Session, tenant_id: uuid.UUID, job_id: uuid.UUID) -> Job | None:

@@ -7,8 +7,9 @@ because the app sends them (task_send_sent_event), the `task-sent` event that Fl
 on the `celeryev` fanout channel. No producer, connection or channel is set up per message: one costs
 two small JSON dumps.
 
-The fast intake (jobs.intake) publishes admissions with it; tests/jobs/test_celery_messages.py holds
-it to what send_task writes, and a real Celery worker consumes it.
+The API's intake (jobs.intake) publishes admissions with it, and CeleryDispatcher puts a resumed run at
+the front of its queue with it; tests/jobs/test_celery_messages.py holds it to what send_task writes, and
+a real Celery worker consumes it.
 """
 
 from __future__ import annotations

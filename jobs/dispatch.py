@@ -8,7 +8,7 @@ are written once, in DispatcherBase.
 Enqueueing is best effort: Postgres holds the job first, and the reconciler re-enqueues any job left
 'starting' too long, so a broker outage delays a job but never loses it.
 
-The API's fast intake (jobs.intake) sends its admissions through AdmitPublisher instead: on asyncio,
+The API's intake (jobs.intake) sends its admissions through AdmitPublisher instead: on asyncio,
 a batch of admit messages in one Redis round trip, the messages built as send_task builds them
 (jobs.celery_messages), so that the event loop never waits on a blocking publish.
 """

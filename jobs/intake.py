@@ -1,4 +1,4 @@
-"""The fast intake (REPRISE_INTAKE=fast): a submission is one INSERT and one admit message, on asyncio.
+"""The API's intake: a submission is one INSERT and one admit message, on asyncio.
 
 Why it batches: a job's INSERT bumps its tenant's in-flight counter (the trigger of migration 0004), so
 a tenant's submissions hold its row from the INSERT to the end of the COMMIT, WAL flush included
@@ -8,9 +8,9 @@ wait for the next one, and go together: one pipelined transaction of their INSER
 then one Redis round trip of their admit messages (jobs.dispatch.AdmitPublisher). Nothing waits on a
 timer: a lone submission is written at once.
 
-The guarantees are those of the ORM path: a job is answered only once committed; its admission is
-queued only once committed, so a worker never looks for a row that is not there; a message that cannot
-be sent leaves the job 'starting' for the reconciler (jobs.passes.reconcile) to send again.
+The guarantees: a job is answered only once committed; its admission is queued only once committed, so
+a worker never looks for a row that is not there; a message that cannot be sent leaves the job
+'starting' for the reconciler (jobs.passes.reconcile) to send again.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ CONNECT_TIMEOUT_S = 5
 # the old connection would fail (a 503 once Postgres is back, chaos `postgres`); busy, no ping is paid.
 PING_IDLE_S = 1.0
 BROKER_TIMEOUT_S = 1.0  # as the API's other broker questions: fail fast, the reconciler sends it later
-BACKLOG_TTL_S = 0.25  # the admit queue's length is asked at most this often (api.deps does the same)
+BACKLOG_TTL_S = 0.25  # the admit queue's length is asked at most this often: one LLEN per period
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,8 +2,9 @@
 {scenarios: {NAME: {accepted, succeeded, failed, lost, duplicated, recovery_s {p50, max},
 running_recovery_s {p50, max, jobs}, lost_detail, unavailable_s, five_xx, jobs, outage_s, settings, ...}},
 intake: {submit_rps, submit_ms {p50, p99}, path},
-intake_by_path: {orm: {...}, fast: {...}}}: `intake` is the stack's own API (its REPRISE_INTAKE),
-intake_by_path each intake path of the load scenario.
+intake_by_path: {fast: {...}}}: `intake` is the load scenario through the stack's API, intake_by_path the
+same keyed by its intake path (the API has one, jobs.intake; runs before it was the only one also hold
+`orm`).
 
 A scenario whose fault lasts (scenarios.OUTAGES) runs once per outage length; given more than one, its
 entries are named NAME@<seconds>s ("postgres@60s"). `jobs` is the batch asked for, `outage_s` the
@@ -32,6 +33,7 @@ from bench.chaos.load import LoadResult
 from bench.chaos.proxy import FaultProxy
 from bench.chaos.receiver import start_receiver
 from bench.chaos.scenarios import (
+    INTAKE_PATH,
     OUTAGES,
     SCENARIOS,
     ChaosOptions,
@@ -94,8 +96,7 @@ def _run_one(run: Run, name: str, report: dict[str, Any]) -> dict[str, Any]:
     if name == "load":
         results = run_load_by_intake(run)
         by_intake = {path: _intake_figures(result, run.options) for path, result in results.items()}
-        intake = run.target.settings.intake
-        report["intake"] = by_intake[intake] | {"path": intake}
+        report["intake"] = by_intake[INTAKE_PATH] | {"path": INTAKE_PATH}
         report["intake_by_path"] = by_intake
     elif name == "cancel-storm":
         run_cancel_storm(run)

@@ -12,9 +12,8 @@ job is terminal and every completed event was delivered; then it accounts (bench
 - webhook-slow, webhook-hang, webhook-huge: another tenant's receiver trickles its answer, never answers,
   or answers 100 MB for `outage_s` (bench.chaos.faults.webhooks); the bench tenant's deliveries must not
   wait on it.
-- load: intake only, many submissions from concurrent clients (the `intake` figures); then canceled.
-  Once through each intake path (REPRISE_INTAKE): the stack's own API, and beside it an API process of
-  the other path on the same services, so that one run compares them.
+- load: intake only, many submissions from concurrent clients through the stack's API (the `intake`
+  figures); then canceled.
 - cancel-storm: a batch submitted and at once canceled, concurrently; every job must end.
 """
 
@@ -24,7 +23,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -284,22 +283,15 @@ def deliveries_after(run: Run, job_ids: list[str], since: float, *, refused: boo
         ]
 
 
-INTAKES = ("orm", "fast")  # core.settings.api: REPRISE_INTAKE
+INTAKE_PATH = "fast"  # the API's one intake (jobs.intake), as the report has always named it
 
 
 def run_load_by_intake(run: Run) -> dict[str, LoadResult]:
-    """The load through each intake path: the other path's first, through a sibling API process, then
-    the stack's own API (the path its settings choose). Each path's jobs are canceled and ended before
-    the next path's load; the scenario accounts for all of them."""
-    own = run.target.settings.intake
-    results = {}
-    for intake in (path for path in INTAKES if path != own):
-        with run.target.sibling_api(intake) as base_url:
-            results[intake] = run_load(replace(run, target=replace(run.target, base_url=base_url)))
-    results[own] = run_load(run)
-    job_ids = [job for result in results.values() for job in result.job_ids]
-    _account(run, job_ids, time.time(), None)
-    return results
+    """The load through the stack's API, keyed by its intake path (the report's `intake_by_path`); the
+    scenario accounts for its jobs."""
+    result = run_load(run)
+    _account(run, result.job_ids, time.time(), None)
+    return {INTAKE_PATH: result}
 
 
 def run_load(run: Run) -> LoadResult:

@@ -10,15 +10,11 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-import httpx
 
 from bench.chaos.proxy import FaultProxy
 from core.settings import Settings
@@ -128,39 +124,6 @@ class ChaosTarget:
         raise RuntimeError(
             f"{name} was not restarted within {timeout_s:.0f}s: is the stack run by `reprise run`?"
         )
-
-    @contextlib.contextmanager
-    def sibling_api(self, intake: str, timeout_s: float = 120.0) -> Iterator[str]:
-        """Another API process on the same services and settings but REPRISE_INTAKE=`intake`, on a free
-        port, stopped afterwards: the load scenario measures each intake path through its own. Yields
-        its base URL."""
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        env = {key: value for key, value in self.env.items() if key != "REPRISE_METRICS_PORT"}  # the stack's
-        env["REPRISE_INTAKE"] = intake
-        argv = [sys.executable, "-m", "reprise", "api", "--port", str(port)]
-        api = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        base_url = f"http://127.0.0.1:{port}"
-        try:
-            _wait_healthy(base_url, api, timeout_s)
-            yield base_url
-        finally:
-            api.send_signal(signal.SIGINT)
-            try:
-                api.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                api.kill()
-
-
-def _wait_healthy(base_url: str, api: subprocess.Popen[bytes], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and api.poll() is None:
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{base_url}/readyz", timeout=2).status_code == 200:
-                return
-        time.sleep(0.5)
-    raise RuntimeError(f"the API at {base_url} did not come up (exit status {api.poll()})")
 
 
 def _process_stats() -> list[tuple[int, list[str]]]:

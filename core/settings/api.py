@@ -3,10 +3,22 @@ service pushes back (backpressure)."""
 
 from __future__ import annotations
 
-from typing import Literal
+import logging
+import os
+from collections.abc import Mapping
+from typing import Self
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings
+
+log = logging.getLogger(__name__)
+
+# Variables this service once read and reads no more: each with what a deployment that still sets one
+# should know. Read by nothing now, they are named at start rather than ignored in silence.
+RETIRED_VARIABLES = {
+    "REPRISE_INTAKE": "POST /v1/generations has one intake path (jobs.intake, what `fast` chose); the "
+    "ORM path (`orm`) is gone and its answers were the same. Remove the variable from the deployment.",
+}
 
 
 class ApiSettings(BaseSettings):
@@ -50,13 +62,6 @@ class ApiSettings(BaseSettings):
         "(10 s of the default rate: `reprise bench streams`' 200 event streams, opened together, pass; the "
         "chaos and live benchmarks use admin keys).",
     )
-    intake: Literal["fast", "orm"] = Field(
-        "fast",
-        description="How POST /v1/generations writes a job: fast, on the event loop, one raw INSERT "
-        "committed together with the submissions beside it and one admit message (jobs.intake); orm, "
-        "the earlier path, a transaction of the ORM's and Celery's send_task per job in a worker thread. "
-        "Both answer alike; `reprise bench chaos --scenarios load` measures the two.",
-    )
     retry_after_s: int = Field(
         5, ge=1, le=3600, description="Retry-After seconds sent with 429 (in-flight limit) and 503 responses."
     )
@@ -67,3 +72,14 @@ class ApiSettings(BaseSettings):
         if value is not None and not value.startswith(("http://", "https://")):
             raise ValueError("must be an http:// or https:// URL, e.g. https://api.example.com")
         return value.rstrip("/") if value is not None else None
+
+    @model_validator(mode="after")
+    def _name_retired_variables(self) -> Self:
+        for name in retired_variables(os.environ):
+            log.warning("%s is set but no longer read: %s", name, RETIRED_VARIABLES[name])
+        return self
+
+
+def retired_variables(environ: Mapping[str, str]) -> list[str]:
+    """The retired variables (RETIRED_VARIABLES) that `environ` still sets."""
+    return [name for name in RETIRED_VARIABLES if environ.get(name)]

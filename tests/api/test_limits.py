@@ -9,8 +9,8 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from api.deps import BACKLOG_TTL_S
 from db.tenants import TenantCredentials
+from jobs.intake import BACKLOG_TTL_S
 from jobs.queues import Queue, queue_depth
 
 pytestmark = pytest.mark.integration
@@ -52,3 +52,24 @@ def test_a_long_admit_queue_gets_503(
     assert refused.headers["retry-after"] == "7"
     assert refused.json()["type"] == "urn:reprise:problem:overloaded"
     assert queue_depth(broker, Queue.ADMIT) == 3  # nothing was added
+
+
+def test_a_replay_is_answered_even_while_the_admit_queue_is_long(
+    make_client: Callable[..., TestClient], tenant: TenantCredentials, broker: redis.Redis
+) -> None:
+    """A repeated Idempotency-Key adds nothing to the backlog: it gets its first job, where a new job
+    and a used key with another body do not."""
+    client = make_client(queue_depth_limit=1)
+    keyed = {**tenant.auth_headers, "Idempotency-Key": "before-the-rush"}
+    first = client.post("/v1/generations", json=BODY, headers=keyed)
+    assert first.status_code == 202
+    broker.rpush(Queue.ADMIT.value, b"backlog")  # two waiting, past the limit
+    time.sleep(BACKLOG_TTL_S + 0.05)
+    again = client.post("/v1/generations", json=BODY, headers=keyed)
+    assert again.status_code == 200 and again.headers["idempotent-replayed"] == "true"
+    assert again.json()["id"] == first.json()["id"]
+    other_body = client.post("/v1/generations", json={"prompt": "a big boat"}, headers=keyed)
+    assert other_body.status_code == 422 and other_body.json()["errors"][0]["field"] == "Idempotency-Key"
+    new_key = client.post("/v1/generations", json=BODY, headers={**keyed, "Idempotency-Key": "in-the-rush"})
+    assert new_key.status_code == 503 and new_key.json()["type"] == "urn:reprise:problem:overloaded"
+    assert queue_depth(broker, Queue.ADMIT) == 2

@@ -82,15 +82,13 @@ def test_bad_requests_on_the_openai_path_answer_in_openais_shape(
     assert native.headers["content-type"] == "application/problem+json"
 
 
-@pytest.mark.parametrize("intake", ["fast", "orm"])
 def test_n_jobs_are_made_and_the_answer_waits_for_them(
     make_client: Callable[..., TestClient],
     tenant: TenantCredentials,
     set_job: Callable[..., None],
     broker: redis.Redis,
-    intake: str,
 ) -> None:
-    client = make_client(intake=intake)  # the same submission as POST /v1/generations, either intake
+    client = make_client()  # the same submission as POST /v1/generations
 
     def finish() -> None:  # as the workers would: every job of this tenant succeeds
         deadline = time.monotonic() + 10

@@ -1,5 +1,5 @@
-"""Priority and deadline on POST /v1/generations against the real Postgres and Redis, through both
-intakes: what the job keeps and shows, the broker step each admission message lands on, the tenant's
+"""Priority and deadline on POST /v1/generations against the real Postgres and Redis: what the job
+keeps and shows, the broker step each admission message lands on, the tenant's
 cap on unfinished `high` jobs, and a deadline refused at once when its estimated finish is past it."""
 
 from __future__ import annotations
@@ -54,11 +54,10 @@ def test_priority_and_deadline_are_kept_and_shown_on_the_job(
     assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "priority"
 
 
-@pytest.mark.parametrize("intake", ["orm", "fast"])
 def test_each_admission_is_sent_at_its_priority_step(
-    make_client: Callable[..., TestClient], tenant: TenantCredentials, broker: redis.Redis, intake: str
+    make_client: Callable[..., TestClient], tenant: TenantCredentials, broker: redis.Redis
 ) -> None:
-    client = make_client(intake=intake)
+    client = make_client()
     ids: dict[str, list[str]] = {}
     for priority in ("normal", "low", "high", "normal"):
         response = client.post(
@@ -80,11 +79,10 @@ def high_limited_tenant(
     return tenant
 
 
-@pytest.mark.parametrize("intake", ["orm", "fast"])
 def test_a_tenant_past_its_high_limit_is_refused_with_a_429(
-    make_client: Callable[..., TestClient], high_limited_tenant: TenantCredentials, intake: str
+    make_client: Callable[..., TestClient], high_limited_tenant: TenantCredentials
 ) -> None:
-    client = make_client(intake=intake)
+    client = make_client()
     headers = high_limited_tenant.auth_headers
 
     def create(priority: str) -> int:
@@ -125,11 +123,10 @@ def slow_large_pool(api_settings: Settings, make_tenant: Callable[..., TenantCre
     queue_position._means.clear()
 
 
-@pytest.mark.parametrize("intake", ["orm", "fast"])
 def test_a_deadline_that_cannot_be_met_is_refused_at_once_when_asked(
-    make_client: Callable[..., TestClient], tenant: TenantCredentials, slow_large_pool: None, intake: str
+    make_client: Callable[..., TestClient], tenant: TenantCredentials, slow_large_pool: None
 ) -> None:
-    client = make_client(intake=intake)
+    client = make_client()
     headers = tenant.auth_headers
 
     def create(deadline_s: float, on_deadline: str) -> Any:

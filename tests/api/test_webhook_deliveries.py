@@ -21,12 +21,12 @@ from core.params import GenerationParams
 from core.settings import Settings
 from core.vocabulary import WebhookEvent
 from db.engine import session_scope
-from db.jobs import NewJob, create_job
-from db.models import Tenant
+from db.jobs import NewJob
 from db.tenants import TenantCredentials
 from db.webhooks import claim_attempt, finish_attempt
 from jobs.queues import Queue
 from jobs.webhooks import message_id
+from tests.support.jobs import add_job
 from workers.webhook_delivery import deliver_webhook
 
 pytestmark = pytest.mark.integration
@@ -75,13 +75,12 @@ def dead_letter(two_attempts: Settings, receiver: Receiver) -> Callable[[TenantC
 
     def build(who: TenantCredentials) -> uuid.UUID:
         with session_scope(two_attempts) as session:
-            owner = session.get_one(Tenant, who.tenant_id)
             new = NewJob(
                 GenerationParams(prompt="a heron", seed=1),
                 webhook_url=receiver.url,
                 webhook_events_filter=["completed"],
             )
-            job = create_job(session=session, tenant=owner, new=new).job
+            job = add_job(session, who.tenant_id, new)
             job.status, job.started_at, job.finished_at = "succeeded", datetime.now(UTC), datetime.now(UTC)
             job_id = job.id
         for attempt in (1, 2):
@@ -213,9 +212,8 @@ def test_an_attempt_in_flight_or_unanswered_is_pending_not_failed(
     """The last attempt of a schedule, claimed and still running, has no next attempt yet is no dead
     letter; an attempt that got no answer (a refused connection) with a retry scheduled is pending."""
     with session_scope(two_attempts) as session:
-        owner = session.get_one(Tenant, tenant.tenant_id)
         new = NewJob(GenerationParams(prompt="a heron"), webhook_url="http://127.0.0.1:9/h")
-        jobs = [create_job(session=session, tenant=owner, new=new).job.id for _ in range(2)]
+        jobs = [add_job(session, tenant.tenant_id, new).id for _ in range(2)]
     running, unanswered = (message_id(job, WebhookEvent.COMPLETED) for job in jobs)
     with session_scope(two_attempts) as session:
         for job, delivery, retry in ((jobs[0], running, None), (jobs[1], unanswered, datetime.now(UTC))):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from core.errors import SettingsError
-from core.settings import load_settings
+from core.settings import Settings, load_settings
 from core.vocabulary import BlobBackend
 
 
@@ -128,3 +130,18 @@ def test_a_refused_value_names_its_variable_and_the_default_it_would_get(
     assert "PydanticUndefined" not in message  # a default made by a factory is not named
     if default is not None:
         assert f"Unset it for the default {default}." in message
+
+
+def test_a_retired_variable_is_named_at_start_and_otherwise_ignored(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("REPRISE_INTAKE", "orm")  # the API's second intake path, removed
+    with caplog.at_level(logging.WARNING, logger="core.settings.api"):
+        settings = load_settings()
+    assert "intake" not in Settings.model_fields and not hasattr(settings, "intake")
+    [warning] = [record.getMessage() for record in caplog.records if "REPRISE_INTAKE" in record.getMessage()]
+    assert "no longer read" in warning and "Remove the variable" in warning
+    monkeypatch.setenv("REPRISE_INTAKE", "")  # what compose passes for an unset variable: nothing to say
+    caplog.clear()
+    load_settings()
+    assert not [record for record in caplog.records if "REPRISE_INTAKE" in record.getMessage()]

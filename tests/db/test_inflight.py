@@ -1,19 +1,22 @@
 """tenants.inflight, kept by the jobs_count_inflight trigger (migration 0004), and the in-flight limit
-under concurrent submissions: never more unfinished jobs than the limit."""
+under concurrent submissions, each on its own connection as from several API processes (the intake's
+INSERT, db.job_intake): never more unfinished jobs than the limit."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
+import psycopg
 import pytest
 from sqlalchemy import delete, select, update
 
-from core.errors import InflightLimitExceeded
 from core.params import GenerationParams
 from core.settings import Settings
 from db import jobs as jobs_db
 from db.engine import session_scope
+from db.job_intake import Outcome, PendingJob, Written, insert_jobs
 from db.models import Job, Tenant
 from db.tenants import create_tenant
 
@@ -33,14 +36,16 @@ def _inflight(settings: Settings, tenant_id: uuid.UUID) -> int:
 
 
 def _submit(settings: Settings, tenant_id: uuid.UUID) -> bool:
+    """One job written as the intake writes it, on a connection of its own: whether it was created."""
     new = jobs_db.NewJob(params=GenerationParams(prompt="p", seed=1, steps=10, width=64, height=64))
-    try:
-        with session_scope(settings) as session:
-            tenant = session.get_one(Tenant, tenant_id)
-            jobs_db.create_job(session=session, tenant=tenant, new=new)
-    except InflightLimitExceeded:
-        return False
-    return True
+    dsn = settings.sqlalchemy_url.replace("postgresql+psycopg://", "postgresql://", 1)
+
+    async def write() -> list[Written]:
+        async with await psycopg.AsyncConnection.connect(dsn) as conn:
+            return await insert_jobs(conn, [PendingJob(tenant_id=tenant_id, new=new, job_id=uuid.uuid4())])
+
+    [written] = asyncio.run(write())
+    return written.outcome is Outcome.CREATED
 
 
 def test_the_trigger_counts_unfinished_jobs(db_settings: Settings) -> None:

@@ -24,8 +24,8 @@ from core.params import GenerationParams
 from core.settings import Settings
 from core.vocabulary import WebhookEvent
 from db.engine import session_scope
-from db.jobs import NewJob, create_job
-from db.models import Tenant, WebhookDelivery
+from db.jobs import NewJob
+from db.models import WebhookDelivery
 from db.tenants import TenantCredentials
 from db.webhooks import INTERRUPTED, claim_attempt, due_retries, waiting_at
 from jobs.celery_app import make_celery_app
@@ -33,6 +33,7 @@ from jobs.dispatch import CeleryDispatcher
 from jobs.policies.webhook_recovery import url_prefix
 from jobs.queues import Queue
 from jobs.webhooks import message_id
+from tests.support.jobs import add_job
 from workers.endpoint_pause import EndpointPause
 from workers.endpoint_slots import EndpointSlots
 from workers.webhook_delivery import ENDPOINT_BUSY, DeliveryOutcome, deliver_webhook, run_delivery
@@ -135,13 +136,12 @@ def bounded(api_settings: Settings) -> Settings:
 def job_to(bounded: Settings, tenant: TenantCredentials) -> Callable[[str], uuid.UUID]:
     def build(url: str) -> uuid.UUID:
         with session_scope(bounded) as session:
-            owner = session.get_one(Tenant, tenant.tenant_id)
             new = NewJob(
                 GenerationParams(prompt="a heron", seed=1),
                 webhook_url=url,
                 webhook_events_filter=["completed"],
             )
-            job = create_job(session=session, tenant=owner, new=new).job
+            job = add_job(session, tenant.tenant_id, new)
             job.status, job.started_at, job.finished_at = "succeeded", datetime.now(UTC), datetime.now(UTC)
             return job.id
 

@@ -20,14 +20,15 @@ from core.params import GenerationParams
 from core.settings import Settings
 from core.vocabulary import WebhookEvent
 from db.engine import session_scope
-from db.jobs import NewJob, create_job
-from db.models import Job, Tenant, WebhookDelivery
+from db.jobs import NewJob
+from db.models import Job, WebhookDelivery
 from db.tenants import TenantCredentials
 from jobs.celery_app import make_celery_app
 from jobs.dispatch import CeleryDispatcher
 from jobs.passes.reconcile import enqueue_due_retries
 from jobs.queues import Queue, TaskName
 from jobs.webhooks import message_id, verify
+from tests.support.jobs import add_job
 from workers.webhook_delivery import deliver_webhook, run_delivery
 
 pytestmark = pytest.mark.integration
@@ -81,14 +82,12 @@ def make_job(hook_settings: Settings) -> Callable[..., uuid.UUID]:
         who: TenantCredentials, url: str, *, status: str = "succeeded", events: list[str] | None = None
     ) -> uuid.UUID:
         with session_scope(hook_settings) as session:
-            tenant = session.get(Tenant, who.tenant_id)
-            assert tenant is not None
             new = NewJob(
                 GenerationParams(prompt="a heron", seed=1),
                 webhook_url=url,
                 webhook_events_filter=events or ["start", "completed"],
             )
-            job = create_job(session=session, tenant=tenant, new=new).job
+            job = add_job(session, who.tenant_id, new)
             now = datetime.now(UTC)
             job.status, job.started_at, job.finished_at = status, now, now
             return job.id
