@@ -1,5 +1,7 @@
-"""The floors hold: every import (module level and function level) points at the same floor or one
-below it, no two modules import each other through any chain, and the API never loads the model stack.
+"""The floors hold: every import (module level, function level and type-only) points at the same floor
+or one below it, no two modules import each other through any chain, and the API never loads the model
+stack. A type-only import (`if TYPE_CHECKING:`) counts like any other: the type names its module as
+surely as a call does, and a circle drawn through types is still one concept split in two.
 
 The floors, bottom to top (the design's map of floors):
 core <- (db, lab) <- (migrations, jobs) <- (api, workers) <- bench <- reprise.
@@ -30,8 +32,10 @@ LEVEL = {
     "bench": 4,
     "reprise": 5,
 }
-MAX_FILE_LINES = 450
-MAX_FUNCTION_LINES = 60
+# Guides, not molds: a file is split where a concept ends, never where a line count falls. The test
+# fails only far above what the tree holds, where a file or function has plainly grown two concepts.
+MAX_FILE_LINES = 600
+MAX_FUNCTION_LINES = 90
 
 
 @dataclass(frozen=True)
@@ -54,11 +58,11 @@ def project_sources(root: Path) -> Iterator[Path]:
 
 
 def imports_of(root: Path, path: Path) -> Iterator[Import]:
-    """Every import of a project module in a file, at any depth (functions included), but not those
-    under `if TYPE_CHECKING:` (they never run)."""
+    """Every import of a project module in a file, at any depth: functions and `if TYPE_CHECKING:`
+    blocks included."""
     module = module_name(root, path)
     tree = ast.parse(path.read_text(), filename=str(path))
-    for node in _runtime_nodes(tree):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -68,23 +72,6 @@ def imports_of(root: Path, path: Path) -> Iterator[Import]:
         for target in targets:
             if target.split(".")[0] in LEVEL:
                 yield Import(module, target, node.lineno)
-
-
-def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
-    stack: list[ast.AST] = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
-            stack.extend(node.orelse)
-            continue
-        yield node
-        stack.extend(ast.iter_child_nodes(node))
-
-
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
 
 
 def floor_violations(imports: Iterable[Import]) -> list[str]:
@@ -165,17 +152,50 @@ def test_no_import_cycles() -> None:
     assert cycles(edges) == []
 
 
+TYPE_ONLY = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    {}\n"
+
+
+def _plant(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        (path.parent / "__init__.py").touch()
+        path.write_text(text)
+
+
 def test_the_checks_catch_a_planted_upward_import_and_a_cycle(tmp_path: Path) -> None:
-    for floor in ("core", "db", "jobs"):
-        (tmp_path / floor).mkdir()
-        (tmp_path / floor / "__init__.py").write_text("")
-    (tmp_path / "core" / "names.py").write_text("def f() -> None:\n    from db import store\n")
-    (tmp_path / "db" / "store.py").write_text("import core.names\n")
-    planted = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import api\n"
-    (tmp_path / "jobs" / "a.py").write_text(planted)
+    _plant(
+        tmp_path,
+        {
+            "core/names.py": "def f() -> None:\n    from db import store\n",
+            "db/store.py": "import core.names\n",
+            "jobs/a.py": TYPE_ONLY.format("import api.routes"),
+            "api/routes.py": "",
+        },
+    )
     imports, edges = import_graph(tmp_path)
-    assert floor_violations(imports) == ["core.names:2 imports db (core may not import db)"]
+    assert floor_violations(imports) == [
+        "core.names:2 imports db (core may not import db)",
+        "jobs.a:3 imports api.routes (jobs may not import api)",
+    ]
     assert cycles(edges) == [["core.names", "db.store"]]
+
+
+def test_the_cycle_check_catches_a_circle_drawn_through_type_only_imports(tmp_path: Path) -> None:
+    # the shape bench.chaos had: the scenarios run the faults, and each fault names the scenario's
+    # Run for its annotations only
+    _plant(
+        tmp_path,
+        {
+            "bench/scenarios.py": "from bench.faults import freeze\n\n\nclass Run: ...\n",
+            "bench/faults/freeze.py": TYPE_ONLY.format("from bench.scenarios import Run"),
+            "bench/faults/disk.py": "from bench.scenarios import Run\n",
+            "bench/run.py": "class Run: ...\n",
+            "bench/steady.py": TYPE_ONLY.format("from bench.run import Run"),
+        },
+    )
+    _, edges = import_graph(tmp_path)
+    assert cycles(edges) == [["bench.faults.freeze", "bench.scenarios"]]
 
 
 def test_a_floor_does_not_import_its_neighbour_on_the_same_level() -> None:

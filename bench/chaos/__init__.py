@@ -6,6 +6,7 @@ effect happens twice.
     runner     the scenarios in order against one stack (its own, isolated, or a running one)
     stack      the bench's own stack (optionally behind the fault proxy, or on S3 blobs)
     scenarios  each scenario: submit, break one thing, end the fault, wait, account
+    run        one scenario's run: its options and state, submit, cancel, wait (scenarios and faults take it)
     faults/    the faults that are more than a kill: redis-empty, network, disk-full, node-loss
     proxy      the TCP fault proxy (latency, drops, resets) of the network scenario
     target     the stack driven and how it is broken (SIGKILL through the pidfiles)

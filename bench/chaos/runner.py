@@ -32,13 +32,11 @@ from urllib.parse import urlsplit
 from bench.chaos.load import LoadResult
 from bench.chaos.proxy import FaultProxy
 from bench.chaos.receiver import start_receiver
+from bench.chaos.run import ChaosOptions, Run, new_run
 from bench.chaos.scenarios import (
     INTAKE_PATH,
     OUTAGES,
     SCENARIOS,
-    ChaosOptions,
-    Run,
-    new_run,
     run_cancel_storm,
     run_fault_scenario,
     run_load_by_intake,

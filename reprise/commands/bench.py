@@ -284,8 +284,8 @@ def chaos_command(
     """Break the stack on purpose (kill Redis, Postgres, each pool; Redis back empty; a lossy network; a full
     disk; a lost node; a webhook outage; load; a cancel storm) and report per scenario: accepted, succeeded,
     failed, lost, duplicated, recovery, unavailable, 5xx."""
+    from bench.chaos.run import ChaosOptions
     from bench.chaos.runner import run_against, run_isolated
-    from bench.chaos.scenarios import ChaosOptions
     from bench.run.options import guarded, parse_list
 
     def main() -> int:

@@ -6,6 +6,6 @@
     node     node-loss: a second node of workers started, then every process of it SIGKILLed
     freeze   worker-freeze: the large worker SIGSTOPped mid-run (hung but alive), replaced by the supervisor
 
-Each fault takes the scenario's Run (bench.chaos.scenarios), breaks its thing, mends it and returns when
+Each fault takes the scenario's Run (bench.chaos.run), breaks its thing, mends it and returns when
 (time.time) the fault ended; figures of its own go into run.extra.
 """

@@ -7,10 +7,8 @@ a running one whose lease lapses)."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from bench.chaos.scenarios import Run
+from bench.chaos.run import Run
 
 
 def redis_empty(run: Run) -> float:

@@ -21,16 +21,13 @@ import contextlib
 import resource
 import time
 from collections import Counter
-from typing import TYPE_CHECKING
 
 import httpx
 
 from bench.chaos.accounting import job_ends
+from bench.chaos.run import Run
 from bench.chaos.target import group_members
 from core.vocabulary import BlobBackend
-
-if TYPE_CHECKING:
-    from bench.chaos.scenarios import Run
 
 PNG = b"\x89PNG"
 

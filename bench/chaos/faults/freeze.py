@@ -14,10 +14,8 @@ import contextlib
 import os
 import signal
 import time
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from bench.chaos.scenarios import Run
+from bench.chaos.run import Run
 
 WORKER = "worker-large"
 REPLACE_WITHIN_S = 60.0  # the promise: a frozen worker is replaced within a minute

@@ -14,10 +14,8 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import asdict
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from bench.chaos.scenarios import Run
+from bench.chaos.run import Run
 
 
 def network(run: Run) -> float:

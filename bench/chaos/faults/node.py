@@ -22,20 +22,17 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from celery import Celery
 from sqlalchemy import select
 
 from bench.chaos.faults.disk import PNG
+from bench.chaos.run import Run
 from bench.chaos.target import group_members
 from core.settings import Settings
 from core.vocabulary import BlobBackend
 from db.engine import session_scope
 from db.models import Job
-
-if TYPE_CHECKING:
-    from bench.chaos.scenarios import Run
 
 ROLES = ("admit", "large", "decode")
 START_TIMEOUT_S = 240.0

@@ -15,14 +15,11 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from bench.chaos.accounting import job_ends
 from bench.chaos.load import submit_all
+from bench.chaos.run import Run
 from core.vocabulary import TERMINAL_STATUSES
-
-if TYPE_CHECKING:
-    from bench.chaos.scenarios import Run
 
 MODES = {"webhook-slow": "slow", "webhook-hang": "hang", "webhook-huge": "huge"}
 HUGE_BYTES = 100 * 1024 * 1024

@@ -15,8 +15,9 @@ import pytest
 
 from bench.chaos.accounting import JobEnd, ScenarioReport, tally
 from bench.chaos.receiver import start_receiver
+from bench.chaos.run import ChaosOptions, new_run
 from bench.chaos.runner import run_chaos
-from bench.chaos.scenarios import ChaosOptions, deliveries_after, new_run
+from bench.chaos.scenarios import deliveries_after
 from bench.chaos.target import ChaosTarget
 from core.settings import load_settings
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from bench.chaos.proxy import NetworkFault
+from bench.chaos.run import ChaosOptions
 from bench.chaos.runner import run_chaos
-from bench.chaos.scenarios import ChaosOptions
 from bench.chaos.stack import isolated_stack
 from bench.chaos.target import ChaosTarget
 

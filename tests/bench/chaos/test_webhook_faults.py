@@ -11,8 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from bench.chaos.run import ChaosOptions
 from bench.chaos.runner import run_chaos
-from bench.chaos.scenarios import SCENARIOS, ChaosOptions
+from bench.chaos.scenarios import SCENARIOS
 from bench.chaos.stack import isolated_stack
 from bench.chaos.target import ChaosTarget
 

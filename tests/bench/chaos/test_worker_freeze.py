@@ -15,7 +15,8 @@ from sqlalchemy import update
 
 from bench.chaos.accounting import ScenarioReport, duplicate_runs
 from bench.chaos.receiver import start_receiver
-from bench.chaos.scenarios import SCENARIOS, ChaosOptions, fault_for, new_run
+from bench.chaos.run import ChaosOptions, new_run
+from bench.chaos.scenarios import SCENARIOS, fault_for
 from bench.chaos.target import ChaosTarget
 from core.settings import Settings, load_settings
 from db.engine import session_scope
