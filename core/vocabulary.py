@@ -134,7 +134,7 @@ class TextEmbedderKind(StrEnum):
 
 MINILM_KINDS = frozenset({TextEmbedderKind.MINILM, TextEmbedderKind.MINILM_ONNX})  # one model, one space
 # REPRISE_OPEN_CLIP_MODEL naming the quality lab's joint text-image space rather than an open_clip model
-# (workers/runtime/embedders/lab_attributes.py: MoDM's text-to-image lookup on the lab's world)
+# (lab/attribute_space.py: MoDM's text-to-image lookup on the lab's world)
 LAB_ATTRIBUTES = "lab:attributes"
 
 

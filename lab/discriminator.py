@@ -7,11 +7,13 @@ graded by the judge on a signal the judge did not produce.
 Three stride-2 convolutions (16, 32, 64 channels) over the 64x64 image, global average pooling, a
 HIDDEN-d feature and one logit ("real"). It trains on fresh jittered renders against the fixed set
 of generated images lab.stages makes (horizontal flips double them), balanced batches, AdamW.
-`features` gives the cascade (workers.runtime.discriminator) the hidden feature and the logit.
+`features` gives the cascade (workers.runtime.discriminator) the hidden feature and the logit; the lab
+registers `lab_feature_reader` as the reader of DiscriminatorFeatures.LAB (lab.registration).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -114,3 +116,10 @@ class LabDiscriminator:
         """The network's own P(real) per image: its sigmoid."""
         logits = self.features(images)[:, -1]
         return np.asarray(1.0 / (1.0 + np.exp(-logits)), dtype=np.float64)
+
+
+@functools.cache
+def lab_feature_reader(weights: Path) -> LabDiscriminator:
+    """The discriminator network of a trained weights directory (lab.models.lab_weights), loaded once per
+    process."""
+    return LabDiscriminator.load(weights / "discriminator")

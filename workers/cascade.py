@@ -19,11 +19,11 @@ from dataclasses import replace
 
 from PIL import Image
 
+from core import plugins
 from core.vocabulary import DiscriminatorFeatures, Priority, Route
 from db import cascade as cascade_db
 from db.engine import session_scope
 from jobs.policies.cascade import accepts, feature_kind_for
-from lab.models import lab_weights
 from workers.context import WorkerContext
 from workers.job import JobView, claim_job
 from workers.kinds import kind_of
@@ -31,7 +31,7 @@ from workers.kinds.image.generation import finish_run, generate_run, run_operati
 from workers.lease import LeaseKeeper
 from workers.operation import record_service
 from workers.runtime.denoising import OnStep, ShouldStop
-from workers.runtime.discriminator import Discriminator, image_features, lab_feature_reader
+from workers.runtime.discriminator import Discriminator, image_features
 from workers.runtime.results import GenerationResult
 from workers.runtime.step_cache import full_calls_only
 
@@ -120,7 +120,7 @@ def _score(context: WorkerContext, image: Image.Image) -> tuple[float | None, in
     features = image_features(
         discriminator.kind,
         [image],
-        lab=lab_feature_reader(lab_weights(context.settings)) if on_lab else None,
+        lab=plugins.feature_reader(context.settings, discriminator.kind.value) if on_lab else None,
         embedder=None if on_lab else context.image_embedder(),
     )
     return float(discriminator.confidence(features)[0]), version, None

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from core import plugins
 from core.settings import Settings, get_settings
 from core.vocabulary import LookupMode, Role
 from db.blobs.base import BlobStore
@@ -220,16 +221,15 @@ class WorkerContext:
             return self._scorer
 
     def video_scorer(self) -> VideoScorer | None:
-        """The scorer of this worker's videos, chosen once: the lab's video judge (validated at load)
-        when the video model is lab:video; None otherwise (nothing here judges other video models)."""
+        """The scorer of this worker's videos, chosen once: the lab's video judge (validated at load; the
+        video scorer the lab registers, core.plugins) when the video model is lab:video; None otherwise
+        (nothing here judges other video models)."""
         with self._building:
             if not self._video_scorer_chosen:
                 from workers.runtime.video import LAB_VIDEO_MODEL
 
                 if self.settings.video_model_name == LAB_VIDEO_MODEL:
-                    from lab.models import load_video_judge
-
-                    self._video_scorer = load_video_judge(self.settings)
+                    self._video_scorer = plugins.video_scorer(self.settings, LAB_VIDEO_MODEL)
                 self._video_scorer_chosen = True
             return self._video_scorer
 

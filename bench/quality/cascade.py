@@ -30,13 +30,7 @@ from bench.quality.sampler import Images, Sampler
 from core.settings import Settings
 from core.vocabulary import DiscriminatorFeatures
 from jobs.policies.cascade import EscalationCurve, accepts, feature_kind_for, quantile_grid
-from workers.runtime.discriminator import (
-    Discriminator,
-    accuracy,
-    fit_discriminator,
-    image_features,
-    lab_feature_reader,
-)
+from workers.runtime.discriminator import Discriminator, accuracy, fit_discriminator, image_features
 
 BATCH = 32
 DEFAULT_PROMPTS = 600
@@ -119,6 +113,7 @@ class Scorers:
 
 
 def lab_scorers(settings: Settings) -> Scorers:
+    from lab.discriminator import lab_feature_reader
     from lab.judge import Judge
     from lab.models import ensure_lab_models
 

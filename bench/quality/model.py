@@ -38,7 +38,7 @@ SHIPPED: Final = {
     (HitPolicy.REFINE, True): "refine-small.json",  # MoDM: hits refine on the small model
     (HitPolicy.REFINE, False): "refine-large.json",
 }
-# The same for text-to-image lookups in the lab's attribute space (workers.runtime.embedders.lab_attributes).
+# The same for text-to-image lookups in the lab's attribute space (lab.attribute_space).
 SHIPPED_IMAGE: Final = {(HitPolicy.REFINE, True): "image-refine-small.json"}  # the lab's default: MoDM
 MIN_LIVE_PAIRS: Final = 16
 """Audited hits a live bin needs to replace the profile's: the support a row of the offline table needs

@@ -5,7 +5,7 @@ lab's; CLIP score / 100 (open_clip, MoDM 5.2's metric) for any other model. The 
 lookup: resume from the cached intermediate latent (text lookup, NIRVANA) or refine from the cached
 final latent (image lookup, MoDM). In image mode a pair's similarity is text-to-image: the query's
 embedding against the cached image's: open_clip's image tower for real models; on the lab, the lab's
-attribute space (workers.runtime.embedders.lab_attributes: the query's parsed attributes against the
+attribute space (lab.attribute_space: the query's parsed attributes against the
 second judge's reading of the image), the lab's own text-image alignment.
 """
 

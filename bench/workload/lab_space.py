@@ -1,5 +1,5 @@
 """The quality lab's attribute space in simulation: MoDM's text-to-image lookup
-(workers.runtime.embedders.lab_attributes, the lab's default) without generating images.
+(lab.attribute_space, the lab's default) without generating images.
 
 A prompt's vector is the service's own (its parsed attributes, `attribute_vector`). What a cached entry
 is found by, the second judge's reading of the image the large model made for it, is drawn:
@@ -58,7 +58,7 @@ class Reading:
 def reading_record(prompt: str, vector: npt.NDArray[np.float32]) -> dict[str, Any]:
     """A reading as a profile keeps it: the prompt and the space's coordinates (without the trailing zeros
     of a wider column)."""
-    from workers.runtime.embedders.lab_attributes import space_size
+    from lab.attribute_space import space_size
 
     return {"prompt": prompt, "vector": [round(float(x), READING_DECIMALS) for x in vector[: space_size()]]}
 
@@ -97,7 +97,7 @@ def drawn_reading(
 ) -> npt.NDArray[np.float32] | None:
     """A measured reading of a prompt of the same attributes as `asked`, moved onto its values; None
     when no reading has them."""
-    from workers.runtime.embedders.lab_attributes import value_coordinate
+    from lab.attribute_space import value_coordinate
 
     alike = [reading for reading in readings if reading.asked.keys() == asked.keys()]
     if not alike:
@@ -115,10 +115,10 @@ def drawn_reading(
 def outside_reading(dim: int) -> npt.NDArray[np.float32]:
     """The key of an image made for a prompt outside the lab's world (module docstring): the second
     judge's reading with every attribute's values equally likely, laid out as the service lays out a
-    reading (workers.runtime.embedders.lab_attributes: the second object's blocks weighted by the
+    reading (lab.attribute_space: the second object's blocks weighted by the
     probability that the image shows two objects), unit length."""
+    from lab.attribute_space import value_coordinate
     from lab.world import ATTRIBUTES, PAIR_LAYOUTS
-    from workers.runtime.embedders.lab_attributes import value_coordinate
 
     pair = len(PAIR_LAYOUTS) / len(ATTRIBUTES["arrangement"])  # even arrangement probabilities
     vector = np.zeros(dim, dtype=np.float32)
@@ -141,8 +141,8 @@ def lab_space_embeddings(
     """Queries (every prompt's vector as the service embeds it) and keys (a drawn reading of its image)
     for the lines in `indices`; a prompt outside the lab's world lands where the service puts it, its
     image on `outside_reading` (module docstring)."""
+    from lab.attribute_space import attribute_vector
     from lab.captions import parse
-    from workers.runtime.embedders.lab_attributes import attribute_vector
 
     size = len(prompts.lines)
     queries: Vectors = np.zeros((size, dim), dtype=np.float32)

@@ -204,7 +204,7 @@ def embedder_command(
     admission's case) and in batches of 8 and 32, and the cosine of each to the torch vectors."""
     from transformers.utils import logging as transformers_logging
 
-    from workers.runtime.embedders.base import TextEmbedder
+    from core.embedders import TextEmbedder
     from workers.runtime.embedders.minilm import MiniLMTextEmbedder
     from workers.runtime.embedders.minilm_onnx import (
         DEFAULT_INTRA_OP_THREADS,

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pytest
 
-from workers.runtime.embedders.base import Embeddings, TextEmbedder
+from core.embedders import Embeddings, TextEmbedder
 from workers.runtime.embedders.batching import BatchingEmbedder
 
 JOIN_S = 10.0  # a thread still alive after this has hung

@@ -10,13 +10,7 @@ import pytest
 from PIL import Image
 
 from core.vocabulary import DiscriminatorFeatures
-from workers.runtime.discriminator import (
-    Discriminator,
-    accuracy,
-    fit_discriminator,
-    image_features,
-    lab_feature_reader,
-)
+from workers.runtime.discriminator import Discriminator, accuracy, fit_discriminator, image_features
 
 
 def _features(seed: int, shift: float, n: int = 200) -> np.ndarray:
@@ -80,18 +74,19 @@ def test_lab_features_come_from_the_lab_network_and_clip_features_from_the_embed
 
 def test_the_committed_lab_network_reads_true_renders_as_more_real_than_noise() -> None:
     """The lab's features are the committed discriminator network's (its hidden feature and its "real"
-    logit), never the judge's; without that network given, there are none."""
-    from lab.models import WEIGHTS_DIR
+    logit, the reader the lab registers), never the judge's; without that network given, there are none."""
+    from core import plugins
+    from core.settings import load_settings
     from lab.world import render, sample_scene
 
     rng = np.random.default_rng(3)
     renders = [render(sample_scene(rng)) for _ in range(16)]
     muddled = [np.full((64, 64, 3), 128, np.uint8) for _ in range(16)]
-    reader = lab_feature_reader(WEIGHTS_DIR)
+    reader = plugins.feature_reader(load_settings(), DiscriminatorFeatures.LAB.value)
     real, flat = (
         image_features(DiscriminatorFeatures.LAB, renders, lab=reader),
         image_features(DiscriminatorFeatures.LAB, muddled, lab=reader),
     )
     assert real.shape == (16, 17) and real[:, -1].mean() > flat[:, -1].mean()
-    with pytest.raises(ValueError, match="lab_feature_reader"):
+    with pytest.raises(ValueError, match=r"plugins\.feature_reader"):
         image_features(DiscriminatorFeatures.LAB, renders)

@@ -5,27 +5,26 @@ The paper trains an EfficientNet to tell real images (MS-COCO, the ground truth)
 (both models'), and reads its softmax for "real" as the confidence score. Here the confidence is a
 logistic regression over image features a network already computes, which is what fits a CPU:
 - for the lab's models, the lab's own discriminator network (lab.discriminator: trained on true
-  renders against both lab models' images, committed under lab/weights/discriminator/): its hidden
-  feature and its "real" logit. It is not the quality lab's judge, so the cascade is graded by a
-  judge whose readings it does not route on;
+  renders against both lab models' images, committed under lab/weights/discriminator/; the feature
+  reader the lab registers, core.plugins): its hidden feature and its "real" logit. It is not the
+  quality lab's judge, so the cascade is graded by a judge whose readings it does not route on;
 - CLIP image features (open_clip, the image embedder) for real models, with real images supplied.
 Its weights are a small JSON document, versioned in Postgres (db.discriminators) like the predictor.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from core.embedders import ImageEmbedder
+from core.plugins import FeatureReader
 from core.vocabulary import DiscriminatorFeatures as FeatureKind
-from workers.runtime.embedders.base import ImageEmbedder
 
 FORMAT = 1
 REGULARISATION = 0.1
@@ -104,21 +103,6 @@ def accuracy(discriminator: Discriminator, real: Features, generated: Features) 
     return (on_real + on_generated) / 2
 
 
-class FeatureReader(Protocol):
-    """What reads the lab's images for the discriminator (lab.discriminator.LabDiscriminator)."""
-
-    def features(self, images: Sequence[Any]) -> npt.NDArray[np.float64]: ...
-
-
-@functools.cache
-def lab_feature_reader(weights: Path) -> FeatureReader:
-    """The lab's discriminator network of a trained weights directory (lab.models.lab_weights), loaded
-    once per process."""
-    from lab.discriminator import LabDiscriminator
-
-    return LabDiscriminator.load(weights / "discriminator")
-
-
 def image_features(
     kind: FeatureKind,
     images: Sequence[Any],
@@ -126,11 +110,13 @@ def image_features(
     lab: FeatureReader | None = None,
     embedder: ImageEmbedder | None = None,
 ) -> Features:
-    """The features a discriminator of `kind` reads: the lab discriminator network's (`lab`:
-    lab_feature_reader), or CLIP image features from the image embedder."""
+    """The features a discriminator of `kind` reads: the lab discriminator network's (`lab`: the reader
+    the lab registers, core.plugins.feature_reader), or CLIP image features from the image embedder."""
     if kind is FeatureKind.LAB:
         if lab is None:
-            raise ValueError("lab features need the lab's discriminator network (lab_feature_reader)")
+            raise ValueError(
+                "lab features need the lab's discriminator network (core.plugins.feature_reader)"
+            )
         return np.asarray(lab.features(list(images)), dtype=np.float64)
     if embedder is None:
         raise ValueError("CLIP features need the image embedder")

@@ -1,8 +1,8 @@
 """Where each role's model comes from, and loading it onto the device.
 
 Every model is loaded with `from_pretrained` from a Hugging Face id or a local path; the built
-models (the quality lab's, lab.models, and the tiny random ones, workers.runtime.tiny) are local
-directories read through the same code. A family names a
+models (the quality lab's, which the lab registers as model sources: core.plugins, and the tiny random
+ones, workers.runtime.tiny) are local directories read through the same code. A family names a
 latent space: each family has one VAE that turns its latents into pixels and back:
 
     settings.large_family -> the large model's `vae` subfolder
@@ -26,10 +26,10 @@ from typing import Any
 
 import torch
 
+from core import plugins
 from core.errors import SettingsError
 from core.settings import Settings
 from core.vocabulary import BUILTIN_FAMILIES, ModelSet, Role
-from lab.models import ensure_lab_models
 from workers.runtime.tiny import ensure_tiny_models
 
 log = logging.getLogger(__name__)
@@ -120,7 +120,7 @@ def builtin_path(settings: Settings, source: str) -> str:
     model_set, _, name = source.partition(":")
     if model_set == ModelSet.TINY.value:
         return str(getattr(ensure_tiny_models(settings), name))
-    return str(ensure_lab_models(settings).pipeline(name))
+    return str(plugins.model_path(settings, source))
 
 
 def _display_name(source: str) -> str:

@@ -14,10 +14,11 @@ from typing import Final
 import numpy as np
 from PIL import Image
 
+from core import plugins
+from core.embedders import ImageEmbedder
 from core.scoring import CLIP_SCALE, Scorer, ScoreScale
 from core.settings import Settings
-from core.vocabulary import Role
-from workers.runtime.embedders.base import ImageEmbedder
+from core.vocabulary import ModelSet, Role
 
 
 class ClipScore:
@@ -52,15 +53,13 @@ def configured_scorer(
     settings: Settings, role: Role, image_embedder: Callable[[], ImageEmbedder]
 ) -> Scorer | None:
     """The scorer of the images a worker of `role` makes: the quality lab's judge when its model is
-    one of the lab's (a 'lab:' source); CLIP score over `image_embedder` when its model is a real one
-    and open_clip has real weights, which needs no setting of its own: REPRISE_OPEN_CLIP_MODEL and
-    REPRISE_OPEN_CLIP_PRETRAINED both set; None otherwise (tiny models, or a real model beside the
-    tiny random CLIP: nothing judges their images)."""
+    one of the lab's (a 'lab:' source: the scorer the lab registers, core.plugins); CLIP score over
+    `image_embedder` when its model is a real one and open_clip has real weights, which needs no setting
+    of its own: REPRISE_OPEN_CLIP_MODEL and REPRISE_OPEN_CLIP_PRETRAINED both set; None otherwise (tiny
+    models, or a real model beside the tiny random CLIP: nothing judges their images)."""
     source = settings.model_source("small" if role is Role.SMALL else "large")
-    if source.startswith("lab:"):
-        from lab.models import load_judge
-
-        return load_judge(settings)
+    if source.startswith(f"{ModelSet.LAB.value}:"):
+        return plugins.image_scorer(settings, ModelSet.LAB.value)
     if source.startswith("tiny:"):
         return None
     if settings.open_clip_model is None or settings.open_clip_pretrained is None:

@@ -32,6 +32,7 @@ import numpy.typing as npt
 import torch
 from PIL import Image
 
+from core import plugins
 from core.errors import LatentError, SettingsError, StepsError
 from core.params import Limits, VideoParams, check_video_params
 from core.settings import Settings
@@ -82,19 +83,17 @@ class VideoRun:
 
 LAB_VIDEO_MODEL = BUILTIN_VIDEO_MODELS[ModelSet.LAB]
 """The quality lab's trained text-to-video model (lab.video.training), assembled from the committed
-weights like the lab's image models."""
+weights like the lab's image models; the lab registers it (core.plugins)."""
 
 
 def video_model_source(settings: Settings) -> str:
     """What `from_pretrained` reads for settings.video_model_name: the tiny model's directory (built offline
     under settings.tiny_models_dir on first use) for 'tiny-video', the lab's assembled pipeline for
-    'lab:video', else the id or directory as given."""
+    'lab:video' (the model source the lab registers), else the id or directory as given."""
     if settings.video_model_name == TINY_VIDEO_FAMILY:
         return str(ensure_tiny_video_model(Path(settings.tiny_models_dir)))
     if settings.video_model_name == LAB_VIDEO_MODEL:
-        from lab.models import LAB_VIDEO, ensure_lab_models
-
-        return str(ensure_lab_models(settings).pipeline(LAB_VIDEO.name))
+        return str(plugins.model_path(settings, LAB_VIDEO_MODEL))
     return settings.video_model_name
 
 

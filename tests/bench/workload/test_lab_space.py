@@ -152,8 +152,8 @@ def test_images_are_read_at_the_fresh_quality_of_the_profile_the_simulation_is_g
 
 def _soft_reading(asked: dict[str, str], rng: np.random.Generator) -> np.ndarray:
     """A judge-like reading: every asked value most probable but not certain, one attribute misread."""
+    from lab.attribute_space import attribute_vector
     from lab.world import ATTRIBUTES
-    from workers.runtime.embedders.lab_attributes import attribute_vector
 
     misread = dict(asked)
     name = sorted(asked)[int(rng.integers(len(asked)))]
@@ -178,7 +178,7 @@ def test_measured_readings_keep_their_similarity_when_moved_onto_another_prompt(
     source_asked = parse(source)
     assert source_asked is not None
     vector = _soft_reading(source_asked, rng)
-    from workers.runtime.embedders.lab_attributes import attribute_vector
+    from lab.attribute_space import attribute_vector
 
     own = float(attribute_vector(source_asked, DIM) @ vector)
     readings = profiled_readings([reading_record(source, vector)])

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from workers.runtime.embedders.base import Embeddings, TextEmbedder
+from core.embedders import Embeddings, TextEmbedder
 
 
 @dataclass(eq=False)

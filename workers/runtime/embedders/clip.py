@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from workers.runtime.embedders.base import Embeddings, ImageEmbedder, l2_normalise
+from core.embedders import Embeddings, ImageEmbedder, l2_normalise
 
 
 class OpenClipEmbedder(ImageEmbedder):

@@ -6,12 +6,12 @@ embedder of another dimension must fail at start, naming the variable to change.
 
 from __future__ import annotations
 
+from core import plugins
+from core.embedders import ImageEmbedder, TextEmbedder
 from core.errors import SettingsError
 from core.settings import Settings
 from core.vocabulary import LAB_ATTRIBUTES, TextEmbedderKind
-from workers.runtime.embedders.base import ImageEmbedder, TextEmbedder
 from workers.runtime.embedders.clip import OpenClipEmbedder
-from workers.runtime.embedders.lab_attributes import LabAttributeEmbedder
 from workers.runtime.embedders.minilm import MiniLMTextEmbedder
 from workers.runtime.embedders.minilm_onnx import MiniLMOnnxEmbedder
 from workers.runtime.loading import resolve_device
@@ -29,12 +29,10 @@ def open_clip_source(settings: Settings) -> tuple[str, str | None]:
 
 def build_image_embedder(settings: Settings) -> ImageEmbedder:
     """The open_clip embedder (image tower, and text tower for prompt-vs-image lookup), or the quality
-    lab's attribute space where REPRISE_OPEN_CLIP_MODEL names it (lab:attributes)."""
+    lab's attribute space where REPRISE_OPEN_CLIP_MODEL names it (lab:attributes, which the lab
+    registers: core.plugins)."""
     if settings.open_clip_model == LAB_ATTRIBUTES:
-        from lab.models import ensure_lab_models
-
-        judge_b = ensure_lab_models(settings).weights / "judge-b"
-        return LabAttributeEmbedder(judge_b, settings.image_embedding_dim)
+        return plugins.image_embedder(settings, LAB_ATTRIBUTES)
     model_name, pretrained = open_clip_source(settings)
     embedder = OpenClipEmbedder(model_name, pretrained, device=resolve_device(settings.device))
     _check_dim(embedder, settings.image_embedding_dim, "REPRISE_IMAGE_EMBEDDING_DIM")

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from workers.runtime.embedders.base import Embeddings, TextEmbedder, l2_normalise
+from core.embedders import Embeddings, TextEmbedder, l2_normalise
 
 
 def minilm_model_path() -> Path:

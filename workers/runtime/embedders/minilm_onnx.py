@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from workers.runtime.embedders.base import Embeddings, TextEmbedder, l2_normalise
+from core.embedders import Embeddings, TextEmbedder, l2_normalise
 from workers.runtime.embedders.minilm import minilm_model_path
 
 log = logging.getLogger(__name__)

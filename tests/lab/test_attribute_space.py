@@ -11,10 +11,10 @@ from PIL import Image
 from core.settings import load_settings
 from core.vocabulary import LAB_ATTRIBUTES, LookupMode
 from jobs.policies.k_selection import LAB_T2I, configured_table, embedder_tag
+from lab.attribute_space import LabAttributeEmbedder
 from lab.captions import caption
 from lab.world import ATTRIBUTES, near_miss, render, sample_scene
 from workers.runtime.embedders.factory import build_image_embedder
-from workers.runtime.embedders.lab_attributes import LabAttributeEmbedder
 
 VALUES = sum(len(values) for values in ATTRIBUTES.values())
 

@@ -16,7 +16,9 @@ retrieves by: a near miss whose cached image lacks the changed attribute scores 
 paraphrase's image, which sentence embedders (MiniLM) cannot tell apart on this world.
 
 The vectors fill the first 33 coordinates of the configured column (REPRISE_IMAGE_EMBEDDING_DIM, at
-least 33; the rest are zero and change no cosine).
+least 33; the rest are zero and change no cosine). The lab registers it as the image embedder
+REPRISE_OPEN_CLIP_MODEL=lab:attributes names (lab.registration), which the workers build through
+core.plugins.
 """
 
 from __future__ import annotations
@@ -30,8 +32,11 @@ import numpy.typing as npt
 import torch
 from PIL import Image
 
+from core.embedders import Embeddings, ImageEmbedder, l2_normalise
 from core.vocabulary import LAB_ATTRIBUTES
-from workers.runtime.embedders.base import Embeddings, ImageEmbedder, l2_normalise
+from lab.captions import parse
+from lab.judge import Judge, to_tensor
+from lab.world import ATTRIBUTES, PAIR_LAYOUTS
 
 
 def attribute_vector(shown: dict[str, str] | None, dim: int) -> npt.NDArray[np.float32]:
@@ -62,8 +67,6 @@ def space_size() -> int:
 @cache
 def _layout() -> tuple[dict[str, dict[str, int]], int]:
     """Each attribute value's coordinate, and how many there are (read, never changed)."""
-    from lab.world import ATTRIBUTES
-
     index: dict[str, dict[str, int]] = {}
     position = 0
     for name, values in ATTRIBUTES.items():
@@ -78,8 +81,6 @@ class LabAttributeEmbedder(ImageEmbedder):
     name = LAB_ATTRIBUTES
 
     def __init__(self, judge_directory: Path, dim: int) -> None:
-        from lab.judge import Judge
-
         self._index, values = _layout()
         if dim < values + 1:
             raise ValueError(f"the lab's attribute space needs {values + 1} dimensions, not {dim}")
@@ -93,24 +94,19 @@ class LabAttributeEmbedder(ImageEmbedder):
         return self._dim
 
     def embed_text(self, texts: Sequence[str]) -> Embeddings:
-        from lab.captions import parse
-
         vectors = np.zeros((len(texts), self._dim), dtype=np.float32)
         for row, text in enumerate(texts):
             vectors[row] = attribute_vector(parse(text), self._dim)
         return vectors
 
     def embed_image(self, images: Sequence[Image.Image]) -> Embeddings:
-        from lab.judge import to_tensor
-        from lab.world import PAIR_LAYOUTS  # the arrangements that show a second object
-
         vectors = np.zeros((len(images), self._dim), dtype=np.float32)
         if not images:
             return vectors
         with torch.inference_mode():
             _, logits = self._judge.network(to_tensor(list(images)))
         probabilities = {name: torch.softmax(logit.double(), dim=1).numpy() for name, logit in logits.items()}
-        arrangements = list(self._index["arrangement"])
+        arrangements = list(self._index["arrangement"])  # PAIR_LAYOUTS: those that show a second object
         shown = [arrangements.index(value) for value in PAIR_LAYOUTS]
         pair = probabilities["arrangement"][:, shown].sum(axis=1)  # the probability of a second object
         for name, values in self._index.items():

@@ -1,5 +1,9 @@
 """The embedder interfaces: prompts (and images) to unit vectors for the vector index.
 
+They sit in core so that every family implements them from its own package: the workers' backends
+(workers.runtime.embedders: MiniLM, open_clip) and the quality lab's attribute space
+(lab.attribute_space, registered through core.plugins).
+
 Contract shared by every implementation: the output is a float32 numpy array of shape (n, dim),
 each row L2-normalised (so a dot product is the cosine similarity pgvector ranks by), in input
 order, computed in batches of at most `batch_size`. An empty input gives a (0, dim) array.
