@@ -155,11 +155,12 @@ class TeaCache:
         self, unet: Any, members: list[Any], model_in: torch.Tensor, t: torch.Tensor, embeds: torch.Tensor
     ) -> torch.Tensor:
         rows = [m.samples for m in members]
-        indicators = _split(unet_parts.modulated_input(unet, model_in, t, embeds), rows)
-        full = [i for i, (m, ind) in enumerate(zip(members, indicators, strict=True)) if self._due(m, ind)]
+        inputs, steps, states = _split(model_in, rows), _split(t, rows), _split(embeds, rows)
+        indicators = self._indicators(unet, members, inputs, steps, states)
+        full = [i for i, m in enumerate(members) if self._due(m, indicators[i])]
         outputs = [_state(m).output for m in members]
         if full:
-            x, ts, ehs = _gather(full, _split(model_in, rows), _split(t, rows), _split(embeds, rows))
+            x, ts, ehs = _gather(full, inputs, steps, states)
             out = unet(x, ts, encoder_hidden_states=ehs, return_dict=False)[0]
             for i, o in zip(full, _split(out, [rows[i] for i in full]), strict=True):
                 outputs[i] = o
@@ -170,8 +171,26 @@ class TeaCache:
             _state(members[i]).reused += 1
         return torch.cat(outputs)  # type: ignore[arg-type]
 
-    def _due(self, member: Member, indicator: torch.Tensor) -> bool:
+    @staticmethod
+    def _indicators(
+        unet: Any, members: list[Any], inputs: Rows, steps: Rows, states: Rows
+    ) -> list[torch.Tensor | None]:
+        """Each member's modulated input; None for a run under full_calls_only, which never reuses, so
+        that a cache-off job (vanilla's) costs on this runtime what it costs with the step cache off."""
+        watched = [i for i, m in enumerate(members) if not _state(m).full_only]
+        found: list[torch.Tensor | None] = [None] * len(members)
+        if watched:
+            computed = unet_parts.modulated_input(unet, *_gather(watched, inputs, steps, states))
+            for i, indicator in zip(
+                watched, _split(computed, [members[i].samples for i in watched]), strict=True
+            ):
+                found[i] = indicator
+        return found
+
+    def _due(self, member: Member, indicator: torch.Tensor | None) -> bool:
         state = _state(member)
+        if indicator is None:
+            return True
         previous, state.indicator = state.indicator, indicator
         if previous is None or state.output is None or _forced(member):
             return True

@@ -199,3 +199,29 @@ def test_runs_made_with_every_cache_off_are_the_full_model_s_bit_for_bit(
     reusing = runtime.generation_member(_params(1))  # made outside: the step cache applies again
     _results(runtime.generate_batch([reusing]))
     assert reusing.reuse.reused > 0
+
+
+def test_teacache_reads_no_indicator_for_a_run_with_every_cache_off(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cache-off job (what vanilla sends) costs on a TeaCache runtime what it costs with the step
+    cache off: its rows never go through the indicator's extra ResNet."""
+    runtime = DiffusionRuntime(_settings(data_dir, "teacache:0.2"), Role.LARGE)
+    rows_read: list[int] = []
+    modulated_input = step_cache_module.unet_parts.modulated_input
+
+    def counting(unet: Any, sample: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
+        rows_read.append(sample.shape[0])
+        return modulated_input(unet, sample, *rest)
+
+    monkeypatch.setattr(step_cache_module.unet_parts, "modulated_input", counting)
+    with full_calls_only():
+        vanilla = runtime.generation_member(_params(1))
+    _results(runtime.generate_batch([vanilla]))
+    assert rows_read == [] and vanilla.reuse.reused == 0
+    with full_calls_only():
+        vanilla = runtime.generation_member(_params(1))
+    cached = runtime.generation_member(_params(2))
+    _results(runtime.generate_batch([vanilla, cached], max_batch=2))
+    assert rows_read and set(rows_read) == {cached.samples}  # the guided pair of the cached job alone
+    assert cached.reuse.reused > 0 and vanilla.reuse.reused == 0
