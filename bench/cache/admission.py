@@ -95,12 +95,20 @@ def _prepare(
             params = _params(settings, prompt)
             entry_id = uuid.uuid4()
             cache.insert_entry(
-                session, entry_id=entry_id, scope=scope, model_family=family, prompt=prompt,
-                text_embedding=embedding, image_embedding=None, final_latent_key=f"bench/{entry_id}",
-                final_bytes=1, steps=settings.steps, size=(params.width, params.height),
+                session,
+                entry_id=entry_id,
+                scope=scope,
+                model_family=family,
+                prompt=prompt,
+                text_embedding=embedding,
+                image_embedding=None,
+                final_latent_key=f"bench/{entry_id}",
+                final_bytes=1,
+                steps=settings.steps,
+                size=(params.width, params.height),
                 states=[cache.NewState(k, f"bench/{entry_id}/{k}", 1) for k in settings.capture_steps],
                 prompt_key=prompt_key(params),
-            )  # fmt: skip
+            )
         prompts = [
             cached[int(rng.integers(0, len(cached)))] if rng.random() < options.repeats else prompt
             for prompt in fresh
@@ -108,8 +116,15 @@ def _prepare(
         jobs = []
         for prompt in prompts:
             params = _params(settings, prompt)
-            job = Job(tenant_id=tenant.id, prompt=prompt, seed=0, steps=params.steps, width=params.width,
-                      height=params.height, guidance=params.guidance)  # fmt: skip
+            job = Job(
+                tenant_id=tenant.id,
+                prompt=prompt,
+                seed=0,
+                steps=params.steps,
+                width=params.width,
+                height=params.height,
+                guidance=params.guidance,
+            )
             session.add(job)
             session.flush()
             jobs.append(job.id)
@@ -237,14 +252,19 @@ def _report(
     totals = stages.get("total", [0.0])
     per_share = len(job_ids) / options.processes
     batched = [share.batches for share in shares if share.batches is not None]
-    batches = BatchStats(sum(b.batches for b in batched), sum(b.texts for b in batched)) if batched else None
+    embed_batch: dict[str, Any] | None = None
+    if batched:
+        batches = BatchStats(sum(b.batches for b in batched), sum(b.texts for b in batched))
+        embed_batch = {
+            "max": settings.embed_batch_max,
+            "wait_ms": settings.embed_batch_wait_ms,
+            "batches": batches.batches,
+            "mean_size": round(batches.mean_size, 2),
+        }
     return {
         "options": asdict(options),
         "embedder": settings.text_embedder.value,
-        "embed_batch": None if batches is None else {
-            "max": settings.embed_batch_max, "wait_ms": settings.embed_batch_wait_ms,
-            "batches": batches.batches, "mean_size": round(batches.mean_size, 2),
-        },
+        "embed_batch": embed_batch,
         "jobs": len(job_ids),
         "admitted": sum(outcome is not None for outcome, _ in rows),
         "errors": [error for share in shares for error in share.errors][:10],
@@ -258,7 +278,7 @@ def _report(
             stage: {"p50": _q(v, 50), "p99": _q(v, 99), "n": len(v)} for stage, v in sorted(stages.items())
         },
         "outcomes": dict(Counter(outcome for outcome, _ in rows)),
-    }  # fmt: skip
+    }
 
 
 def _q(values: list[float], q: float) -> float:

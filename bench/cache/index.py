@@ -202,16 +202,31 @@ def measure_cache(
             lookup_p99_ms=round(float(np.percentile(timings, 99)), 3),
             recall_at_1=round(sum(row[2] for row in rows) / len(rows), 4),
             evict_pass_ms=round(evict_ms, 3),
-            entries=entries, dim=settings.text_embedding_dim, scopes=len(layout), by_class=by_class,
-            queries=len(rows), ef_search=ef, ef_reference_entries=reference, exact_max=exact,
-            max_scan_tuples=settings.hnsw_max_scan_tuples, paths=dict(Counter(row[3] for row in rows)),
-            eviction_policy=settings.eviction_policy.value, states_evicted=report.states_evicted,
-            entries_removed=report.entries_removed, bytes_freed=report.bytes_before - report.bytes_after,
-            fill_s=round(fill_s, 2), index_build_s=round(build_s, 2), index_bytes=index_bytes,
-            table_bytes=table_bytes, short=_short(by_class), compare=compare, churn=churn,
-            scope_indexes=len(indexed.created) + indexed.kept, scope_index_build_s=indexed.build_s,
+            entries=entries,
+            dim=settings.text_embedding_dim,
+            scopes=len(layout),
+            by_class=by_class,
+            queries=len(rows),
+            ef_search=ef,
+            ef_reference_entries=reference,
+            exact_max=exact,
+            max_scan_tuples=settings.hnsw_max_scan_tuples,
+            paths=dict(Counter(row[3] for row in rows)),
+            eviction_policy=settings.eviction_policy.value,
+            states_evicted=report.states_evicted,
+            entries_removed=report.entries_removed,
+            bytes_freed=report.bytes_before - report.bytes_after,
+            fill_s=round(fill_s, 2),
+            index_build_s=round(build_s, 2),
+            index_bytes=index_bytes,
+            table_bytes=table_bytes,
+            short=_short(by_class),
+            compare=compare,
+            churn=churn,
+            scope_indexes=len(indexed.created) + indexed.kept,
+            scope_index_build_s=indexed.build_s,
             scope_index_bytes=_scope_index_bytes(settings),
-        )  # fmt: skip
+        )
     finally:
         with session_scope(settings) as session:
             for scope in layout:
@@ -292,9 +307,13 @@ def _churn(
     health = rebuild(settings)
     after_rebuild = {**_variant(settings, probes, exact, ef, reference), "index_mib": index_mib(settings)}
     return {
-        "rounds": rounds, "share": 0.1, "index_mib_before": before, "after_churn": after_churn,
-        "index_health": health, "after_rebuild": after_rebuild,
-    }  # fmt: skip
+        "rounds": rounds,
+        "share": 0.1,
+        "index_mib_before": before,
+        "after_churn": after_churn,
+        "index_health": health,
+        "after_rebuild": after_rebuild,
+    }
 
 
 def _variant(
@@ -418,10 +437,12 @@ def format_table(result: CacheBench) -> str:
     ]
     rows += [("short of the goals", line) for line in result.short]
     rows += [
-        (f"with exact_max {other['exact_max']}, ef {other['ef_search']}",
-         f"p50 {other['lookup_p50_ms']:.2f} / p99 {other['lookup_p99_ms']:.2f} ms, "
-         f"recall@1 {other['recall_at_1']:.3f}")
+        (
+            f"with exact_max {other['exact_max']}, ef {other['ef_search']}",
+            f"p50 {other['lookup_p50_ms']:.2f} / p99 {other['lookup_p99_ms']:.2f} ms, "
+            f"recall@1 {other['recall_at_1']:.3f}",
+        )
         for other in result.compare
-    ]  # fmt: skip
+    ]
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)

@@ -82,10 +82,16 @@ def isolated_stack(
         if s3:
             env |= stack.enter_context(_moto_server(root))
         settings = load_settings(
-            data_dir=root / "data", pg_port=pg_port, redis_port=redis_port, model_set="tiny",
-            **{key.removeprefix("REPRISE_").lower(): value for key, value in env.items()
-               if key.startswith(("REPRISE_S3_", "REPRISE_BLOB_"))},
-        )  # fmt: skip
+            data_dir=root / "data",
+            pg_port=pg_port,
+            redis_port=redis_port,
+            model_set="tiny",
+            **{
+                key.removeprefix("REPRISE_").lower(): value
+                for key, value in env.items()
+                if key.startswith(("REPRISE_S3_", "REPRISE_BLOB_"))
+            },
+        )
         target = ChaosTarget(base_url=f"http://127.0.0.1:{port}", settings=settings, env=env, isolated=True)
         for args in (("services", "up"), ("migrate",), ("models", "tiny")):
             done = target.reprise(*args, timeout_s=START_TIMEOUT_S)
@@ -97,10 +103,11 @@ def isolated_stack(
                 FaultProxy({"redis": ("127.0.0.1", redis_port), "postgres": ("127.0.0.1", pg_port)})
             )
             argv += [
-                "--workers-redis-url", f"redis://127.0.0.1:{target.proxy.port('redis')}/0",
+                "--workers-redis-url",
+                f"redis://127.0.0.1:{target.proxy.port('redis')}/0",
                 "--workers-database-url",
                 f"postgresql+psycopg://reprise@127.0.0.1:{target.proxy.port('postgres')}/reprise",
-            ]  # fmt: skip
+            ]
         try:
             with _reprise_run(root, argv, env):
                 yield target

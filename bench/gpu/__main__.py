@@ -33,11 +33,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = parser().parse_args(argv)
     return run_command(
-        device=args.device, steps=args.steps, capture=args.capture, refine_k=args.refine_k,
-        prompts=args.prompts, seed=args.seed, repeats=args.repeats, batch=args.batch,
-        reference=not args.no_reference, worker_threads=args.worker_threads, json_path=args.json,
+        device=args.device,
+        steps=args.steps,
+        capture=args.capture,
+        refine_k=args.refine_k,
+        prompts=args.prompts,
+        seed=args.seed,
+        repeats=args.repeats,
+        batch=args.batch,
+        reference=not args.no_reference,
+        worker_threads=args.worker_threads,
+        json_path=args.json,
         runtime_json=args.runtime_json,
-    )  # fmt: skip
+    )
 
 
 if __name__ == "__main__":

@@ -47,8 +47,12 @@ class Outcome:
         return f"{self.status.value:6} {self.name.ljust(width)}  {self.detail}  [{self.seconds:.1f}s]"
 
     def as_json(self) -> dict[str, Any]:
-        return {"status": self.status.value, "detail": self.detail, "seconds": round(self.seconds, 3),
-                **self.figures}  # fmt: skip
+        return {
+            "status": self.status.value,
+            "detail": self.detail,
+            "seconds": round(self.seconds, 3),
+            **self.figures,
+        }
 
 
 def outcome(name: str, passed: bool, detail: str, figures: dict[str, Any]) -> Outcome:

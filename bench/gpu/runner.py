@@ -108,10 +108,18 @@ def default_capture(steps: int) -> tuple[int, ...]:
 def lab_settings(device: str, steps: int, capture: Sequence[int], *, small: str = "lab:small") -> Settings:
     """The lab's models (whatever REPRISE_*_MODEL say) on `device`, DDIM, T and K as asked."""
     return load_settings(
-        device=device, model_set=ModelSet.LAB, large_model="lab:large", small_model=small,
-        large_family="", small_family="", decode_model=None, steps=steps, capture_steps=list(capture),
-        scheduler=SchedulerName.DDIM, default_size=None,
-    )  # fmt: skip
+        device=device,
+        model_set=ModelSet.LAB,
+        large_model="lab:large",
+        small_model=small,
+        large_family="",
+        small_family="",
+        decode_model=None,
+        steps=steps,
+        capture_steps=list(capture),
+        scheduler=SchedulerName.DDIM,
+        default_size=None,
+    )
 
 
 def run_gpu_check(
@@ -156,10 +164,12 @@ def _model_checks(report: GpuReport, settings: Settings, probe: Probe, options: 
     dependent: list[tuple[str, Callable[[], Outcome]]] = [
         ("resume", lambda: resume_check(settings, probe, generated)),
         ("refine", lambda: refine_check(settings, probe, generated, name="refine")),
-        ("refine_cross_family", lambda: refine_check(_cross_family(settings), probe, generated,
-                                                     name="refine_cross_family")),
+        (
+            "refine_cross_family",
+            lambda: refine_check(_cross_family(settings), probe, generated, name="refine_cross_family"),
+        ),
         ("decode", lambda: decode_check(settings, generated)),
-    ]  # fmt: skip
+    ]
     if options.reference:
         cpu = lab_settings("cpu", probe.steps, probe.capture)
         dependent.append(("reference", lambda: reference_check(cpu, probe, generated, _judge(settings))))
@@ -280,10 +290,17 @@ def run_command(
 
     try:
         options = GpuCheckOptions(
-            device=device, steps=steps, prompts=prompts, seed=seed, refine_k=refine_k, repeats=repeats,
+            device=device,
+            steps=steps,
+            prompts=prompts,
+            seed=seed,
+            refine_k=refine_k,
+            repeats=repeats,
             capture=parse_steps(capture, "--capture") if capture is not None else None,
-            batch_sizes=parse_steps(batch, "--batch"), reference=reference, worker_threads=worker_threads,
-        )  # fmt: skip
+            batch_sizes=parse_steps(batch, "--batch"),
+            reference=reference,
+            worker_threads=worker_threads,
+        )
         options.checked_capture()
         if worker_threads and worker_threads < 4:
             raise ValueError("--worker-threads must be 0 (no check) or at least 4")

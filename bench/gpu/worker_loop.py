@@ -45,9 +45,13 @@ def job_params(probe: Probe, index: int, guidance: float = 7.5) -> GenerationPar
     """The index-th job's request: the probe's prompts in turn, a seed of its own."""
     prompt = probe.prompts[index % len(probe.prompts)]
     return GenerationParams(
-        prompt=prompt, seed=probe.seed + index, steps=probe.steps, width=probe.size, height=probe.size,
+        prompt=prompt,
+        seed=probe.seed + index,
+        steps=probe.steps,
+        width=probe.size,
+        height=probe.size,
         guidance=guidance,
-    )  # fmt: skip
+    )
 
 
 def _jobs(probe: Probe, threads: int, captured: GenerationResult, k: int) -> list[tuple[str, Job]]:
@@ -117,8 +121,16 @@ def worker_loop_check(settings: Settings, probe: Probe, threads: int) -> Outcome
         unet_calls = (loop.steps_run if loop is not None else 0) - before
         largest = loop.largest_batch if loop is not None else 0
         idle = loop is None or not loop.busy
-    return _outcome(jobs, results, references, unet_calls=unet_calls, largest=largest, idle=idle,
-                    times=(alone_s, together_s), cancel_step=cancel_after(probe.steps))  # fmt: skip
+    return _outcome(
+        jobs,
+        results,
+        references,
+        unet_calls=unet_calls,
+        largest=largest,
+        idle=idle,
+        times=(alone_s, together_s),
+        cancel_step=cancel_after(probe.steps),
+    )
 
 
 def _outcome(
@@ -133,8 +145,11 @@ def _outcome(
     cancel_step: int,
 ) -> Outcome:
     names = [name for name, _ in jobs]
-    errors = {name: repr(result) for name, result in zip(names[:-1], results[:-1], strict=True)
-              if not isinstance(result, GenerationResult)}  # fmt: skip
+    errors = {
+        name: repr(result)
+        for name, result in zip(names[:-1], results[:-1], strict=True)
+        if not isinstance(result, GenerationResult)
+    }
     canceled = results[-1]
     canceled_ok = isinstance(canceled, GenerationCanceled) and canceled.step == cancel_step
     pairs = zip(results[:-1], references, strict=True)

@@ -255,14 +255,22 @@ def run_read_bench(settings: Settings, options: ReadBenchOptions) -> dict[str, A
     burst = asyncio.run(_burst(options, burst_id))
     return {
         "setups": setups,
-        "burst": {"reads": len(burst.latencies_ms), "decodes": nodes.decodes() - before,
-                  "coalesced": burst.coalesced},
+        "burst": {
+            "reads": len(burst.latencies_ms),
+            "decodes": nodes.decodes() - before,
+            "coalesced": burst.coalesced,
+        },
         "parameters": {
-            **asdict(options), "api_key": None, "nodes": nodes.names, "capacity_bytes_per_node": capacity,
-            "png_bytes": png_bytes, "latent_bytes": latent_bytes, "trace": asdict(spec),
+            **asdict(options),
+            "api_key": None,
+            "nodes": nodes.names,
+            "capacity_bytes_per_node": capacity,
+            "png_bytes": png_bytes,
+            "latent_bytes": latent_bytes,
+            "trace": asdict(spec),
             "trace_statistics": trace_statistics(np.asarray(order), len(ids)),
         },
-    }  # fmt: skip
+    }
 
 
 def write_report(report: Mapping[str, Any], path: Path | None) -> None:

@@ -86,8 +86,10 @@ async def _round(options: StreamBenchOptions, streams: int, tag: str) -> dict[st
         for n in range(options.jobs):
             body = {
                 "prompt": f"a red circle left of a blue square, {tag} {n} {uuid.uuid4().hex[:6]}",
-                "seed": options.seed + n, "steps": options.steps, "cache": "off",
-            }  # fmt: skip
+                "seed": options.seed + n,
+                "steps": options.steps,
+                "cache": "off",
+            }
             response = await http.post("/v1/generations", json=body)
             response.raise_for_status()
             ids.append(response.json()["id"])

@@ -62,9 +62,15 @@ def generate_videos(
     videos = []
     for index, prompt in enumerate(prompts):
         params = VideoParams(
-            prompt=prompt, seed=index, steps=steps, width=FRAMES_SIZE, height=FRAMES_SIZE,
-            frames=frames, fps=8, guidance=guidance,
-        )  # fmt: skip
+            prompt=prompt,
+            seed=index,
+            steps=steps,
+            width=FRAMES_SIZE,
+            height=FRAMES_SIZE,
+            frames=frames,
+            fps=8,
+            guidance=guidance,
+        )
         videos.append(decode_frames(pipe, generate_video(pipe, params).final_latent))
         if (index + 1) % 10 == 0:
             log(f"generated {index + 1}/{len(prompts)}")

@@ -199,9 +199,13 @@ def simulate_video(
     and background embeddings (None where the parser found none). NIRVANA's video baseline (FlexCache
     6.1) is decoupled=False, compression 1 and LCBFU."""
     cache = VideoCacheSim(
-        table=table, costs=costs, budget_bytes=budget_bytes, decoupled=decoupled, dim=whole.shape[1],
+        table=table,
+        costs=costs,
+        budget_bytes=budget_bytes,
+        decoupled=decoupled,
+        dim=whole.shape[1],
         policy=policy,
-    )  # fmt: skip
+    )
     busy_s, ks = 0.0, []
     by_kind = {HitKind.WHOLE.value: 0, HitKind.DECOUPLED.value: 0}
     for index, vector in enumerate(whole):

@@ -36,9 +36,15 @@ QUALITY_SEED = 910_000  # held-out scenes: a seed no training run uses
 
 def _params(prompt: str, seed: int, steps: int, frames: int, guidance: float) -> VideoParams:
     return VideoParams(
-        prompt=prompt, seed=seed, steps=steps, width=FRAMES_SIZE, height=FRAMES_SIZE,
-        frames=frames, fps=8, guidance=guidance,
-    )  # fmt: skip
+        prompt=prompt,
+        seed=seed,
+        steps=steps,
+        width=FRAMES_SIZE,
+        height=FRAMES_SIZE,
+        frames=frames,
+        fps=8,
+        guidance=guidance,
+    )
 
 
 def _requests(count: int, seed: int) -> list[dict[str, Any]]:
@@ -60,9 +66,12 @@ def _requests(count: int, seed: int) -> list[dict[str, Any]]:
             background_texture=other.background_texture,
             background_motion=other.background_motion,
         )
-        under_other = replace(other, background_color=scene.background_color,
-                              background_texture=scene.background_texture,
-                              background_motion=scene.background_motion)  # fmt: skip
+        under_other = replace(
+            other,
+            background_color=scene.background_color,
+            background_texture=scene.background_texture,
+            background_motion=scene.background_motion,
+        )
         requests.append(
             {
                 "prompt": caption(scene, rng),
@@ -108,9 +117,11 @@ def measure_reuse_quality(
         exact = run(request["prompt"], seed, start=source.captured[k])
         objects, backgrounds = run(request["object"], seed + 2), run(request["background"], seed + 3)
         stitched_state = stitch(
-            stored(objects), object_mask(objects.final_latent),
-            stored(backgrounds), object_mask(backgrounds.final_latent),
-        )  # fmt: skip
+            stored(objects),
+            object_mask(objects.final_latent),
+            stored(backgrounds),
+            object_mask(backgrounds.final_latent),
+        )
         stitched = run(request["prompt"], seed, start=stitched_state)
         results = (miss, whole, stitched, exact)
         videos = [decode_frames(pipe, result.final_latent) for result in results]

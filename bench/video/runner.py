@@ -173,9 +173,14 @@ def measure_video(
             pipe, compression_prompts, seed, compression_steps, frames, bound
         )
     figures = measure_compression(
-        pipe, compressed_prompts, frames=frames, steps=compression_steps, error_bound=bound,
-        capture=compression_capture, noise_window=noise_window,
-    )  # fmt: skip
+        pipe,
+        compressed_prompts,
+        frames=frames,
+        steps=compression_steps,
+        error_bound=bound,
+        capture=compression_capture,
+        noise_window=noise_window,
+    )
     whole, parts = embed_trace(settings, prompts)
     budget = int(budget_share * requests * (len(costs.capture) * costs.state_bytes + costs.mask_bytes))
     runs = simulate_configurations(whole, parts, table, costs, budget)
@@ -217,9 +222,15 @@ class JudgedReuse:
         from bench.video.quality import measure_reuse_quality
 
         quality = measure_reuse_quality(
-            pipe, self.judge, requests=self.requests, steps=steps, k=self.k, frames=frames,
-            error_bound=error_bound, log=self.log,
-        )  # fmt: skip
+            pipe,
+            self.judge,
+            requests=self.requests,
+            steps=steps,
+            k=self.k,
+            frames=frames,
+            error_bound=error_bound,
+            log=self.log,
+        )
         return video_prompts(prompts, seed)[0], quality
 
 
