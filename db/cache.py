@@ -179,9 +179,13 @@ def lookup(
         ef = ScopeEf(ef_search, ef_reference_entries, scope_index_name(scope, _embedding_column(mode).key))
         exact = choose_path(session, scope, exact_max, ef, max_scan_tuples)
         found = _nearest(
-            session, query_embedding=query_embedding, mode=mode, scopes=[scope], model_family=model_family,
+            session,
+            query_embedding=query_embedding,
+            mode=mode,
+            scopes=[scope],
+            model_family=model_family,
             size=size,
-        )  # fmt: skip
+        )
         if found is not None and exact:
             found = replace(found, path=LookupPath.EXACT)
         if found is not None and (best is None or found.similarity > best.similarity):

@@ -73,14 +73,27 @@ def insert_video_entry(
     below one."""
     _check_entry(scope, steps, states, frames, width, height, bytes)
     entry = CacheEntry(
-        id=entry_id, scope=scope, model_family=model_family, prompt=prompt, prompt_key=prompt_key,
+        id=entry_id,
+        scope=scope,
+        model_family=model_family,
+        prompt=prompt,
+        prompt_key=prompt_key,
         text_embedding=as_vector(text_embedding),
         object_embedding=None if object_embedding is None else as_vector(object_embedding),
         background_embedding=None if background_embedding is None else as_vector(background_embedding),
-        image_embedding=None, final_latent_key=final_latent_key, base_key=base_key, mask_key=mask_key,
-        bytes=bytes, steps=steps, frames=frames, width=width, height=height, source_job_id=source_job_id,
-        access_count=INSERTION_USES, state=EntryState.LIVE.value,
-    )  # fmt: skip
+        image_embedding=None,
+        final_latent_key=final_latent_key,
+        base_key=base_key,
+        mask_key=mask_key,
+        bytes=bytes,
+        steps=steps,
+        frames=frames,
+        width=width,
+        height=height,
+        source_job_id=source_job_id,
+        access_count=INSERTION_USES,
+        state=EntryState.LIVE.value,
+    )
     entry.states = [
         CacheState(k=k, blob_key=key, bytes=size, access_count=INSERTION_USES)
         for k, (key, size) in sorted(states.items())

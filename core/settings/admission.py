@@ -46,9 +46,12 @@ class AdmissionSettings(BaseSettings):
         "lookups (README, 'match predictor'; `python -m bench.cache.predictor --trace`).",
     )
     predictor_nu: float | None = Field(
-        None, gt=0, le=1, description="SGDOneClassSVM nu. Unset: chosen per fit on held-out data from "
+        None,
+        gt=0,
+        le=1,
+        description="SGDOneClassSVM nu. Unset: chosen per fit on held-out data from "
         "0.001 (NIRVANA 6), 0.01, 0.1, 0.5 (jobs.policies.predictor.NU_GRID).",
-    )  # fmt: skip
+    )
     predictor_audit_rate: float = Field(
         0.1, ge=0, le=1, description="Share of predicted misses searched anyway, to measure the recall."
     )

@@ -250,9 +250,14 @@ def ensure_room(
             blob_keys_deleted=0,
         )
     return evict_scope(
-        settings, blobs, scope=scope, incoming_bytes=incoming_bytes, headroom=headroom,
-        budget_bytes=budget, policy=chosen,
-    )  # fmt: skip
+        settings,
+        blobs,
+        scope=scope,
+        incoming_bytes=incoming_bytes,
+        headroom=headroom,
+        budget_bytes=budget,
+        policy=chosen,
+    )
 
 
 def evict_all_scopes(settings: Settings, blob_store: BlobStore) -> list[EvictionReport]:

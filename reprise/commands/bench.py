@@ -353,16 +353,28 @@ def reads_command(
     def main() -> int:
         if simulate:
             spec = _read_sim_spec(jobs, reads, nodes, rate, zipf, cache_fraction, window)
-            write_report(simulate_reads(replace(spec, promote_after=promote_after, theta=theta,
-                                                warmup=warmup, seed=seed)), json_path)  # fmt: skip
+            write_report(
+                simulate_reads(
+                    replace(spec, promote_after=promote_after, theta=theta, warmup=warmup, seed=seed)
+                ),
+                json_path,
+            )
             return 0
         settings = get_settings()
         options = ReadBenchOptions(
-            base_url=base_url, api_key=api_key or _bench_key(settings, tenant), jobs=jobs or 100,
-            reads=reads or 4000, zipf=zipf, warmup=warmup, window=window or 200,
-            cache_fraction=0.1 if cache_fraction is None else cache_fraction, promote_after=promote_after,
-            concurrency=concurrency, steps=steps, seed=seed,
-        )  # fmt: skip
+            base_url=base_url,
+            api_key=api_key or _bench_key(settings, tenant),
+            jobs=jobs or 100,
+            reads=reads or 4000,
+            zipf=zipf,
+            warmup=warmup,
+            window=window or 200,
+            cache_fraction=0.1 if cache_fraction is None else cache_fraction,
+            promote_after=promote_after,
+            concurrency=concurrency,
+            steps=steps,
+            seed=seed,
+        )
         try:
             write_report(run_read_bench(settings, options), json_path)
         except (RuntimeError, httpx.HTTPError) as error:
@@ -393,9 +405,14 @@ def streams_command(
 
     key = api_key or _bench_key(get_settings(), "bench-streams")
     options = StreamBenchOptions(
-        base_url=base_url, api_key=key, jobs=jobs, streams=streams, steps=steps, seed=seed,
+        base_url=base_url,
+        api_key=key,
+        jobs=jobs,
+        streams=streams,
+        steps=steps,
+        seed=seed,
         api_metrics_url=api_metrics_url,
-    )  # fmt: skip
+    )
     try:
         text = report_text(run_stream_bench(options))
     except httpx.HTTPError as error:
@@ -419,9 +436,14 @@ def _read_sim_spec(
     from bench.sim.reads import ReadSimSpec
 
     return ReadSimSpec(
-        objects=jobs or 150_000, reads=reads or 1_000_000, nodes=nodes, rate=rate, zipf=zipf,
-        cache_fraction=0.01 if cache_fraction is None else cache_fraction, window=window or 2000,
-    )  # fmt: skip
+        objects=jobs or 150_000,
+        reads=reads or 1_000_000,
+        nodes=nodes,
+        rate=rate,
+        zipf=zipf,
+        cache_fraction=0.01 if cache_fraction is None else cache_fraction,
+        window=window or 2000,
+    )
 
 
 def _bench_key(settings: Settings, tenant: str) -> str:

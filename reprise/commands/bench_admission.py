@@ -38,9 +38,15 @@ def admission_command(
     from bench.cache.admission import AdmissionBenchOptions, run_admission_bench
 
     options = AdmissionBenchOptions(
-        jobs=jobs, processes=processes, threads=threads, batch_max=batch_max, batch_wait_ms=batch_wait_ms,
-        cached=cached, repeats=repeats, seed=seed,
-    )  # fmt: skip
+        jobs=jobs,
+        processes=processes,
+        threads=threads,
+        batch_max=batch_max,
+        batch_wait_ms=batch_wait_ms,
+        cached=cached,
+        repeats=repeats,
+        seed=seed,
+    )
     text = json.dumps(run_admission_bench(get_settings(), options), indent=2)
     if json_path is not None:
         json_path.write_text(text + "\n")

@@ -43,10 +43,17 @@ def cache_command(
     from bench.cache.index import format_table, measure_cache
 
     result = measure_cache(
-        get_settings(), entries=entries, queries=queries, scopes=scopes, exact_max=exact_max, seed=seed,
-        bulk_build=bulk_build, compare_exact=tuple(compare_exact), compare_ef=tuple(compare_ef),
+        get_settings(),
+        entries=entries,
+        queries=queries,
+        scopes=scopes,
+        exact_max=exact_max,
+        seed=seed,
+        bulk_build=bulk_build,
+        compare_exact=tuple(compare_exact),
+        compare_ef=tuple(compare_ef),
         churn_rounds=churn_rounds,
-    )  # fmt: skip
+    )
     typer.echo(format_table(result))
     _write_json(json_path, result)
 
@@ -127,10 +134,18 @@ def video_command(
     settings = settings.model_copy(update={"video_model": model})
     pipe, judged = _video_model(settings, model, quality_requests, quality_k)
     result = measure_video(
-        settings, pipe, trace=trace, requests=requests, seed=seed, budget_share=budget_share,
-        compression_prompts=compression_prompts, frames=run_frames, noise_window=noise_window,
-        model=model, judged=judged,
-    )  # fmt: skip
+        settings,
+        pipe,
+        trace=trace,
+        requests=requests,
+        seed=seed,
+        budget_share=budget_share,
+        compression_prompts=compression_prompts,
+        frames=run_frames,
+        noise_window=noise_window,
+        model=model,
+        judged=judged,
+    )
     typer.echo(format_table(result))
     _write_json(json_path, result)
 

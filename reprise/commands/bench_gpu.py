@@ -39,8 +39,17 @@ def gpu_command(
     from bench.gpu.runner import run_command
 
     status = run_command(
-        device=device, steps=steps, capture=capture, refine_k=refine_k, prompts=prompts, seed=seed,
-        repeats=repeats, batch=batch, reference=reference, worker_threads=worker_threads, json_path=json_path,
+        device=device,
+        steps=steps,
+        capture=capture,
+        refine_k=refine_k,
+        prompts=prompts,
+        seed=seed,
+        repeats=repeats,
+        batch=batch,
+        reference=reference,
+        worker_threads=worker_threads,
+        json_path=json_path,
         runtime_json=runtime_json,
-    )  # fmt: skip
+    )
     raise typer.Exit(status)

@@ -80,21 +80,30 @@ def judge_command(
 
 def _echo_agreements(report: dict[str, Any]) -> None:
     """The agreements on generated images, the rival's and the autoencoder's round trip's, a line each."""
-    typer.echo(f"agreement with the second judge on {report['generated_images']} generated images: "
-               f"{report['generated_agreement']:.4f} {report['agreement_per_model']}; on the verdicts "
-               f"a score counts {report['verdict_agreement']:.4f}; mean scores (judge, second) "
-               f"{report['scores_per_model']}, correlated {report['score_correlation']}")  # fmt: skip
+    typer.echo(
+        f"agreement with the second judge on {report['generated_images']} generated images: "
+        f"{report['generated_agreement']:.4f} {report['agreement_per_model']}; on the verdicts "
+        f"a score counts {report['verdict_agreement']:.4f}; mean scores (judge, second) "
+        f"{report['scores_per_model']}, correlated {report['score_correlation']}"
+    )
     if "rival" in report:
         rival = report["rival"]
-        typer.echo(f"a rival of the judge's own kind (seed {rival['seed']}, {rival['steps']} steps, "
-                   f"held out {rival['heldout_accuracy']:.4f}) agrees with it on "
-                   f"{rival['generated_agreement']:.4f} of the readings {rival['agreement_per_model']}, "
-                   f"{rival['verdict_agreement']:.4f} of the verdicts")  # fmt: skip
+        typer.echo(
+            f"a rival of the judge's own kind (seed {rival['seed']}, {rival['steps']} steps, "
+            f"held out {rival['heldout_accuracy']:.4f}) agrees with it on "
+            f"{rival['generated_agreement']:.4f} of the readings {rival['agreement_per_model']}, "
+            f"{rival['verdict_agreement']:.4f} of the verdicts"
+        )
     trip = report["round_trip"]
-    agreed = ", ".join(f"{name[len('agreement_') :]} {value:.4f}" for name, value in trip.items()
-                       if name.startswith("agreement_"))  # fmt: skip
-    typer.echo(f"the autoencoder's round trip of the {trip['images']} captions' true renders: the judge "
-               f"reads {trip['score']:.4f} of their attributes; agreement {agreed}")  # fmt: skip
+    agreed = ", ".join(
+        f"{name[len('agreement_') :]} {value:.4f}"
+        for name, value in trip.items()
+        if name.startswith("agreement_")
+    )
+    typer.echo(
+        f"the autoencoder's round trip of the {trip['images']} captions' true renders: the judge "
+        f"reads {trip['score']:.4f} of their attributes; agreement {agreed}"
+    )
 
 
 def _generated_agreement(
@@ -285,10 +294,18 @@ def profile_k_command(
     ).partition(",")
     k_values = tuple(int(k) for k in ks.split(",")) if ks else tuple(settings.capture_steps)
     options = ProfileOptions(
-        large=large.strip(), hit=(hit_model or large).strip(), pairs=prompts, ks=k_values,
-        tolerance=tolerance, mode=mode, steps=settings.steps, guidance=guidance, seed=seed,
-        prompts_file=prompts_file, hit_operation=hit,
-    )  # fmt: skip
+        large=large.strip(),
+        hit=(hit_model or large).strip(),
+        pairs=prompts,
+        ks=k_values,
+        tolerance=tolerance,
+        mode=mode,
+        steps=settings.steps,
+        guidance=guidance,
+        seed=seed,
+        prompts_file=prompts_file,
+        hit_operation=hit,
+    )
     if from_report is not None:
         from bench.quality.profiling import retabled
 

@@ -58,9 +58,13 @@ def decide_video(
     indexes = (VideoIndex.WHOLE, VideoIndex.OBJECT, VideoIndex.BACKGROUND)[: len(phrases)]
     with session_scope(settings) as session:
         found = video_lookup.nearest_videos(
-            session, dict(zip(indexes, vectors, strict=True)), scopes=scopes, shape=shape,
-            ef_search=settings.hnsw_ef_search, exact_max=settings.lookup_exact_max,
-        )  # fmt: skip
+            session,
+            dict(zip(indexes, vectors, strict=True)),
+            scopes=scopes,
+            shape=shape,
+            ef_search=settings.hnsw_ef_search,
+            exact_max=settings.lookup_exact_max,
+        )
     whole, obj, background = (found.get(index) for index in VideoIndex)
     return routed(settings, params.steps, whole, obj, background)
 
@@ -90,9 +94,12 @@ def routed(
         )
 
     hit: VideoHit | None = choose_video_hit(
-        profiled(whole), profiled(object_match), profiled(background_match), video_table(settings),
+        profiled(whole),
+        profiled(object_match),
+        profiled(background_match),
+        video_table(settings),
         settings.quality_knob,
-    )  # fmt: skip
+    )
     if hit is None:
         best = max(
             (m.similarity for m in (whole, object_match, background_match) if m is not None), default=None
@@ -103,8 +110,11 @@ def routed(
     ]
     k = max(k for k in set.intersection(*stored) if to_profiled[k] == hit.k)  # the stored k chosen
     decision = AdmissionDecision(
-        AdmissionOutcome.HIT, Route.HIT, k=k, similarity=hit.similarity,
+        AdmissionOutcome.HIT,
+        Route.HIT,
+        k=k,
+        similarity=hit.similarity,
         source_entry_id=hit.object_entry,
-    )  # fmt: skip
+    )
     background = hit.background_entry if hit.kind is HitKind.DECOUPLED else None
     return Admitted(decision, video_hit=hit.kind, background_entry_id=background)

@@ -192,9 +192,13 @@ def _finish(
         insert_video_result(context, job, params, result, final_blob)
     decodes = int(frames is not None or output is not None)  # an eager WebP reuses the judged frames
     completion = Completion(
-        [result.model], dict(result.denoiser_evals), vae_decodes=decodes, output=output, quality=quality,
+        [result.model],
+        dict(result.denoiser_evals),
+        vae_decodes=decodes,
+        output=output,
+        quality=quality,
         used=used,
-    )  # fmt: skip
+    )
     complete_run(context, job, lease, result, final_key, completion)
 
 
