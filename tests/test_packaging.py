@@ -36,8 +36,10 @@ def test_the_api_extra_installs_and_imports_without_torch(tmp_path: Path) -> Non
     requirements = tmp_path / "requirements-api.txt"
     listed = subprocess.run(
         [sys.executable, str(ROOT / "deploy" / "requirements.py"), str(ROOT / "pyproject.toml"), "api"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     requirements.write_text(listed.stdout)
     pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     for step in (

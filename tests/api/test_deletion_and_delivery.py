@@ -49,12 +49,19 @@ def finished_job(
         job.final_latent_key = keys.job_prefix(job_id) + "final.latent"
         job.image_keys = {"png": keys.image_key(job_id, "png")}
         cache.insert_entry(
-            session, entry_id=entry_id, scope=f"tenant:{job.tenant_id}", model_family="tiny-sd",
+            session,
+            entry_id=entry_id,
+            scope=f"tenant:{job.tenant_id}",
+            model_family="tiny-sd",
             prompt="a fox",
-            text_embedding=np.ones(settings.text_embedding_dim), image_embedding=None,
-            final_latent_key=keys.final_latent_key(entry_id), final_bytes=5, steps=10,
-            states=[cache.NewState(2, keys.state_key(entry_id, 2), 5)], source_job_id=job_id,
-        )  # fmt: skip
+            text_embedding=np.ones(settings.text_embedding_dim),
+            image_embedding=None,
+            final_latent_key=keys.final_latent_key(entry_id),
+            final_bytes=5,
+            steps=10,
+            states=[cache.NewState(2, keys.state_key(entry_id, 2), 5)],
+            source_job_id=job_id,
+        )
     return job_id
 
 

@@ -140,9 +140,15 @@ def test_an_escalated_job_shows_both_stages_and_is_a_miss(
     """DiffServe's cascade (DiffServe 3.2): the light stage and the discriminator's verdict in the metrics."""
     job_id = str(submit(client, tenant)["id"])
     stage = {
-        "light_model": "lab-large", "light_evals": {"lab-large": 4}, "light_ms": 12.5, "score": 0.004,
-        "threshold": 0.0106, "escalated": True, "discriminator_version": 3, "reason": None,
-    }  # fmt: skip
+        "light_model": "lab-large",
+        "light_evals": {"lab-large": 4},
+        "light_ms": 12.5,
+        "score": 0.004,
+        "threshold": 0.0106,
+        "escalated": True,
+        "discriminator_version": 3,
+        "reason": None,
+    }
     set_job(job_id, status="succeeded", route="heavy", cascade=stage, models_used=["lab-large", "lab-large"])
     metrics = client.get(f"/v1/generations/{job_id}", headers=tenant.auth_headers).json()["metrics"]
     assert metrics["route"] == "miss"  # escalated by the cascade: still a miss of the cache

@@ -155,11 +155,24 @@ def test_every_route_is_documented(client: TestClient) -> None:
     operations = [op for path in spec["paths"].values() for op in path.values()]
     assert len(operations) == 17  # /metrics stays out of the document
     assert {op["operationId"] for op in operations} == {
-        "create_generation", "list_generations", "get_generation", "cancel_generation", "delete_generation",
-        "stream_generation_events", "get_generation_image", "get_generation_video", "get_signed_output",
-        "get_stats", "healthz", "readyz", "create_image", "list_webhook_deliveries", "get_webhook_delivery",
-        "redeliver_webhook_delivery", "redeliver_webhook_deliveries",
-    }  # fmt: skip
+        "create_generation",
+        "list_generations",
+        "get_generation",
+        "cancel_generation",
+        "delete_generation",
+        "stream_generation_events",
+        "get_generation_image",
+        "get_generation_video",
+        "get_signed_output",
+        "get_stats",
+        "healthz",
+        "readyz",
+        "create_image",
+        "list_webhook_deliveries",
+        "get_webhook_delivery",
+        "redeliver_webhook_delivery",
+        "redeliver_webhook_deliveries",
+    }
     openai = spec["paths"]["/v1/images/generations"]["post"]["responses"]
     assert "422" not in openai and "application/json" in openai["400"]["content"]  # OpenAI's error shape
     assert "security" not in spec["paths"]["/v1/outputs/{job_id}"]["get"]  # the signed link is the key

@@ -21,10 +21,19 @@ pytestmark = pytest.mark.integration
 
 @pytest.mark.parametrize(
     ("header", "seconds"),
-    [(None, None), ("wait=5", 5), ('respond-async, wait="7"', 7), ("wait=0", 1), ("wait=999", MAX_WAIT_S),
-     ("handling=lenient", None), ("wait=soon", None), ("wait", DEFAULT_WAIT_S), ("respond-async; WAIT ", 60),
-     ("wait=", None)],
-)  # fmt: skip
+    [
+        (None, None),
+        ("wait=5", 5),
+        ('respond-async, wait="7"', 7),
+        ("wait=0", 1),
+        ("wait=999", MAX_WAIT_S),
+        ("handling=lenient", None),
+        ("wait=soon", None),
+        ("wait", DEFAULT_WAIT_S),
+        ("respond-async; WAIT ", 60),
+        ("wait=", None),
+    ],
+)
 def test_the_wait_preference_is_read_as_rfc_7240_says(header: str | None, seconds: int | None) -> None:
     assert preferred_wait(header) == seconds
 

@@ -36,9 +36,15 @@ def guarded(api_settings: Settings) -> Iterator[Settings]:
     with session_scope(settings) as session:
         for similarity, drop in [(0.66, 0.3)] * 4 + [(0.71, 0.0)] * 4:
             guard_db.record_audit(
-                session, job_id=uuid.uuid4(), similarity=similarity, k=5, steps=50, hit_score=0.5,
-                fresh_score=0.5 + drop, scorer="lab-judge",
-            )  # fmt: skip
+                session,
+                job_id=uuid.uuid4(),
+                similarity=similarity,
+                k=5,
+                steps=50,
+                hit_score=0.5,
+                fresh_score=0.5 + drop,
+                scorer="lab-judge",
+            )
     decision = run_guard(settings)
     assert decision is not None and decision.changed
     yield settings

@@ -48,11 +48,24 @@ def test_a_video_job_is_queued_like_an_image_job_with_its_frames(
     job = response.json()
     assert (job["kind"], job["status"], job["output"]) == ("video", "starting", None)
     assert job["input"] == {
-        "prompt": PROMPT, "negative_prompt": None, "seed": 3, "steps": 50, "width": 64, "height": 48,
-        "guidance": 7.5, "cache": "auto", "decode": "lazy", "webhook": None,
-        "webhook_events_filter": ["completed", "start"], "frames": 24, "fps": 12, "noise_window": 8,
-        "priority": "normal", "deadline_s": None, "on_deadline": "best_effort",
-    }  # fmt: skip
+        "prompt": PROMPT,
+        "negative_prompt": None,
+        "seed": 3,
+        "steps": 50,
+        "width": 64,
+        "height": 48,
+        "guidance": 7.5,
+        "cache": "auto",
+        "decode": "lazy",
+        "webhook": None,
+        "webhook_events_filter": ["completed", "start"],
+        "frames": 24,
+        "fps": 12,
+        "noise_window": 8,
+        "priority": "normal",
+        "deadline_s": None,
+        "on_deadline": "best_effort",
+    }
     base = f"http://testserver/v1/generations/{job['id']}"
     assert job["urls"] == {"self": base, "cancel": f"{base}/cancel", "video": f"{base}/video"}
     assert job["metrics"]["video_hit"] is None and job["metrics"]["background_entry"] is None
@@ -118,9 +131,17 @@ def test_a_video_field_sent_with_an_image_kind_says_what_to_send(
 def test_an_image_body_keeps_the_fingerprint_it_had_before_video_jobs() -> None:
     # the canonical body of an image request before video jobs: no decode (lazy), no video fields
     old = {
-        "prompt": PROMPT, "negative_prompt": None, "seed": 1, "steps": None, "width": None, "height": None,
-        "guidance": 7.5, "cache": "auto", "webhook": None, "webhook_events_filter": None,
-    }  # fmt: skip
+        "prompt": PROMPT,
+        "negative_prompt": None,
+        "seed": 1,
+        "steps": None,
+        "width": None,
+        "height": None,
+        "guidance": 7.5,
+        "cache": "auto",
+        "webhook": None,
+        "webhook_events_filter": None,
+    }
     canonical = json.dumps(old, sort_keys=True, separators=(",", ":"))
     expected = hashlib.sha256(canonical.encode()).hexdigest()
 

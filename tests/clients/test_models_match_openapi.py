@@ -41,11 +41,19 @@ def test_the_fields_the_client_requires_are_required_by_the_schema() -> None:
 
 def test_a_served_generation_parses_into_the_model() -> None:
     body = {
-        "id": "0f6a", "status": "processing", "input": {}, "output": None, "error": None, "metrics": {},
-        "urls": {"self": "/v1/generations/0f6a"}, "progress": {"step": 12, "total": 50,
-        "estimated_remaining_s": 3.5}, "queue": None, "created_at": "2026-11-25T10:00:00Z",
-        "started_at": None, "completed_at": None,
-    }  # fmt: skip
+        "id": "0f6a",
+        "status": "processing",
+        "input": {},
+        "output": None,
+        "error": None,
+        "metrics": {},
+        "urls": {"self": "/v1/generations/0f6a"},
+        "progress": {"step": 12, "total": 50, "estimated_remaining_s": 3.5},
+        "queue": None,
+        "created_at": "2026-11-25T10:00:00Z",
+        "started_at": None,
+        "completed_at": None,
+    }
     job = Generation.from_json(body)
     assert job.progress == Progress(12, 50, 3.5) and job.queue is None and not job.done
     waiting = Generation.from_json({**body, "status": "starting", "progress": None, "queue": {"position": 3}})

@@ -28,8 +28,15 @@ from reprise_client import (
 )
 from reprise_client.retry import Attempts, parse_retry_after
 
-JOB = {"id": "0f6a", "status": "starting", "input": {}, "output": None, "error": None, "metrics": {},
-       "urls": {"self": "/v1/generations/0f6a"}}  # fmt: skip
+JOB = {
+    "id": "0f6a",
+    "status": "starting",
+    "input": {},
+    "output": None,
+    "error": None,
+    "metrics": {},
+    "urls": {"self": "/v1/generations/0f6a"},
+}
 FAST = RetryPolicy(backoff_s=0.0)  # retries without pauses
 
 
@@ -40,11 +47,19 @@ NOW = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 @pytest.mark.parametrize(
     ("header", "seconds"),
-    [(None, None), ("", None), ("120", 120.0), (" 3 ", 3.0), ("0", 0.0), ("soon", None), ("-5", None),
-     (format_datetime(NOW + timedelta(seconds=30), usegmt=True), 30.0),
-     (format_datetime(NOW - timedelta(seconds=30), usegmt=True), 0.0),
-     ("Thu, 02 Jan 2025 03:04:15 GMT", 10.0)],
-)  # fmt: skip
+    [
+        (None, None),
+        ("", None),
+        ("120", 120.0),
+        (" 3 ", 3.0),
+        ("0", 0.0),
+        ("soon", None),
+        ("-5", None),
+        (format_datetime(NOW + timedelta(seconds=30), usegmt=True), 30.0),
+        (format_datetime(NOW - timedelta(seconds=30), usegmt=True), 0.0),
+        ("Thu, 02 Jan 2025 03:04:15 GMT", 10.0),
+    ],
+)
 def test_retry_after_is_read_as_seconds_or_an_http_date(header: str | None, seconds: float | None) -> None:
     assert parse_retry_after(header, now=NOW) == seconds
 
@@ -96,8 +111,13 @@ def scripted(answers: list[Answer], sent: list[httpx.Request]) -> httpx.MockTran
 
 
 def problem(status: int, slug: str, **headers: str) -> httpx.Response:
-    body = {"type": f"urn:reprise:problem:{slug}", "title": "t", "status": status, "detail": slug,
-            "instance": "/v1/generations"}  # fmt: skip
+    body = {
+        "type": f"urn:reprise:problem:{slug}",
+        "title": "t",
+        "status": status,
+        "detail": slug,
+        "instance": "/v1/generations",
+    }
     return httpx.Response(status, json=body, headers={"content-type": "application/problem+json", **headers})
 
 
@@ -161,9 +181,17 @@ def test_a_retry_after_longer_than_the_time_left_is_not_waited_out() -> None:
 
 @pytest.mark.parametrize(
     ("status", "kind"),
-    [(400, InvalidRequest), (401, Unauthorized), (404, NotFound), (422, InvalidRequest), (429, RateLimited),
-     (500, ServerError), (503, ServiceUnavailable), (409, ApiError)],
-)  # fmt: skip
+    [
+        (400, InvalidRequest),
+        (401, Unauthorized),
+        (404, NotFound),
+        (422, InvalidRequest),
+        (429, RateLimited),
+        (500, ServerError),
+        (503, ServiceUnavailable),
+        (409, ApiError),
+    ],
+)
 def test_each_status_raises_its_typed_error_with_the_problem(status: int, kind: type[ApiError]) -> None:
     sent: list[httpx.Request] = []
     with pytest.raises(kind) as raised:
@@ -178,8 +206,12 @@ def test_each_status_raises_its_typed_error_with_the_problem(status: int, kind: 
 
 
 def test_invalid_input_carries_the_offending_fields() -> None:
-    body = {"type": "urn:reprise:problem:invalid-input", "status": 422, "detail": "bad",
-            "errors": [{"location": "body", "field": "steps", "message": "too many"}]}  # fmt: skip
+    body = {
+        "type": "urn:reprise:problem:invalid-input",
+        "status": 422,
+        "detail": "bad",
+        "errors": [{"location": "body", "field": "steps", "message": "too many"}],
+    }
     sent: list[httpx.Request] = []
     with pytest.raises(InvalidRequest) as raised:
         client_for([httpx.Response(422, json=body)], sent).create("a fox", steps=9999)

@@ -18,10 +18,15 @@ from db.blobs.local import LocalBlobStore
 from db.tenants import TenantCredentials
 
 JOB = {
-    "id": "0f6a", "kind": "video", "status": "starting", "input": {"frames": 24}, "output": None,
-    "error": None, "metrics": {},
+    "id": "0f6a",
+    "kind": "video",
+    "status": "starting",
+    "input": {"frames": 24},
+    "output": None,
+    "error": None,
+    "metrics": {},
     "urls": {"self": "/v1/generations/0f6a", "video": "/v1/generations/0f6a/video"},
-}  # fmt: skip
+}
 WEBP = b"RIFF\x10\x00\x00\x00WEBPVP8X"
 
 

@@ -374,17 +374,32 @@ def test_a_small_scope_is_searched_exactly_and_a_large_one_through_the_index(
         assert not cache.scope_size_at_most(session, (small,), 1)
         assert not cache.scope_size_at_most(session, (small, large), 7)
         found = cache.lookup(
-            session, query_embedding=query, mode=TEXT, scopes=(small,), model_family=family, ef_search=40,
+            session,
+            query_embedding=query,
+            mode=TEXT,
+            scopes=(small,),
+            model_family=family,
+            ef_search=40,
             exact_max=5,
-        )  # fmt: skip
+        )
         walked = cache.lookup(
-            session, query_embedding=query, mode=TEXT, scopes=(large,), model_family=family, ef_search=40,
+            session,
+            query_embedding=query,
+            mode=TEXT,
+            scopes=(large,),
+            model_family=family,
+            ef_search=40,
             exact_max=5,
-        )  # fmt: skip
+        )
         always_index = cache.lookup(
-            session, query_embedding=query, mode=TEXT, scopes=(small,), model_family=family, ef_search=40,
+            session,
+            query_embedding=query,
+            mode=TEXT,
+            scopes=(small,),
+            model_family=family,
+            ef_search=40,
             exact_max=0,
-        )  # fmt: skip
+        )
     assert found is not None and found.path == cache.LookupPath.EXACT and found.entry_id == mine[1]
     assert walked is not None and walked.path == cache.LookupPath.INDEX
     assert always_index is not None and always_index.path == cache.LookupPath.INDEX
@@ -398,11 +413,20 @@ def test_the_prompt_key_finds_the_identical_requests_entry_only(
     entry_id = uuid.uuid4()
     with session_scope(db_settings) as session:
         cache.insert_entry(
-            session, entry_id=entry_id, scope=scope, model_family=family, prompt="a fox",
-            text_embedding=unit(rng, db_settings.text_embedding_dim), image_embedding=None,
-            final_latent_key="k", final_bytes=1, steps=50, states=[cache.NewState(20, "s", 1)],
-            size=(64, 64), prompt_key="f" * 64,
-        )  # fmt: skip
+            session,
+            entry_id=entry_id,
+            scope=scope,
+            model_family=family,
+            prompt="a fox",
+            text_embedding=unit(rng, db_settings.text_embedding_dim),
+            image_embedding=None,
+            final_latent_key="k",
+            final_bytes=1,
+            steps=50,
+            states=[cache.NewState(20, "s", 1)],
+            size=(64, 64),
+            prompt_key="f" * 64,
+        )
 
     def by_key(key: str, scopes: Sequence[str], size: tuple[int, int]) -> cache.LookupResult | None:
         with session_scope(db_settings) as session:

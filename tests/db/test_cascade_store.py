@@ -81,11 +81,17 @@ def test_discriminators_are_versioned_and_pruned(db_settings: Settings) -> None:
     with session_scope(db_settings) as session:
         versions = [
             cascade_db.save_discriminator(
-                session, light_model=light, heavy_model="lab:large", features="judge",
-                accuracy=0.5 + i / 10, report={"i": i}, model=b"{}", keep=2,
+                session,
+                light_model=light,
+                heavy_model="lab:large",
+                features="judge",
+                accuracy=0.5 + i / 10,
+                report={"i": i},
+                model=b"{}",
+                keep=2,
             )
             for i in range(3)
-        ]  # fmt: skip
+        ]
     with session_scope(db_settings) as session:
         assert (
             cascade_db.latest_discriminator_version(session, light_model=light, features="judge")
@@ -106,11 +112,21 @@ def test_the_latest_decision_sets_the_threshold(db_settings: Settings) -> None:
             cascade_db.add_decision(
                 session,
                 CascadeDecision(
-                    period_start=utcnow(), period_seconds=60, inputs={}, solution={}, threshold=threshold,
-                    feasible=True, objective=threshold, solve_ms=1.0, target_light=1, target_heavy=1,
-                    applied_light=1, applied_heavy=1, switches=[],
+                    period_start=utcnow(),
+                    period_seconds=60,
+                    inputs={},
+                    solution={},
+                    threshold=threshold,
+                    feasible=True,
+                    objective=threshold,
+                    solve_ms=1.0,
+                    target_light=1,
+                    target_heavy=1,
+                    applied_light=1,
+                    applied_heavy=1,
+                    switches=[],
                 ),
-            )  # fmt: skip
+            )
             session.flush()
         threshold, source = cascade_db.current_threshold(session, default=0.5)
         assert threshold == 0.7 and source.startswith("decision ")

@@ -31,12 +31,26 @@ def _insert(settings: Settings, blobs: LocalBlobStore, *, scope: str | None = No
         blobs.put(key, key.encode())
     with session_scope(settings) as session:
         insert_video_entry(
-            session, entry_id=entry_id, scope=scope or video_scope(tenant_scope(uuid.uuid4())),
-            model_family="tiny-video", prompt="a fox in a forest", prompt_key=None,
-            text_embedding=[0.1] * 384, object_embedding=[0.2] * 384, background_embedding=None,
-            frames=8, width=64, height=64, steps=10, source_job_id=None, final_latent_key=None,
-            base_key=base, mask_key=mask, bytes=10, states={4: (state, 7)},
-        )  # fmt: skip
+            session,
+            entry_id=entry_id,
+            scope=scope or video_scope(tenant_scope(uuid.uuid4())),
+            model_family="tiny-video",
+            prompt="a fox in a forest",
+            prompt_key=None,
+            text_embedding=[0.1] * 384,
+            object_embedding=[0.2] * 384,
+            background_embedding=None,
+            frames=8,
+            width=64,
+            height=64,
+            steps=10,
+            source_job_id=None,
+            final_latent_key=None,
+            base_key=base,
+            mask_key=mask,
+            bytes=10,
+            states={4: (state, 7)},
+        )
     return entry_id
 
 

@@ -33,10 +33,17 @@ def add(
     **shape: int,
 ) -> uuid.UUID:
     entry = CacheEntry(
-        scope=scope, model_family=(shape.pop("family", 0) and "other") or "tiny-video", prompt="p",
-        text_embedding=text, object_embedding=obj, background_embedding=obj, frames=shape.get("frames", 8),
-        width=shape.get("width", 64), height=64, steps=10,
-    )  # fmt: skip
+        scope=scope,
+        model_family=(shape.pop("family", 0) and "other") or "tiny-video",
+        prompt="p",
+        text_embedding=text,
+        object_embedding=obj,
+        background_embedding=obj,
+        frames=shape.get("frames", 8),
+        width=shape.get("width", 64),
+        height=64,
+        steps=10,
+    )
     with session_scope(settings) as session:
         session.add(entry)
         session.flush()

@@ -134,8 +134,10 @@ def test_the_query_counts_each_pools_waiting_and_running_jobs(
 ) -> None:
     pods = configured(manifests, monkeypatch)  # the settings the pods run with: where each route goes
     assert {route: pool_of(route, pods) for route in Route} == {
-        Route.MISS: Role.LARGE, Route.HEAVY: Role.LARGE, Route.HIT: Role.SMALL
-    }  # fmt: skip
+        Route.MISS: Role.LARGE,
+        Route.HEAVY: Role.LARGE,
+        Route.HIT: Role.SMALL,
+    }
     settings = db_settings.model_copy(update={"blob_dir": tmp_path / "blobs"})
     with session_scope(settings) as session:
         tenant = Tenant(name=f"t-{uuid.uuid4().hex[:10]}", webhook_secret="whsec_dGVzdHNlY3JldA==")

@@ -34,15 +34,20 @@ CRD_VERSIONS = {"keda.sh": "v1alpha1", "monitoring.coreos.com": "v1"}
 WORKER_ROLES = tuple(Role)
 DEPLOYMENTS = {"api", "beat", "flower", "maintenance", *(role.value for role in Role)}
 SECRET_SETTINGS = {
-    "REPRISE_DATABASE_URL", "REPRISE_REDIS_URL", "REPRISE_S3_ACCESS_KEY_ID", "REPRISE_S3_SECRET_ACCESS_KEY",
-    "REPRISE_FLOWER_BASIC_AUTH", "REPRISE_OUTPUT_LINK_KEY", "REPRISE_WEBHOOK_SECRET_KEYS",
-}  # fmt: skip
+    "REPRISE_DATABASE_URL",
+    "REPRISE_REDIS_URL",
+    "REPRISE_S3_ACCESS_KEY_ID",
+    "REPRISE_S3_SECRET_ACCESS_KEY",
+    "REPRISE_FLOWER_BASIC_AUTH",
+    "REPRISE_OUTPUT_LINK_KEY",
+    "REPRISE_WEBHOOK_SECRET_KEYS",
+}
 PLACEHOLDER = "CHANGE_ME"
 NAMED_SECRETS = {  # the Secrets the pods and KEDA read, and their keys: supplied by the operator
     "reprise-secrets": SECRET_SETTINGS - {"REPRISE_FLOWER_BASIC_AUTH"},
     "reprise-flower": {"REPRISE_FLOWER_BASIC_AUTH"},
     "reprise-keda": {"postgres-connection"},
-}  # fmt: skip
+}
 
 
 def keda_schema(kind: str) -> dict[str, Any]:

@@ -80,11 +80,16 @@ def guard_stack(
         }
         settings = db_settings.model_copy(
             update={
-                "redis_url": broker, "steps": 10, "capture_steps": [2, 4, 6, 8], "default_size": 64,
-                "quality_guard": True, "quality_audit_fraction": 1.0, "large_serves_hits": False,
+                "redis_url": broker,
+                "steps": 10,
+                "capture_steps": [2, 4, 6, 8],
+                "default_size": 64,
+                "quality_guard": True,
+                "quality_audit_fraction": 1.0,
+                "large_serves_hits": False,
                 "blob_dir": blobs,
             }
-        )  # fmt: skip
+        )
         port = free_port()
         stack = Stack(
             settings=settings,

@@ -24,14 +24,32 @@ T0 = datetime(2026, 11, 25, 10, 0, tzinfo=UTC)
 
 def job_row(**values: Any) -> Job:
     columns: dict[str, Any] = {
-        "id": uuid.UUID(int=7), "tenant_id": uuid.UUID(int=1), "status": "succeeded", "kind": "image",
-        "prompt": "a red kite", "negative_prompt": None, "seed": 3, "steps": 20, "width": 64, "height": 64,
-        "guidance": 7.5, "cache_mode": "auto", "decode_mode": "lazy", "webhook_url": None,
-        "webhook_events_filter": ["completed"], "route": "hit", "similarity": 0.93, "k": 10,
-        "source_entry_id": uuid.UUID(int=2), "models_used": ["tiny-video"],
-        "denoiser_evals": {"tiny-video": 10}, "vae_decodes": 1, "created_at": T0,
-        "started_at": T0 + timedelta(seconds=1), "finished_at": T0 + timedelta(seconds=4),
-    }  # fmt: skip
+        "id": uuid.UUID(int=7),
+        "tenant_id": uuid.UUID(int=1),
+        "status": "succeeded",
+        "kind": "image",
+        "prompt": "a red kite",
+        "negative_prompt": None,
+        "seed": 3,
+        "steps": 20,
+        "width": 64,
+        "height": 64,
+        "guidance": 7.5,
+        "cache_mode": "auto",
+        "decode_mode": "lazy",
+        "webhook_url": None,
+        "webhook_events_filter": ["completed"],
+        "route": "hit",
+        "similarity": 0.93,
+        "k": 10,
+        "source_entry_id": uuid.UUID(int=2),
+        "models_used": ["tiny-video"],
+        "denoiser_evals": {"tiny-video": 10},
+        "vae_decodes": 1,
+        "created_at": T0,
+        "started_at": T0 + timedelta(seconds=1),
+        "finished_at": T0 + timedelta(seconds=4),
+    }
     return Job(**{**columns, **values})
 
 

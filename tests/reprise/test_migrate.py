@@ -118,7 +118,11 @@ def test_the_scope_byte_counters_start_from_the_rows_already_there(scratch_setti
             conn.execute(text(state), {"id": entry_id})
     migrate.upgrade(scratch_settings)
     with engine_for(scratch_settings.sqlalchemy_url).begin() as conn:
-        conn.execute(text("DELETE FROM cache_states WHERE bytes = 70 AND entry_id IN "
-                          "(SELECT id FROM cache_entries WHERE bytes = 5)"))  # fmt: skip
+        conn.execute(
+            text(
+                "DELETE FROM cache_states WHERE bytes = 70 AND entry_id IN "
+                "(SELECT id FROM cache_entries WHERE bytes = 5)"
+            )
+        )
         counted: dict[str, int] = dict(conn.execute(text("SELECT scope, bytes FROM cache_scope_bytes")).all())
     assert counted == {"a": 100 + 200 + 2 * 70, "b": 5}

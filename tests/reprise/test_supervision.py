@@ -159,8 +159,10 @@ def test_reprise_run_points_only_its_workers_at_other_service_addresses(tmp_path
 
     settings = Settings.model_validate({"data_dir": tmp_path})
     proxied = {"REPRISE_REDIS_URL": "redis://127.0.0.1:16379/0"}
-    children = {child.name: child for child in stack_children(settings, port=8000, flower_port=5555,
-                                                              worker_env=proxied)}  # fmt: skip
+    children = {
+        child.name: child
+        for child in stack_children(settings, port=8000, flower_port=5555, worker_env=proxied)
+    }
     workers = [child for name, child in children.items() if name.startswith("worker-")]
     assert workers and all(
         child.env is not None and child.env["REPRISE_REDIS_URL"] == proxied["REPRISE_REDIS_URL"]
@@ -230,7 +232,10 @@ def test_a_child_whose_supervisor_is_already_gone_stops_at_once_and_hides_the_va
         + "'))"
     )
     shown = subprocess.run(
-        [sys.executable, "-c", check], env={**os.environ, SUPERVISOR_ENV: str(os.getpid())},
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [sys.executable, "-c", check],
+        env={**os.environ, SUPERVISOR_ENV: str(os.getpid())},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert shown.stdout.strip() == "None"  # its own children follow nobody

@@ -11,5 +11,8 @@ def test_the_first_prompt_is_one_the_lab_judge_reads_whole() -> None:
     attributes = parse(FIRST_PROMPT)
     assert attributes is not None
     assert (attributes["a_color"], attributes["a_shape"], attributes["b_color"], attributes["b_shape"]) == (
-        "red", "circle", "blue", "square",
-    )  # fmt: skip
+        "red",
+        "circle",
+        "blue",
+        "square",
+    )

@@ -93,9 +93,10 @@ def context_for(task_settings: Settings, dispatcher: RecordingDispatcher) -> Cal
 def make_tenant(settings: Settings, *, shared_cache: bool = False) -> uuid.UUID:
     with session_scope(settings) as session:
         tenant = Tenant(
-            name=f"t-{uuid.uuid4().hex[:10]}", webhook_secret="whsec_dGVzdHNlY3JldHRlc3RzZWNyZXQ=",
+            name=f"t-{uuid.uuid4().hex[:10]}",
+            webhook_secret="whsec_dGVzdHNlY3JldHRlc3RzZWNyZXQ=",
             shared_cache=shared_cache,
-        )  # fmt: skip
+        )
         session.add(tenant)
         session.flush()
         return tenant.id
@@ -105,8 +106,14 @@ def make_job(settings: Settings, tenant_id: uuid.UUID, prompt: str, **columns: A
     """A job row as the API inserts it ('starting', the tiny models' 64x64, T = 50)."""
     with session_scope(settings) as session:
         values: dict[str, Any] = {
-            "prompt": prompt, "seed": 7, "steps": 50, "width": 64, "height": 64, "guidance": 7.5, **columns
-        }  # fmt: skip
+            "prompt": prompt,
+            "seed": 7,
+            "steps": 50,
+            "width": 64,
+            "height": 64,
+            "guidance": 7.5,
+            **columns,
+        }
         job = Job(tenant_id=tenant_id, **values)
         session.add(job)
         session.flush()

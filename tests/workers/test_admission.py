@@ -49,11 +49,20 @@ def _cache_entry(
     ks = settings.capture_steps
     with session_scope(settings) as session:
         cache.insert_entry(
-            session, entry_id=entry_id, scope=scope, model_family=settings.large_family, prompt=prompt,
-            text_embedding=embedding, image_embedding=image, final_latent_key=f"e/{entry_id}/final",
-            final_bytes=100, steps=settings.steps, source_job_id=None, size=(64, 64),
+            session,
+            entry_id=entry_id,
+            scope=scope,
+            model_family=settings.large_family,
+            prompt=prompt,
+            text_embedding=embedding,
+            image_embedding=image,
+            final_latent_key=f"e/{entry_id}/final",
+            final_bytes=100,
+            steps=settings.steps,
+            source_job_id=None,
+            size=(64, 64),
             states=[cache.NewState(k=k, blob_key=f"e/{entry_id}/{k}", bytes=100) for k in ks],
-        )  # fmt: skip
+        )
     return entry_id
 
 
@@ -192,11 +201,21 @@ def _cascade_decision(settings: Settings, escalated: float) -> int:
         row = cascade_db.add_decision(
             session,
             CascadeDecision(
-                period_start=utcnow(), period_seconds=60, inputs=inputs, solution={"escalated": escalated},
-                threshold=0.4, feasible=True, objective=1.0, solve_ms=1.0, target_light=1, target_heavy=1,
-                applied_light=1, applied_heavy=1, switches=[],
+                period_start=utcnow(),
+                period_seconds=60,
+                inputs=inputs,
+                solution={"escalated": escalated},
+                threshold=0.4,
+                feasible=True,
+                objective=1.0,
+                solve_ms=1.0,
+                target_light=1,
+                target_heavy=1,
+                applied_light=1,
+                applied_heavy=1,
+                switches=[],
             ),
-        )  # fmt: skip
+        )
         session.flush()
         return row.id
 

@@ -50,9 +50,16 @@ def test_without_a_discriminator_the_light_stage_escalates_and_says_why(
     task_settings: Settings, cascade_context: Callable[[Role], WorkerContext], dispatcher: RecordingDispatcher
 ) -> None:
     job_id = make_job(
-        task_settings, make_tenant(task_settings), "a fox", steps=10, route="miss",
-        admission_outcome="cache_off", cache_mode="off", priority="high", **HOOK,
-    )  # fmt: skip
+        task_settings,
+        make_tenant(task_settings),
+        "a fox",
+        steps=10,
+        route="miss",
+        admission_outcome="cache_off",
+        cache_mode="off",
+        priority="high",
+        **HOOK,
+    )
     light = cascade_context(Role.SMALL)
     light_job(light, job_id)
     job = _job(task_settings, job_id)

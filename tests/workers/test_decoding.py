@@ -59,10 +59,14 @@ def _generated(settings: Settings, context_for: Callable[[Role], WorkerContext],
 
 def _request(job: Job, fmt: str = "png", *, owner: str = "n1", node: str = "n1") -> ReadRequest:
     return ReadRequest(
-        job_id=str(job.id), fmt=fmt, latent_key=job.final_latent_key,
+        job_id=str(job.id),
+        fmt=fmt,
+        latent_key=job.final_latent_key,
         image_key=(job.image_keys or {}).get(fmt),
-        token=uuid.uuid4().hex, owner=owner, node=node,
-    )  # fmt: skip
+        token=uuid.uuid4().hex,
+        owner=owner,
+        node=node,
+    )
 
 
 def _node_context(settings: Settings, dispatcher: RecordingDispatcher) -> WorkerContext:

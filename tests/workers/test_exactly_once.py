@@ -44,9 +44,16 @@ def _period_start(seed: int) -> datetime:
 def _admitted_hit(settings: Settings, tenant: uuid.UUID, entry_id: uuid.UUID, at: datetime) -> uuid.UUID:
     """A job admission routed as a hit at `at`, counted in that interval as admission counts it."""
     job_id = make_job(
-        settings, tenant, PROMPT, route="hit", k=K, source_entry_id=entry_id, admission_outcome="hit",
-        admitted_at=at, **HOOK,
-    )  # fmt: skip
+        settings,
+        tenant,
+        PROMPT,
+        route="hit",
+        k=K,
+        source_entry_id=entry_id,
+        admission_outcome="hit",
+        admitted_at=at,
+        **HOOK,
+    )
     with session_scope(settings) as session:
         stats.record_admission(session, outcome=AdmissionOutcome.HIT, k=K, at=at)
     return job_id

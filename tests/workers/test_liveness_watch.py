@@ -65,8 +65,11 @@ def test_a_worker_whose_consumer_stopped_while_work_waits_says_so_and_exits(
     with log_path.open("ab") as log:
         worker = subprocess.Popen(
             [sys.executable, "-m", "reprise", "worker", "--role", "io", "--name", "io-live@%h"],
-            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     reports = tmp_path / "liveness"
     try:
         report = reports / f"{worker.pid}.json"

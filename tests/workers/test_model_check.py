@@ -41,9 +41,12 @@ def test_complete_tiny_models_pass_every_check_including_exact_resume(
     tiny_data_dir: Path, tiny_paths: TinyModelPaths
 ) -> None:
     settings = _settings(
-        tiny_data_dir, large_model=str(tiny_paths.large), small_model=str(tiny_paths.small),
-        large_family="sd1", small_family="sd1",
-    )  # fmt: skip
+        tiny_data_dir,
+        large_model=str(tiny_paths.large),
+        small_model=str(tiny_paths.small),
+        large_family="sd1",
+        small_family="sd1",
+    )
     report = check_models(settings, ("large", "small", "decode"))
     checks = _checks(report)
     assert report.ok, report.as_json()

@@ -37,11 +37,20 @@ def _cache(settings: Settings, context: WorkerContext, scope: str, prompts: list
                 cache.NewState(k=k, blob_key=f"e/{entry_id}/{k}", bytes=100) for k in settings.capture_steps
             ]
             cache.insert_entry(
-                session, entry_id=entry_id, scope=scope, model_family=settings.large_family, prompt=prompt,
-                text_embedding=embedding, image_embedding=None, final_latent_key=f"e/{entry_id}/final",
-                final_bytes=100, steps=settings.steps, source_job_id=None, size=(64, 64),
+                session,
+                entry_id=entry_id,
+                scope=scope,
+                model_family=settings.large_family,
+                prompt=prompt,
+                text_embedding=embedding,
+                image_embedding=None,
+                final_latent_key=f"e/{entry_id}/final",
+                final_bytes=100,
+                steps=settings.steps,
+                source_job_id=None,
+                size=(64, 64),
                 states=states,
-            )  # fmt: skip
+            )
 
 
 def _stages(settings: Settings, job_id: uuid.UUID) -> set[str]:

@@ -26,9 +26,18 @@ def _hit_job(settings: Settings, *, source_entry_id: uuid.UUID) -> uuid.UUID:
         session.add(tenant)
         session.flush()
         job = Job(
-            tenant_id=tenant.id, prompt="a fox in the snow", seed=1, steps=50, width=64, height=64,
-            guidance=7.5, route="hit", k=20, source_entry_id=source_entry_id, admission_outcome="hit",
-        )  # fmt: skip
+            tenant_id=tenant.id,
+            prompt="a fox in the snow",
+            seed=1,
+            steps=50,
+            width=64,
+            height=64,
+            guidance=7.5,
+            route="hit",
+            k=20,
+            source_entry_id=source_entry_id,
+            admission_outcome="hit",
+        )
         session.add(job)
         session.flush()
         return job.id

@@ -79,10 +79,18 @@ def test_a_bulk_build_refuses_a_database_with_real_entries_and_keeps_the_index(d
     entry_id = uuid.uuid4()
     with session_scope(db_settings) as session:
         cache.insert_entry(
-            session, entry_id=entry_id, scope=f"tenant:{uuid.uuid4()}", model_family="f", prompt="p",
-            text_embedding=np.ones(db_settings.text_embedding_dim, dtype=np.float32), image_embedding=None,
-            final_latent_key=None, final_bytes=0, steps=50, states=[],
-        )  # fmt: skip
+            session,
+            entry_id=entry_id,
+            scope=f"tenant:{uuid.uuid4()}",
+            model_family="f",
+            prompt="p",
+            text_embedding=np.ones(db_settings.text_embedding_dim, dtype=np.float32),
+            image_embedding=None,
+            final_latent_key=None,
+            final_bytes=0,
+            steps=50,
+            states=[],
+        )
     try:
         with pytest.raises(ValueError, match="--bulk-build needs a database without cache entries"):
             measure_cache(db_settings, entries=10, queries=2, bulk_build=True)

@@ -69,10 +69,26 @@ def test_an_unknown_scenario_is_refused_with_the_choices(tmp_path: Path) -> None
 def test_the_short_chaos_run_loses_nothing_and_does_nothing_twice(tmp_path: Path) -> None:
     out = tmp_path / "chaos.json"
     argv = [
-        sys.executable, "-m", "reprise", "bench", "chaos", "--scenarios", SHORT, "--jobs", "4",
-        "--load-jobs", "60", "--outage-s", "4", "--bound-s", "120", "--workdir", str(tmp_path / "stack"),
-        "--json", str(out),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "reprise",
+        "bench",
+        "chaos",
+        "--scenarios",
+        SHORT,
+        "--jobs",
+        "4",
+        "--load-jobs",
+        "60",
+        "--outage-s",
+        "4",
+        "--bound-s",
+        "120",
+        "--workdir",
+        str(tmp_path / "stack"),
+        "--json",
+        str(out),
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
     assert done.returncode == 0, done.stderr[-4000:]
     report = json.loads(out.read_text())

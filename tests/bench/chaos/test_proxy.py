@@ -50,8 +50,9 @@ def test_bytes_pass_untouched_and_a_fault_adds_latency_each_way(echo: tuple[str,
     with FaultProxy({"echo": echo}) as proxy:
         got, quiet_s = _round_trip(proxy.port("echo"), payload)
         assert got == payload
-        proxy.start_fault(NetworkFault(latency_s=0.3, jitter_s=0.05, drop_per_s=0, reset_per_s=0,
-                                       reset_on_connect=0))  # fmt: skip
+        proxy.start_fault(
+            NetworkFault(latency_s=0.3, jitter_s=0.05, drop_per_s=0, reset_per_s=0, reset_on_connect=0)
+        )
         got, slow_s = _round_trip(proxy.port("echo"), payload)
         proxy.end_fault()
         assert got == payload
@@ -64,8 +65,9 @@ def test_a_fault_resets_connections_and_clients_reconnect_after_it(echo: tuple[s
         held = socket.create_connection(("127.0.0.1", proxy.port("echo")), timeout=5)
         held.sendall(b"ping")
         assert held.recv(16) == b"ping"
-        proxy.start_fault(NetworkFault(latency_s=0, jitter_s=0, drop_per_s=0, reset_per_s=1.0,
-                                       reset_on_connect=1.0))  # fmt: skip
+        proxy.start_fault(
+            NetworkFault(latency_s=0, jitter_s=0, drop_per_s=0, reset_per_s=1.0, reset_on_connect=1.0)
+        )
         with pytest.raises(ConnectionResetError):
             deadline = time.monotonic() + 5
             while time.monotonic() < deadline:

@@ -42,10 +42,26 @@ def dry_run(tmp_path_factory: pytest.TempPathFactory) -> DryRun:
     out = tmp_path_factory.mktemp("gpu")
     env = {**os.environ, "REPRISE_DATA_DIR": str(out / "data")}
     command = [
-        sys.executable, "-m", "bench.gpu", "--device", "cpu", "--steps", "2", "--prompts", "1",
-        "--repeats", "1", "--batch", "1,2", "--worker-threads", "0", "--json", str(out / "gpu.json"),
-        "--runtime-json", str(out / "runtime.json"),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "bench.gpu",
+        "--device",
+        "cpu",
+        "--steps",
+        "2",
+        "--prompts",
+        "1",
+        "--repeats",
+        "1",
+        "--batch",
+        "1,2",
+        "--worker-threads",
+        "0",
+        "--json",
+        str(out / "gpu.json"),
+        "--runtime-json",
+        str(out / "runtime.json"),
+    ]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert (out / "gpu.json").is_file(), done.stdout + done.stderr
     return done.returncode, json.loads((out / "gpu.json").read_text()), out, done.stdout

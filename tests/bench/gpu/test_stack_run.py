@@ -136,9 +136,13 @@ def test_the_replays_figures_are_copied_through_when_present() -> None:
     assert {"stages", "device_s_per_request", "cpu_ms_per_request"} <= set(REPLAY_FIGURES)
     assert not replay_figures({**bare, "vanilla_measured_rps": None}, report_file="r", seconds=0)["ok"]
     report = {
-        "ok": True, "mode": "cpu-tiny", "card": {"card": "CPU (x86_64)", "dtype": "float32", "device": "cpu"},
-        "host": {"cpus": 2}, "trace": {"seed": 1, "requests": 3, "clients": 2}, "seconds": 3.0,
+        "ok": True,
+        "mode": "cpu-tiny",
+        "card": {"card": "CPU (x86_64)", "dtype": "float32", "device": "cpu"},
+        "host": {"cpus": 2},
+        "trace": {"seed": 1, "requests": 3, "clients": 2},
+        "seconds": 3.0,
         "runs": {"lab": {**full, "model": "m", "ready_s": 2.0}},
-    }  # fmt: skip
+    }
     text = summary(report)
     assert "hit (median): denoise 12.0 ms" in text and "measure no GPU" in text

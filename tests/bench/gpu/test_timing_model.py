@@ -69,8 +69,11 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_tiny_scale_is_built_once_in_diffusers_layout(tiny_model: Path) -> None:
     marker = json.loads((tiny_model / MARKER).read_text())
     assert (marker["scale"], marker["weights"], marker["family"], marker["size"]) == (
-        "tiny", "random", FAMILY, NATIVE_SIZE[Scale.TINY]
-    )  # fmt: skip
+        "tiny",
+        "random",
+        FAMILY,
+        NATIVE_SIZE[Scale.TINY],
+    )
     for part in ("unet", "vae", "text_encoder", "scheduler", "tokenizer"):
         assert (tiny_model / part).is_dir(), part
     assert {"vocab.json", "merges.txt"} <= {path.name for path in (tiny_model / "tokenizer").iterdir()}

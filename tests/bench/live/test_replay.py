@@ -175,10 +175,14 @@ def test_a_cascade_replay_reports_the_share_of_light_stages_escalated(tmp_path: 
         job["metrics"] = {
             **job["metrics"],
             "cascade": {
-                "light_model": "lab:large", "discriminator_score": 0.01, "threshold": 0.02,
-                "escalated": escalated, "discriminator_version": 1, "light_ms": 600.0,
+                "light_model": "lab:large",
+                "discriminator_score": 0.01,
+                "threshold": 0.02,
+                "escalated": escalated,
+                "discriminator_version": 1,
+                "light_ms": 600.0,
             },
-        }  # fmt: skip
+        }
         jobs[i] = replace(jobs[i], job=job)
     assert escalation_rate(jobs) == pytest.approx(2 / 3)
     assert escalation_rate(_records()) is None  # no cascade: null, as outside DiffServe

@@ -110,9 +110,13 @@ def cascade_stats(threshold_now: float, decision: dict[str, Any] | None) -> dict
 
 def cascade_decision(decided_at: str, threshold: float, **solution: Any) -> dict[str, Any]:
     return {
-        "decided_at": decided_at, "threshold": threshold, "feasible": solution.pop("feasible", True),
-        "solve_ms": 4.2, "target": {"light": 1, "heavy": 1}, "solution": {"fallback": None, **solution},
-    }  # fmt: skip
+        "decided_at": decided_at,
+        "threshold": threshold,
+        "feasible": solution.pop("feasible", True),
+        "solve_ms": 4.2,
+        "target": {"light": 1, "heavy": 1},
+        "solution": {"fallback": None, **solution},
+    }
 
 
 def test_the_watch_keeps_the_cascade_threshold_in_force_then_each_decision_of_the_replay() -> None:
@@ -135,14 +139,29 @@ def test_the_watch_keeps_the_cascade_threshold_in_force_then_each_decision_of_th
     assert watch.thresholds == [
         {"t": 0.0, "submitted": 0, "threshold": 1.0, "light": 1, "heavy": 1},
         {
-            "t": 61.0, "submitted": 20, "threshold": 0.5, "light": 1, "heavy": 1, "feasible": True,
-            "solve_ms": 4.2, "fallback": False, "cold_start": True,
+            "t": 61.0,
+            "submitted": 20,
+            "threshold": 0.5,
+            "light": 1,
+            "heavy": 1,
+            "feasible": True,
+            "solve_ms": 4.2,
+            "fallback": False,
+            "cold_start": True,
         },
         {
-            "t": 121.0, "submitted": 44, "threshold": 0.0, "light": 1, "heavy": 1, "feasible": False,
-            "solve_ms": 4.2, "fallback": True, "cold_start": False, "escalated": 0.0,
+            "t": 121.0,
+            "submitted": 44,
+            "threshold": 0.0,
+            "light": 1,
+            "heavy": 1,
+            "feasible": False,
+            "solve_ms": 4.2,
+            "fallback": True,
+            "cold_start": False,
+            "escalated": 0.0,
         },
-    ]  # fmt: skip
+    ]
     plain = StackWatch(started_at=START)
     plain.observe(stats(1, 1), t=0.0, submitted=0)
     assert plain.thresholds == []  # no cascade in /v1/stats: the report's timeline stays null

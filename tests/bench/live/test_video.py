@@ -33,9 +33,15 @@ def test_hits_by_kind_compute_saved_and_throughput() -> None:
 
 def test_nothing_done_has_no_rates() -> None:
     assert video_summary([None], elapsed_s=1.0) == {
-        "jobs": 0, "hits": {"whole": 0, "decoupled": 0}, "hit_rate": None, "denoiser_evaluations": 0,
-        "vanilla_evaluations": 0, "compute_saved": None, "throughput_rps": None, "quality": None,
-    }  # fmt: skip
+        "jobs": 0,
+        "hits": {"whole": 0, "decoupled": 0},
+        "hit_rate": None,
+        "denoiser_evaluations": 0,
+        "vanilla_evaluations": 0,
+        "compute_saved": None,
+        "throughput_rps": None,
+        "quality": None,
+    }
 
 
 def test_judged_quality_by_kind_and_each_hit_kinds_drop_against_its_audit() -> None:
@@ -54,8 +60,12 @@ def test_judged_quality_by_kind_and_each_hit_kinds_drop_against_its_audit() -> N
 
     assert quality["miss"] == {"judged": 2, "mean": 0.7}
     assert quality["whole"] | {"drop_ci95": None} == {
-        "judged": 2, "mean": 0.6, "audited": 1, "drop_mean": 0.25, "drop_ci95": None,
-    }  # fmt: skip
+        "judged": 2,
+        "mean": 0.6,
+        "audited": 1,
+        "drop_mean": 0.25,
+        "drop_ci95": None,
+    }
     assert quality["decoupled"]["judged"] == quality["decoupled"]["audited"] == 2
     assert quality["decoupled"]["drop_mean"] == pytest.approx(0.0)
     low, high = quality["decoupled"]["drop_ci95"]
@@ -77,7 +87,12 @@ def test_a_video_hit_is_audited_as_the_same_video_request_with_the_cache_off() -
     image = {"kind": "image", "input": {"prompt": "a red disk", "seed": 7, "frames": 8}}
 
     assert audit_body(video) == {
-        "prompt": "a red disk", "seed": 7, "steps": 50, "frames": 8, "fps": 4,
-        "kind": "video", "cache": "off",
-    }  # fmt: skip
+        "prompt": "a red disk",
+        "seed": 7,
+        "steps": 50,
+        "frames": 8,
+        "fps": 4,
+        "kind": "video",
+        "cache": "off",
+    }
     assert audit_body(image) == {"prompt": "a red disk", "seed": 7, "cache": "off"}

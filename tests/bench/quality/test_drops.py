@@ -141,9 +141,13 @@ def test_the_simulator_predicts_a_refitted_drop(tmp_path: Path) -> None:
     replay = _replay_json(tmp_path, [BinDrop(0.95, 1.0, 25, 40, 0.2)])
     prompts = ["a small red circle on the left on a plain white background"] * 2
     judged, source = simulated_quality(
-        [_hit(0), _miss(1)], prompts=prompts, hit_policy=HitPolicy.RESUME, small_name="small",
-        override=_profile(tmp_path), live=replay,
-    )  # fmt: skip
+        [_hit(0), _miss(1)],
+        prompts=prompts,
+        hit_policy=HitPolicy.RESUME,
+        small_name="small",
+        override=_profile(tmp_path),
+        live=replay,
+    )
     assert source is not None and "refitted from replay.json" in source
     quality = summarize_quality(judged, source, interval=False)
     assert quality is not None and quality.drop_mean == pytest.approx(0.1) and quality.drop_ci95 is None

@@ -69,9 +69,17 @@ def test_profiling_real_models_scores_with_clip_and_writes_the_contract(
         data_dir=settings.data_dir, device="cpu", steps=8, capture_steps="2,4", model_set="tiny"
     )
     options = ProfileOptions(
-        large="tiny:large", hit="tiny:small", pairs=8, ks=(2, 4), tolerance=0.02,
-        mode=LookupMode.TEXT_TO_TEXT, steps=8, guidance=7.5, seed=0, prompts_file=prompts,
-    )  # fmt: skip
+        large="tiny:large",
+        hit="tiny:small",
+        pairs=8,
+        ks=(2, 4),
+        tolerance=0.02,
+        mode=LookupMode.TEXT_TO_TEXT,
+        steps=8,
+        guidance=7.5,
+        seed=0,
+        prompts_file=prompts,
+    )
     report = run_profile(tiny, options, log=lambda _: None)
     assert report["judge"].startswith("CLIP score") and report["pairs"] == 8
     assert {point["k"] for point in report["curve"]} == {2, 4}
@@ -111,9 +119,16 @@ def test_image_mode_profiles_refine_hits_by_prompt_to_image_similarity_on_the_la
     """MoDM's lookup on the lab: a pair's similarity is the query against the judge's description of the
     cached image (MiniLM), and hits refine the cached final latent."""
     options = ProfileOptions(
-        large="lab:large", hit="lab:small", pairs=16, ks=(2, 4), tolerance=0.02,
-        mode=LookupMode.TEXT_TO_IMAGE, steps=8, guidance=7.5, seed=3,
-    )  # fmt: skip
+        large="lab:large",
+        hit="lab:small",
+        pairs=16,
+        ks=(2, 4),
+        tolerance=0.02,
+        mode=LookupMode.TEXT_TO_IMAGE,
+        steps=8,
+        guidance=7.5,
+        seed=3,
+    )
     report = run_profile(settings, options, log=lambda _: None)
     assert report["mode"] == "image" and report["hit_operation"] == "refine"
     assert report["embedder"] == LAB_ATTRIBUTES

@@ -114,8 +114,10 @@ def test_a_hit_is_compared_with_the_fresh_generations_of_its_own_bins_pairs(tmp_
     judged, _ = simulated_quality(
         [_outcome(0, hit=True), _outcome(1, hit=False)],
         prompts=["a small red circle on the left on a plain white background"] * 2,
-        hit_policy=HitPolicy.RESUME, small_name="small", override=path,
-    )  # fmt: skip
+        hit_policy=HitPolicy.RESUME,
+        small_name="small",
+        override=path,
+    )
     assert [value for o in judged for value in (o.quality, o.fresh_quality)] == pytest.approx(
         [0.85, 0.9, 0.68, 0.68]
     )
@@ -125,11 +127,17 @@ def _outcome(
     seq: int, *, hit: bool, quality: float | None = None, fresh: float | None = None
 ) -> RequestOutcome:
     return RequestOutcome(
-        seq=seq, prompt_idx=seq, status="succeeded", hit=hit, k=10 if hit else None, steps=50,
+        seq=seq,
+        prompt_idx=seq,
+        status="succeeded",
+        hit=hit,
+        k=10 if hit else None,
+        steps=50,
         denoiser_evaluations={"small" if hit else "large": 40 if hit else 50},
         similarity=0.95 if hit else None,
-        quality=quality, fresh_quality=fresh,
-    )  # fmt: skip
+        quality=quality,
+        fresh_quality=fresh,
+    )
 
 
 def test_summarize_quality_means_hits_and_misses_and_their_drop() -> None:
@@ -157,14 +165,20 @@ def test_simulated_quality_applies_a_profile_only_to_a_lab_trace(tmp_path: Path)
     outcomes = [_outcome(0, hit=True), _outcome(1, hit=False)]
     lab_prompts = ["a small red circle on the left on a plain white background"] * 2
     judged, source = simulated_quality(
-        outcomes, prompts=lab_prompts, hit_policy=HitPolicy.RESUME, small_name="small",
+        outcomes,
+        prompts=lab_prompts,
+        hit_policy=HitPolicy.RESUME,
+        small_name="small",
         override=_profile_file(tmp_path),
-    )  # fmt: skip
+    )
     assert source is not None and "profile.json" in source
     assert [(o.quality, o.fresh_quality) for o in judged] == [(0.88, 0.9), (0.9, 0.9)]
     assert is_lab_trace(lab_prompts) and not is_lab_trace(["an astronaut riding a horse"])
     untouched, none = simulated_quality(
-        outcomes, prompts=["an astronaut riding a horse"] * 2, hit_policy=HitPolicy.RESUME,
-        small_name="small", override=None,
-    )  # fmt: skip
+        outcomes,
+        prompts=["an astronaut riding a horse"] * 2,
+        hit_policy=HitPolicy.RESUME,
+        small_name="small",
+        override=None,
+    )
     assert none is None and untouched == outcomes

@@ -13,9 +13,17 @@ from tests.bench.run.test_report import report
 
 def _judged(drop: float | None, interval: tuple[float, float] | None = None) -> BenchReport:
     quality = Quality(
-        hit_mean=0.6, hit_p5=0.3, miss_mean=0.7, drop_mean=drop, hit_drop_mean=None, judged=200,
-        compared=120, source="test", drop_ci95=interval, audited=20,
-    )  # fmt: skip
+        hit_mean=0.6,
+        hit_p5=0.3,
+        miss_mean=0.7,
+        drop_mean=drop,
+        hit_drop_mean=None,
+        judged=200,
+        compared=120,
+        source="test",
+        drop_ci95=interval,
+        audited=20,
+    )
     return replace(report(), quality=quality)
 
 

@@ -115,9 +115,14 @@ def test_a_cohosting_small_worker_serves_misses_when_no_hit_waits(
     served: dict[bool, float] = {}
     for cohost in (False, True):
         config = SimConfig(
-            profile=build_profile("configured", settings), costs=costs, cache_bytes=0, large_workers=1,
-            small_workers=1, max_batch=8, cohost=cohost,
-        )  # fmt: skip
+            profile=build_profile("configured", settings),
+            costs=costs,
+            cache_bytes=0,
+            large_workers=1,
+            small_workers=1,
+            max_batch=8,
+            cohost=cohost,
+        )
         result = run_simulation(all_misses, config, settings=settings, embeddings=repeat_embeddings)
         assert not any(outcome.hit for outcome in result.outcomes)
         assert result.report.throughput_rps is not None

@@ -126,9 +126,14 @@ def test_with_a_measured_batch_table_the_milp_chooses_batch_sizes_and_the_worker
     assert spec.model_profile("heavy", 1.0).latency_s == {1: 1.0, 2: 1.25, 4: 1.8, 8: 3.0}
     assert spec.model_profile("heavy", 1.0).throughput(8) == pytest.approx(8 / 3)
     capped = CascadeSpec(
-        profile=spec.profile, pair=PAIR, allocator=Allocator.DIFFSERVE, threshold=0.5, period_s=5.0,
-        batch_slowdown=slowdown, max_batch=2,
-    )  # fmt: skip
+        profile=spec.profile,
+        pair=PAIR,
+        allocator=Allocator.DIFFSERVE,
+        threshold=0.5,
+        period_s=5.0,
+        batch_slowdown=slowdown,
+        max_batch=2,
+    )
     assert capped.model_profile("light", 0.1).batches == (1, 2)
     workload = build_workload(repeat_prompts, ArrivalSpec(kind=ArrivalKind.POISSON, rate_rps=8.0, seed=3))
     config = SimConfig(
@@ -161,13 +166,21 @@ def test_under_load_hits_costlier_than_the_light_route_go_light_first(
     reports = {}
     for aware in (True, False):
         spec = CascadeSpec(
-            profile=CascadeProfile.load(cascade_file), pair=PAIR, allocator=Allocator.DIFFSERVE,
-            threshold=0.5, period_s=5.0, cost_aware_hits=aware,
-        )  # fmt: skip
+            profile=CascadeProfile.load(cascade_file),
+            pair=PAIR,
+            allocator=Allocator.DIFFSERVE,
+            threshold=0.5,
+            period_s=5.0,
+            cost_aware_hits=aware,
+        )
         config = SimConfig(
-            profile=build_profile("reprise", bench_settings), costs=PAIR.costs(), cache_bytes=2**40,
-            large_workers=3, small_workers=1, cascade=spec,
-        )  # fmt: skip
+            profile=build_profile("reprise", bench_settings),
+            costs=PAIR.costs(),
+            cache_bytes=2**40,
+            large_workers=3,
+            small_workers=1,
+            cascade=spec,
+        )
         result = run_simulation(workload, config, settings=bench_settings, embeddings=repeat_embeddings)
         reports[aware] = (result.report, sum(o.hit for o in result.outcomes))
     (aware_report, aware_hits), (plain_report, plain_hits) = reports[True], reports[False]

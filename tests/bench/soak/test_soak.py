@@ -70,10 +70,26 @@ def test_rss_is_read_for_a_process_and_its_children(tmp_path: Path) -> None:
 def test_a_short_soak_reports_the_contract(tmp_path: Path) -> None:
     out, samples = tmp_path / "soak.json", tmp_path / "samples.json"
     argv = [
-        sys.executable, "-m", "reprise", "bench", "soak", "--seconds", "75", "--rate", "3",
-        "--sample-every-s", "5", "--drain-s", "180", "--workdir", str(tmp_path / "stack"),
-        "--json", str(out), "--samples", str(samples),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "reprise",
+        "bench",
+        "soak",
+        "--seconds",
+        "75",
+        "--rate",
+        "3",
+        "--sample-every-s",
+        "5",
+        "--drain-s",
+        "180",
+        "--workdir",
+        str(tmp_path / "stack"),
+        "--json",
+        str(out),
+        "--samples",
+        str(samples),
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
     assert done.returncode == 0, done.stderr[-4000:]
     report = json.loads(out.read_text())

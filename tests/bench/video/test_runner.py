@@ -32,9 +32,15 @@ def video_pipe(tmp_path_factory: pytest.TempPathFactory) -> object:
 
 def test_the_json_holds_the_contract_and_decoupling_pays_on_the_lab_trace(video_pipe: object) -> None:
     result = measure_video(
-        get_settings(), video_pipe, requests=150, compression_prompts=1, frames=2,
-        compression_steps=8, compression_capture=(2, 4), budget_share=0.2,
-    )  # fmt: skip
+        get_settings(),
+        video_pipe,
+        requests=150,
+        compression_prompts=1,
+        frames=2,
+        compression_steps=8,
+        compression_capture=(2, 4),
+        budget_share=0.2,
+    )
     document = json.loads(json.dumps(result.as_json()))
 
     assert set(document) >= CONTRACT

@@ -174,9 +174,16 @@ def test_a_sample_reads_every_state_of_its_entries(db_settings: Settings) -> Non
         ).all()
         live, _ = scope_bytes.scope_bytes_by_state(session, scope=scope)
         found = eviction_sql.candidate_ids(
-            session, scope, EvictionPolicyName.LRBU, live // 20, NOW, 0,
-            sample_factor=5, exact_entries=10, rng=random.Random(2),
-        )  # fmt: skip
+            session,
+            scope,
+            EvictionPolicyName.LRBU,
+            live // 20,
+            NOW,
+            0,
+            sample_factor=5,
+            exact_entries=10,
+            rng=random.Random(2),
+        )
         assert found.usage is not None
         loaded = {entry.entry_id: entry for entry in eviction_sql.load_usage(session, found.entry_ids)}
 
@@ -190,9 +197,12 @@ def test_a_sample_reads_every_state_of_its_entries(db_settings: Settings) -> Non
     for entry in found.usage:
         reference = loaded[entry.entry_id]
         assert (entry.bytes, entry.created_at, by_k(entry)) == (
-            reference.bytes, reference.created_at, by_k(reference)
-        )  # fmt: skip
+            reference.bytes,
+            reference.created_at,
+            by_k(reference),
+        )
         if not entry.states:  # scored as a unit of its own: its counters are read
             assert (entry.access_count, entry.last_access_at) == (
-                reference.access_count, reference.last_access_at
-            )  # fmt: skip
+                reference.access_count,
+                reference.last_access_at,
+            )

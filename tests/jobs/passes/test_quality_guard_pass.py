@@ -51,9 +51,15 @@ def _audit(settings: Settings, similarity: float, k: int, hit: float, fresh: flo
     with session_scope(settings) as session:
         for _ in range(n):
             guard_db.record_audit(
-                session, job_id=uuid.uuid4(), similarity=similarity, k=k, steps=settings.steps,
-                hit_score=hit, fresh_score=fresh, scorer=SCORER,
-            )  # fmt: skip
+                session,
+                job_id=uuid.uuid4(),
+                similarity=similarity,
+                k=k,
+                steps=settings.steps,
+                hit_score=hit,
+                fresh_score=fresh,
+                scorer=SCORER,
+            )
 
 
 def _decisions(settings: Settings) -> int:
@@ -111,8 +117,18 @@ def test_audits_of_another_scorer_or_schedule_are_not_mixed_in(guard_settings: S
     decision = run_guard(short)  # its audits are of 50-step runs
     assert decision is not None and not decision.changed
     with session_scope(settings) as session:
-        session.add(QualityAudit(job_id=uuid.uuid4(), similarity=0.9, k=5, steps=50, hit_score=0.0,
-                                 fresh_score=0.0, drop=0.0, scorer="clip-score"))  # fmt: skip
+        session.add(
+            QualityAudit(
+                job_id=uuid.uuid4(),
+                similarity=0.9,
+                k=5,
+                steps=50,
+                hit_score=0.0,
+                fresh_score=0.0,
+                drop=0.0,
+                scorer="clip-score",
+            )
+        )
     decision = run_guard(settings)  # the newest audit's scorer is CLIP score: the judge's are not read
     assert decision is not None and not decision.changed
 

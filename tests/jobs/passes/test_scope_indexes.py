@@ -41,9 +41,14 @@ def planned_index(settings: Settings, scope: str, query: np.ndarray) -> str:
         sent: list[tuple[str, object]] = []
         event.listen(session.connection(), "before_cursor_execute", lambda *a: sent.append((a[2], a[3])))
         found = cache.lookup(
-            session, query_embedding=query, mode=LookupMode.TEXT_TO_TEXT, scopes=[scope],
-            model_family=BENCH_FAMILY, ef_search=40, exact_max=0,
-        )  # fmt: skip
+            session,
+            query_embedding=query,
+            mode=LookupMode.TEXT_TO_TEXT,
+            scopes=[scope],
+            model_family=BENCH_FAMILY,
+            ef_search=40,
+            exact_max=0,
+        )
         assert found is not None and found.scope == scope
         statement, params = sent[-1]
         cursor = session.connection().connection.driver_connection.cursor()  # type: ignore[union-attr]
@@ -127,9 +132,15 @@ def walked_ef(settings: Settings, scope: str, query: np.ndarray, reference: int)
     """The hnsw.ef_search a lookup in `scope` walked with (set for its transaction by db.lookup_path)."""
     with session_scope(settings) as session:
         cache.lookup(
-            session, query_embedding=query, mode=LookupMode.TEXT_TO_TEXT, scopes=[scope],
-            model_family=BENCH_FAMILY, ef_search=40, exact_max=0, ef_reference_entries=reference,
-        )  # fmt: skip
+            session,
+            query_embedding=query,
+            mode=LookupMode.TEXT_TO_TEXT,
+            scopes=[scope],
+            model_family=BENCH_FAMILY,
+            ef_search=40,
+            exact_max=0,
+            ef_reference_entries=reference,
+        )
         return int(session.scalar(text("SELECT current_setting('hnsw.ef_search')")) or 0)
 
 

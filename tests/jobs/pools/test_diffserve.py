@@ -36,6 +36,7 @@ pytestmark = pytest.mark.integration
 
 LIGHT_MS, HEAVY_MS = 600.0, 5000.0  # a light stage (4 steps) and a heavy run (50 steps) on the stack's CPU
 # The lab discriminator's profiled f(t) (bench/results/lab/cascade.json): a grid at every 5% of its scores.
+# Kept by hand as rows of measured values (fmt: skip), not one number a line.
 PROFILED = EscalationCurve(
     (0.0, 1e-06, 1e-05, 4.3e-05, 0.000101, 0.000311, 0.000831, 0.002015, 0.005115, 0.008589, 0.010555,
      0.017395, 0.033419, 0.058079, 0.089553, 0.1342, 0.249197, 0.41064, 0.602682, 0.777491, 1.0),
@@ -120,9 +121,14 @@ def _run_period(settings: Settings, start: datetime, *, scores: list[float], hea
             db_stats.record_admission(session, outcome=AdmissionOutcome.SEARCHED_MISS, at=at)
             db_stats.record_service(session, role=Role.SMALL.value, service_ms=LIGHT_MS, steps=4, at=at)
             stage = cascade_db.LightStage(
-                light_model="lab:large", light_evals={"lab:large": 4}, light_ms=LIGHT_MS, score=score,
-                threshold=0.5, escalated=score < 0.5, discriminator_version=1,
-            )  # fmt: skip
+                light_model="lab:large",
+                light_evals={"lab:large": 4},
+                light_ms=LIGHT_MS,
+                score=score,
+                threshold=0.5,
+                escalated=score < 0.5,
+                discriminator_version=1,
+            )
             job = Job(
                 tenant_id=tenant.id, prompt=f"a fox {i}", seed=i, steps=50, width=64, height=64, guidance=7.5
             )

@@ -64,9 +64,16 @@ def _hit_job(
     settings: Settings, tenant: uuid.UUID, prompt: str, source: uuid.UUID, background: uuid.UUID | None = None
 ) -> uuid.UUID:
     return _video_job(
-        settings, tenant, prompt, route="hit", admission_outcome="hit", k=K, source_entry_id=source,
-        background_entry_id=background, video_hit="whole" if background is None else "decoupled",
-    )  # fmt: skip
+        settings,
+        tenant,
+        prompt,
+        route="hit",
+        admission_outcome="hit",
+        k=K,
+        source_entry_id=source,
+        background_entry_id=background,
+        video_hit="whole" if background is None else "decoupled",
+    )
 
 
 def _run(context: WorkerContext, job_id: uuid.UUID, body: Body) -> None:
