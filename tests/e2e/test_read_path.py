@@ -90,10 +90,17 @@ def images(stack: Stack, tenant: TenantCredentials) -> list[str]:
         source = session.get_one(Job, uuid.UUID(job["id"]))
         for index in range(CLONES):
             clone = Job(
-                tenant_id=source.tenant_id, status="succeeded", prompt=f"clone {index}", seed=index,
-                steps=source.steps, width=source.width, height=source.height, guidance=source.guidance,
-                final_latent_key=source.final_latent_key, finished_at=datetime.now(UTC),
-            )  # fmt: skip
+                tenant_id=source.tenant_id,
+                status="succeeded",
+                prompt=f"clone {index}",
+                seed=index,
+                steps=source.steps,
+                width=source.width,
+                height=source.height,
+                guidance=source.guidance,
+                final_latent_key=source.final_latent_key,
+                finished_at=datetime.now(UTC),
+            )
             session.add(clone)
             session.flush()
             ids.append(str(clone.id))
