@@ -164,12 +164,16 @@ def train_cascade(
     scorers = lab_scorers(settings) if kind is DiscriminatorFeatures.LAB else clip_scorers(settings)
     light = generate(
         Sampler(builtin_path(settings, options.light), steps=light_steps, guidance=options.guidance),
-        prompts, log, "light",
-    )  # fmt: skip
+        prompts,
+        log,
+        "light",
+    )
     heavy = generate(
         Sampler(builtin_path(settings, options.heavy), steps=options.steps, guidance=options.guidance),
-        prompts, log, "heavy",
-    )  # fmt: skip
+        prompts,
+        log,
+        "heavy",
+    )
     real_f, light_f, heavy_f = (scorers.features(images) for images in (reals, light.images, heavy.images))
     half = len(prompts) // 2
     if half < 2:

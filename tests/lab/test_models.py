@@ -109,8 +109,9 @@ def test_the_quality_command_runs_the_models_at_the_steps_asked(
 def test_a_latent_of_the_first_family_refines_on_the_second_familys_model(lab_settings: Settings) -> None:
     settings = lab_settings.model_copy(update={"small_model": "lab:small-b", "small_family": "lab-b"})
     large, small_b = DiffusionRuntime(settings, Role.LARGE), DiffusionRuntime(settings, Role.SMALL)
-    params = GenerationParams(prompt="a tiny blue disk in the middle on a checkered gray backdrop", steps=20,
-                              width=64, height=64)  # fmt: skip
+    params = GenerationParams(
+        prompt="a tiny blue disk in the middle on a checkered gray backdrop", steps=20, width=64, height=64
+    )
     final = large.generate(params).final_latent
     refined = small_b.refine(params, final, "lab-a", 10, decode=True)
     assert refined.family == "lab-b" and refined.vae_decodes == 2  # decoded by vae-a, and the result
@@ -161,8 +162,14 @@ def test_smoke_training_writes_the_contract_and_reproduces_its_weights(tmp_path:
     only = CliRunner().invoke(cli, [*args[:-2], "--only", "unet-small"], env=env)
     assert only.exit_code == 0, only.output
     assert json.loads((tmp_path / "weights" / "manifest.json").read_text())["digest"] == report["digest"]
-    smoke = load_settings(data_dir=tmp_path / "data", device="cpu", large_model=report["models"]["large"],
-                          large_family="smoke", steps=4, capture_steps="2")  # fmt: skip
+    smoke = load_settings(
+        data_dir=tmp_path / "data",
+        device="cpu",
+        large_model=report["models"]["large"],
+        large_family="smoke",
+        steps=4,
+        capture_steps="2",
+    )
     params = GenerationParams(prompt="a red box", steps=4, width=64, height=64)
     result = DiffusionRuntime(smoke, Role.LARGE).generate(params)
     assert result.final_latent.shape == (8, 8, 8)

@@ -126,8 +126,13 @@ def test_the_video_model_loads_through_from_pretrained_and_generates(lab_setting
     )
     params = VideoParams(
         prompt="a big blue square moving to the right against a plain white background",
-        seed=1, steps=4, width=64, height=64, frames=FRAMES, fps=8,
-    )  # fmt: skip
+        seed=1,
+        steps=4,
+        width=64,
+        height=64,
+        frames=FRAMES,
+        fps=8,
+    )
     run = generate_video(pipe, params, capture={2})
     assert run.final_latent.shape == (8, FRAMES, 8, 8) and set(run.captured) == {2}
     assert decode_frames(pipe, run.final_latent).shape == (FRAMES, 64, 64, 3)

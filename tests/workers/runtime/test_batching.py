@@ -95,9 +95,16 @@ def _member(
 ) -> BatchMember:
     latents, embeds = _job(seed, guidance)
     return BatchMember(
-        latents=latents, scheduler=_scheduler(scheduler_name, start), embeds=embeds, guidance=guidance,
-        steps=STEPS, step=start, seed=seed, capture=capture, **more,
-    )  # fmt: skip
+        latents=latents,
+        scheduler=_scheduler(scheduler_name, start),
+        embeds=embeds,
+        guidance=guidance,
+        steps=STEPS,
+        step=start,
+        seed=seed,
+        capture=capture,
+        **more,
+    )
 
 
 # (seed, guidance, start step, capture): a guided miss, an unguided miss, hits resumed at k = 5 and 12
@@ -200,9 +207,14 @@ def test_admission_is_refused_when_full_for_another_shape_and_for_a_member_alrea
     with pytest.raises(ValueError, match="already in the batch"):
         batch.admit(first)
     larger = BatchMember(
-        latents=torch.zeros(1, 4, 8, 8), scheduler=_scheduler("DDIMScheduler", 0),
-        embeds=torch.zeros(2, 3, 8), guidance=7.5, steps=STEPS, step=0, seed=0,
-    )  # fmt: skip
+        latents=torch.zeros(1, 4, 8, 8),
+        scheduler=_scheduler("DDIMScheduler", 0),
+        embeds=torch.zeros(2, 3, 8),
+        guidance=7.5,
+        steps=STEPS,
+        step=0,
+        seed=0,
+    )
     with pytest.raises(ValueError, match="cannot share a UNet call"):
         batch.admit(larger)
     batch.admit(_member("DDIMScheduler", 2, 1.0, 0, set()))
@@ -216,9 +228,14 @@ def test_a_member_needs_embeddings_for_its_guidance_and_a_step_inside_the_schedu
     latents, embeds = _job(1, 1.0)
     with pytest.raises(ValueError, match="takes 2 prompt embeddings"):
         BatchMember(
-            latents=latents, scheduler=_scheduler("DDIMScheduler", 0), embeds=embeds, guidance=7.5,
-            steps=STEPS, step=0, seed=1,
-        )  # fmt: skip
+            latents=latents,
+            scheduler=_scheduler("DDIMScheduler", 0),
+            embeds=embeds,
+            guidance=7.5,
+            steps=STEPS,
+            step=0,
+            seed=1,
+        )
     with pytest.raises(ValueError, match="outside"):
         _member("DDIMScheduler", 1, 1.0, STEPS, set())
 

@@ -145,9 +145,12 @@ def test_should_stop_cancels_and_on_step_reports_progress(pipe: object) -> None:
     progress: list[tuple[int, int]] = []
     with pytest.raises(GenerationCanceled) as canceled:
         generate_video(
-            pipe, _params(), capture=(), should_stop=lambda: len(progress) >= 3,
+            pipe,
+            _params(),
+            capture=(),
+            should_stop=lambda: len(progress) >= 3,
             on_step=lambda done, total: progress.append((done, total)),
-        )  # fmt: skip
+        )
     assert canceled.value.step == 3
     assert progress == [(1, STEPS), (2, STEPS), (3, STEPS)]
 
