@@ -10,6 +10,9 @@ cache's reuse across requests.
                      accumulated, rescaled relative change of the timestep-modulated input stays below
                      δ, and reuse the last call's output (its polynomial rescaling, fitted on
                      the model by `reprise bench step-cache --fit`).
+    auto             the setting the lab's sweep chose for the model hosted (the fastest within its
+                     judged-drop budget, recorded by `reprise bench step-cache --choose`), off for a
+                     model never swept: resolved when a worker loads the model (resolve).
 
 One value applies to every model; `large=teacache:0.2,small=deepcache:5` gives each model role its own
 (a role not named runs off). Pure: the parse and the plan. The mechanisms are workers.runtime.step_cache.
@@ -25,6 +28,7 @@ class StepCacheMethod(StrEnum):
     OFF = "off"
     DEEPCACHE = "deepcache"
     TEACACHE = "teacache"
+    AUTO = "auto"  # the model's recorded choice, resolved at load (resolve)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +49,11 @@ class StepCachePlan:
             return f"deepcache:{self.interval}" + (f":{self.depth}" if self.depth != 1 else "")
         if self.method is StepCacheMethod.TEACACHE:
             return f"teacache:{self.threshold:g}"
-        return "off"
+        return self.method.value
 
 
 OFF = StepCachePlan()
+AUTO = StepCachePlan(StepCacheMethod.AUTO)
 ROLES = ("large", "small")  # the model roles a GPU worker hosts (core.vocabulary.Role's model roles)
 
 
@@ -90,7 +95,7 @@ def parse_setting(value: str) -> StepCacheSetting:
     return StepCacheSetting(tuple((role, plans.get(role, OFF)) for role in ROLES))
 
 
-FORMS = "off, deepcache:N (N >= 2), deepcache:N:D (D >= 1 blocks), or teacache:δ (0 < δ < 1)"
+FORMS = "off, auto, deepcache:N (N >= 2), deepcache:N:D (D >= 1 blocks), or teacache:δ (0 < δ < 1)"
 
 
 def parse_step_cache(value: str) -> StepCachePlan:
@@ -98,6 +103,8 @@ def parse_step_cache(value: str) -> StepCachePlan:
     text = value.strip().lower()
     if text in ("", "off", "none"):
         return OFF
+    if text == StepCacheMethod.AUTO:
+        return AUTO
     method, _, rest = text.partition(":")
     parts = rest.split(":") if rest else []
     try:
@@ -112,6 +119,17 @@ def parse_step_cache(value: str) -> StepCachePlan:
     except ValueError:
         pass
     raise ValueError(f"step cache {value!r} is not one of: {FORMS}")
+
+
+def resolve(plan: StepCachePlan, chosen: str | None) -> StepCachePlan:
+    """The plan a model runs: `auto` becomes the model's recorded choice (`chosen`, a setting) or off
+    when it has none; any other plan stays as configured."""
+    if plan.method is not StepCacheMethod.AUTO:
+        return plan
+    resolved = OFF if chosen is None else parse_step_cache(chosen)
+    if resolved.method is StepCacheMethod.AUTO:
+        raise ValueError("a recorded step cache choice names a setting, not auto")
+    return resolved
 
 
 def full_step_due(plan: StepCachePlan, *, since_full: int | None, forced: bool) -> bool:

@@ -139,10 +139,10 @@ def sweep_models(
     return {"default": choose_default(runs), "runs": runs, "steps": settings.steps, "seed": seed}
 
 
-def choose_default(runs: Sequence[dict[str, Any]]) -> str:
-    """Per model, the fastest setting whose drop and interval's upper bound are within DROP_BUDGET (`off`
-    when none is): one REPRISE_STEP_CACHE value when every model chose the same, else one per role."""
-    chosen: dict[str, str] = {}
+def choose_per_model(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any] | None]:
+    """Per model, its fastest run whose drop and interval's upper bound are within DROP_BUDGET (None
+    when only `off` or nothing is)."""
+    chosen: dict[str, dict[str, Any] | None] = {}
     for model in dict.fromkeys(run["model"] for run in runs):
         eligible = [
             run
@@ -150,8 +150,40 @@ def choose_default(runs: Sequence[dict[str, Any]]) -> str:
             if run["model"] == model and run["drop"] <= DROP_BUDGET and run["drop_ci95"][1] <= DROP_BUDGET
         ]
         best = max(eligible, key=lambda run: (run["speedup"], run["setting"] == "off"), default=None)
-        chosen[ROLE_NAMES[model]] = "off" if best is None else best["setting"]
+        chosen[model] = None if best is None or best["setting"] == "off" else best
+    return chosen
+
+
+def choose_default(runs: Sequence[dict[str, Any]]) -> str:
+    """Per model, the fastest setting whose drop and interval's upper bound are within DROP_BUDGET (`off`
+    when none is): one REPRISE_STEP_CACHE value when every model chose the same, else one per role."""
+    chosen = {
+        ROLE_NAMES[model]: "off" if run is None else run["setting"]
+        for model, run in choose_per_model(runs).items()
+    }
     return str(parse_setting(",".join(f"{role}={setting}" for role, setting in chosen.items())))
+
+
+def record_choices(report: dict[str, Any], source: str, choices: Path | None = None) -> dict[str, Any]:
+    """Write each swept model's choice where the runtime's `auto` reads it (workers/runtime/
+    step_cache_choices.json, keyed by the model's name in compute accounting, 'lab-large' for
+    'lab:large'), with its speedup, drop and the sweep it came from; a model with no choice runs off."""
+    from workers.runtime.step_cache import CHOICES
+
+    path = choices or CHOICES
+    recorded: dict[str, Any] = {}
+    for model, run in choose_per_model(report["runs"]).items():
+        if run is not None:
+            recorded[model.replace(":", "-")] = {
+                "setting": run["setting"],
+                "speedup": run["speedup"],
+                "drop": run["drop"],
+                "drop_ci95": run["drop_ci95"],
+                "prompts": run["prompts"],
+                "source": source,
+            }
+    path.write_text(json.dumps(recorded, indent=2, sort_keys=True) + "\n")
+    return recorded
 
 
 class _Recorder:

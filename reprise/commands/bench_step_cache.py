@@ -29,13 +29,27 @@ def step_cache_command(
     fit: str | None = typer.Option(
         None, "--fit", help="Instead: fit TeaCache's rescaling polynomial on this lab model (lab:large)."
     ),
+    choose: Path | None = typer.Option(
+        None,
+        "--choose",
+        help="Instead: record this sweep JSON's choice per model, what REPRISE_STEP_CACHE=auto runs.",
+    ),
 ) -> None:
     """Sweep step cache settings on the lab (images/s against the judge's drop, per model) and name the
-    default; or, with --fit, fit TeaCache's polynomial on a model."""
+    default; or, with --fit, fit TeaCache's polynomial on a model; or, with --choose, record a sweep's
+    choices for `auto`."""
     from bench.quality.plots import plot_step_cache
-    from bench.quality.step_cache import fit_teacache, sweep_models
+    from bench.quality.step_cache import fit_teacache, record_choices, sweep_models
     from core.step_cache import parse_step_cache
 
+    if choose is not None:
+        if not choose.is_file():
+            typer.echo(f"error: no sweep JSON at {choose}: write one with --json", err=True)
+            raise typer.Exit(2)
+        recorded = record_choices(json.loads(choose.read_text()), source=choose.as_posix())
+        chosen = ", ".join(f"{model}: {record['setting']}" for model, record in recorded.items())
+        typer.echo(f"auto runs {chosen or 'off on every model'} (other models: off)")
+        return
     if replot is not None:
         if plot is None:
             typer.echo("error: --from draws a plot: give --plot PATH", err=True)

@@ -12,7 +12,7 @@ from core.errors import LatentError, RoleMismatch, SettingsError
 from core.params import Limits
 from core.schedulers import DIFFUSERS_CLASS, resume_refusal
 from core.settings import Settings
-from core.step_cache import OFF
+from core.step_cache import OFF, resolve
 from core.vocabulary import GPU_ROLES, HitPolicy, Role
 from workers import metrics
 from workers.runtime.denoising import scheduler_template
@@ -25,7 +25,7 @@ from workers.runtime.loading import (
     resolve_device,
     resolve_model_sources,
 )
-from workers.runtime.step_cache import StepCache, make_step_cache
+from workers.runtime.step_cache import StepCache, chosen_setting, make_step_cache
 
 
 class ModelHost:
@@ -116,11 +116,12 @@ class ModelHost:
             refusal = resume_refusal(type(self._scheduler_template).__name__)
             if self._refuse_inexact_resume and refusal is not None:
                 raise SettingsError(refusal)  # REPRISE_SCHEDULER=pipeline on a model whose own cannot resume
-            self.step_plan = self._step_setting.for_role(role.value)
-            try:
-                self.step_cache = make_step_cache(self.step_plan, self._pipe.unet, self._sources.name(role))
+            name, configured = self._sources.name(role), self._step_setting.for_role(role.value)
+            try:  # auto: the plan the lab's sweep chose for this model (core.step_cache.resolve)
+                self.step_plan = resolve(configured, chosen_setting(name))
+                self.step_cache = make_step_cache(self.step_plan, self._pipe.unet, name)
             except ValueError as error:
-                raise SettingsError(f"REPRISE_STEP_CACHE={self.step_plan}: {error}") from error
+                raise SettingsError(f"REPRISE_STEP_CACHE={configured} on {name}: {error}") from error
         self._role = role
         if previous is not None:  # a pool move (MoDM 5.3): the old model out, the new one in
             metrics.ROLE_SWITCH_SECONDS.labels(from_role=previous.value, to_role=role.value).observe(
@@ -130,6 +131,7 @@ class ModelHost:
     def release(self) -> None:
         """Drop the hosted models and give their memory back (also on CUDA)."""
         self._pipe = self._vae = self._scheduler_template = self.step_cache = None
+        self.step_plan = OFF
         self._family_vaes.clear()
         self._role = None
         free_device_memory(self.device)

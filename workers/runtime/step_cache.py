@@ -28,6 +28,8 @@ from workers.runtime import unet_parts
 
 FITS = Path(__file__).with_name("teacache_fits.json")
 """TeaCache's rescaling polynomials per model, written by `reprise bench step-cache --fit`."""
+CHOICES = Path(__file__).with_name("step_cache_choices.json")
+"""Each swept model's chosen setting (what `auto` runs), written by `reprise bench step-cache --choose`."""
 
 
 Rows = tuple[torch.Tensor, ...]
@@ -225,6 +227,14 @@ def teacache_fit(model: str, fits: Path | None = None) -> list[float]:
         )
     coefficients: list[float] = known[model]["coefficients"]
     return coefficients
+
+
+def chosen_setting(model: str, choices: Path | None = None) -> str | None:
+    """The setting the lab's sweep chose for `model` (its name in compute accounting), None if never swept."""
+    path = CHOICES if choices is None else choices
+    known: dict[str, dict[str, Any]] = json.loads(path.read_text()) if path.is_file() else {}
+    record = known.get(model)
+    return None if record is None else str(record["setting"])
 
 
 def make_step_cache(plan: StepCachePlan, unet: Any, model: str) -> StepCache | None:

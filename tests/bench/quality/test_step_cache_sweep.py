@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from bench.quality.step_cache import DROP_BUDGET, bootstrap, choose_default
-from workers.runtime.step_cache import teacache_fit
+from bench.quality.step_cache import DROP_BUDGET, bootstrap, choose_default, record_choices
+from workers.runtime.step_cache import CHOICES, chosen_setting, teacache_fit
 
 
 def _run(model: str, setting: str, speedup: float, drop: float, high: float) -> dict[str, Any]:
@@ -36,6 +36,30 @@ def test_the_default_is_each_model_s_fastest_setting_within_the_drop_budget() ->
     assert choose_default(agreeing) == "deepcache:3"  # one value for every model
     over = [run for run in runs if run["setting"] in ("off", "teacache:0.4") and run["model"] == "lab:small"]
     assert choose_default(over) == "off"  # no setting within the budget: the cache stays off
+
+
+def test_auto_runs_the_choices_of_the_committed_sweep(tmp_path: Path) -> None:
+    """The recorded choices are the committed sweep's (`reprise bench step-cache --choose`), so what
+    `auto` runs cannot drift from the curve in docs/results/step-cache.md."""
+    sweep = Path("bench/results/step-cache/sweep.json")
+    recorded = record_choices(json.loads(sweep.read_text()), sweep.as_posix(), tmp_path / "choices.json")
+    assert recorded == json.loads(CHOICES.read_text())
+    assert json.loads((tmp_path / "choices.json").read_text()) == recorded
+    chosen = {
+        model.replace("-", ":").replace("lab:", ""): record["setting"] for model, record in recorded.items()
+    }
+    assert choose_default(json.loads(sweep.read_text())["runs"]) == ",".join(
+        f"{role}={setting}" for role, setting in sorted(chosen.items())
+    )
+    assert chosen_setting("lab-large", tmp_path / "choices.json") == recorded["lab-large"]["setting"]
+    assert chosen_setting("sd15", tmp_path / "choices.json") is None
+
+
+def test_a_model_with_no_setting_within_the_budget_records_no_choice(tmp_path: Path) -> None:
+    runs = [_run("lab:large", "off", 1.0, 0.0, 0.0), _run("lab:large", "teacache:0.4", 2.0, 0.03, 0.04)]
+    runs = [{**run, "prompts": 8} for run in runs]
+    assert record_choices({"runs": runs}, "sweep.json", tmp_path / "choices.json") == {}
+    assert chosen_setting("lab-large", tmp_path / "choices.json") is None
 
 
 def test_the_bootstrap_interval_holds_the_mean_and_narrows_with_more_prompts() -> None:

@@ -5,6 +5,7 @@ members giving each job what it gets alone with the same step cache."""
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,18 @@ import torch
 from core.errors import GenerationCanceled, SettingsError
 from core.params import GenerationParams
 from core.settings import Settings, load_settings
-from core.step_cache import StepCacheMethod, StepCachePlan, full_step_due, parse_setting, parse_step_cache
+from core.step_cache import (
+    AUTO,
+    OFF,
+    StepCacheMethod,
+    StepCachePlan,
+    full_step_due,
+    parse_setting,
+    parse_step_cache,
+    resolve,
+)
 from core.vocabulary import Role
-from workers.runtime import DiffusionRuntime, GenerationResult
+from workers.runtime import DiffusionRuntime, GenerationResult, unet_parts
 from workers.runtime import step_cache as step_cache_module
 from workers.runtime.batching import BATCH_ATOL, BatchMember
 from workers.runtime.step_cache import full_calls_only
@@ -39,6 +49,7 @@ PROMPTS = (
         ("deepcache:3", StepCachePlan(StepCacheMethod.DEEPCACHE, interval=3)),
         ("deepcache:4:2", StepCachePlan(StepCacheMethod.DEEPCACHE, interval=4, depth=2)),
         ("teacache:0.2", StepCachePlan(StepCacheMethod.TEACACHE, threshold=0.2)),
+        ("Auto", AUTO),
     ],
 )
 def test_the_setting_parses_and_prints_back(text: str, plan: StepCachePlan) -> None:
@@ -108,6 +119,30 @@ def _results(outcomes: list[GenerationResult | GenerationCanceled]) -> list[Gene
 
 def _diff(first: Any, second: Any) -> float:
     return float(np.abs(first - second).max())
+
+
+def test_auto_resolves_to_the_model_s_recorded_choice_or_off() -> None:
+    assert resolve(AUTO, "teacache:0.2") == parse_step_cache("teacache:0.2")
+    assert resolve(AUTO, None) == OFF  # a model never swept
+    assert resolve(parse_step_cache("deepcache:3"), "teacache:0.2") == parse_step_cache("deepcache:3")
+    with pytest.raises(ValueError, match="not auto"):
+        resolve(AUTO, "auto")
+    assert str(parse_setting("large=auto")) == "large=auto,small=off"
+
+
+def test_auto_hosts_each_lab_model_s_recorded_choice_and_off_for_a_model_without_one(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime = DiffusionRuntime(_settings(data_dir, "auto"), Role.LARGE)
+    recorded = json.loads(step_cache_module.CHOICES.read_text())
+    assert str(runtime.step_plan) == recorded["lab-large"]["setting"] and runtime.step_cache is not None
+    runtime.switch_role(Role.SMALL)
+    assert str(runtime.step_plan) == recorded["lab-small"]["setting"]
+    runtime.release()
+    assert runtime.step_plan == OFF
+    monkeypatch.setattr(step_cache_module, "CHOICES", tmp_path / "none.json")
+    unswept = DiffusionRuntime(_settings(data_dir, "auto"), Role.LARGE)
+    assert unswept.step_plan == OFF and unswept.step_cache is None
 
 
 def test_each_model_role_hosts_its_own_plan(data_dir: Path) -> None:
@@ -208,13 +243,13 @@ def test_teacache_reads_no_indicator_for_a_run_with_every_cache_off(
     cache off: its rows never go through the indicator's extra ResNet."""
     runtime = DiffusionRuntime(_settings(data_dir, "teacache:0.2"), Role.LARGE)
     rows_read: list[int] = []
-    modulated_input = step_cache_module.unet_parts.modulated_input
+    modulated_input = unet_parts.modulated_input
 
     def counting(unet: Any, sample: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
         rows_read.append(sample.shape[0])
         return modulated_input(unet, sample, *rest)
 
-    monkeypatch.setattr(step_cache_module.unet_parts, "modulated_input", counting)
+    monkeypatch.setattr(unet_parts, "modulated_input", counting)
     with full_calls_only():
         vanilla = runtime.generation_member(_params(1))
     _results(runtime.generate_batch([vanilla]))
