@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from core.errors import GenerationCanceled, InvalidInput
-from core.vocabulary import JobStatus, Route, WebhookEvent
+from core.vocabulary import JobStatus, Priority, Route, WebhookEvent
 from db import cache, stats
 from db.blobs import keys
 from db.codec.latent import encode_latent
@@ -164,15 +164,23 @@ def record_service(session: Session, context: WorkerContext, result: GenerationR
     )
 
 
-def reroute(context: WorkerContext, job_id: uuid.UUID, model: str, reason: str) -> None:
-    """Run a hit as a miss: the job row, and the interval its admission was counted in, say miss."""
+def reroute(
+    context: WorkerContext,
+    job_id: uuid.UUID,
+    model: str,
+    reason: str,
+    *,
+    priority: Priority = Priority.NORMAL,
+) -> None:
+    """Run a hit as a miss, at the job's priority: the job row, and the interval its admission was
+    counted in, say miss."""
     log.warning("job %s: cached source unusable (%s); running it as a miss", job_id, reason)
     count_job(context, model, Route.HIT.value, "rerouted")
     with session_scope(context.settings) as session:
         counted = reroute_to_miss(session, job_id, owner=context.owner)
         if counted is not None:
             stats.correct_hit_to_miss(session, k=counted.k, at=counted.admitted_at)
-    context.dispatcher.run_route(job_id, Route.MISS, context.settings)
+    context.dispatcher.run_route(job_id, Route.MISS, context.settings, priority=priority)
 
 
 def end_job(

@@ -11,7 +11,7 @@ from PIL import Image
 from sqlalchemy.orm import Session
 
 from core.errors import SourceVanished
-from core.vocabulary import DecodeMode, HitPolicy, LookupMode
+from core.vocabulary import DecodeMode, HitPolicy, LookupMode, Priority
 from db import cache
 from db import cascade as cascade_db
 from db.blobs import keys
@@ -205,4 +205,4 @@ def _pixels(
 
 
 def _reroute(context: WorkerContext, job: JobView, reason: str) -> None:
-    reroute(context, job.id, context.runtime().model_name, reason)
+    reroute(context, job.id, context.runtime().model_name, reason, priority=Priority(job.priority))

@@ -22,7 +22,7 @@ import numpy as np
 
 from core.errors import CodecError, SourceVanished
 from core.params import VideoParams
-from core.vocabulary import DecodeMode, JobStatus
+from core.vocabulary import DecodeMode, JobStatus, Priority
 from db.blobs import keys
 from db.codec.video import decode_video_state
 from db.engine import session_scope
@@ -217,4 +217,4 @@ def _judged(
 
 
 def _reroute(context: WorkerContext, job: JobView, reason: str) -> None:
-    reroute(context, job.id, context.settings.video_model_name, reason)
+    reroute(context, job.id, context.settings.video_model_name, reason, priority=Priority(job.priority))
