@@ -6,6 +6,9 @@ surely as a call does, and a circle drawn through types is still one concept spl
 The floors, bottom to top (the design's map of floors):
 core <- (db, lab) <- (migrations, jobs) <- (api, workers) <- bench <- reprise.
 Floors on one level (db and lab; migrations and jobs; api and workers) do not import each other.
+The lab is a plugin besides: it registers its models and scorers (lab.registration, through
+core.plugins) and no serving floor (core, db, jobs, api, workers) imports it, not even for a type;
+bench and reprise, which measure and train it, may.
 """
 
 from __future__ import annotations
@@ -232,3 +235,39 @@ def test_files_and_functions_stay_small(folder: str) -> None:
             too_long.append(f"{path.relative_to(ROOT)} has {lines} lines")
         too_long.extend(_long_functions(path))
     assert too_long == []
+
+
+SERVING = ("core", "db", "jobs", "api", "workers")
+
+
+def lab_imports(root: Path) -> list[str]:
+    """Imports of the lab from the serving floors, at any depth: functions and `if TYPE_CHECKING:`
+    blocks included (the workers find the lab's models and scorers through core.plugins)."""
+    found = []
+    for floor in SERVING:
+        for path in sorted((root / floor).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    names = [node.module]
+                else:
+                    continue
+                if any(name.split(".")[0] == "lab" for name in names):
+                    found.append(f"{path.relative_to(root)}:{node.lineno} imports {', '.join(names)}")
+    return sorted(found)
+
+
+def test_no_serving_module_imports_the_lab(tmp_path: Path) -> None:
+    assert lab_imports(ROOT) == []
+    for floor in ("core", "workers", "bench"):
+        (tmp_path / floor).mkdir()
+    in_a_function = "def judge() -> None:\n    from lab.models import load_judge\n"
+    (tmp_path / "workers" / "scoring.py").write_text(in_a_function)
+    type_only = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import lab.judge, numpy\n"
+    (tmp_path / "core" / "types.py").write_text(type_only)
+    (tmp_path / "bench" / "quality.py").write_text("import lab.judge\n")  # bench measures the lab
+    assert lab_imports(tmp_path) == [
+        "core/types.py:3 imports lab.judge, numpy",
+        "workers/scoring.py:2 imports lab.models",
+    ]
