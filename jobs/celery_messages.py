@@ -8,7 +8,7 @@ on the `celeryev` fanout channel. No producer, connection or channel is set up p
 two small JSON dumps.
 
 The API's intake (jobs.intake) publishes admissions with it, and CeleryDispatcher puts a resumed run at
-the front of its queue with it; tests/jobs/test_celery_messages.py holds it to what send_task writes, and
+the front of its queue with it; tests/api/test_intake.py holds it to what send_task writes, and
 a real Celery worker consumes it.
 """
 

@@ -78,9 +78,6 @@ class Dispatcher(Protocol):
     def forget_images(self, node: str, job_id: uuid.UUID) -> None:
         """Queue the removal of a job's images from a decode node's cache."""
 
-    def configure_reads(self, node: str, setup: Mapping[str, Any]) -> None:
-        """Queue a new tiering set-up on a decode node; its cache starts empty."""
-
     def deliver_webhook(
         self,
         job_id: uuid.UUID,
@@ -126,9 +123,6 @@ class DispatcherBase(ABC):
 
     def forget_images(self, node: str, job_id: uuid.UUID) -> None:
         self._send(TaskName.FORGET_IMAGES, [str(job_id)], queue=decode_queue(node))
-
-    def configure_reads(self, node: str, setup: Mapping[str, Any]) -> None:
-        self._send(TaskName.CONFIGURE_READS, [dict(setup)], queue=decode_queue(node))
 
     def deliver_webhook(
         self,

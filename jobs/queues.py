@@ -47,7 +47,6 @@ class TaskName(StrEnum):
     READ_IMAGE = "reprise.read_image"  # on the owner's (or a spillover node's) decode.<node> queue
     WRITE_BACK = "reprise.write_back"  # a spilled decode's result, to its owner's cache
     FORGET_IMAGES = "reprise.forget_images"  # a deleted or expired job's images, out of a node's cache
-    CONFIGURE_READS = "reprise.configure_reads"  # a node's tiering set-up (the read benchmark)
     DELIVER_WEBHOOK = "reprise.deliver_webhook"
     EVICT = "reprise.evict"
     RETRAIN_PREDICTORS = "reprise.retrain_predictors"
@@ -71,7 +70,6 @@ ROUTES: Mapping[TaskName, Queue] = MappingProxyType(
         TaskName.READ_IMAGE: Queue.DECODE,
         TaskName.WRITE_BACK: Queue.DECODE,
         TaskName.FORGET_IMAGES: Queue.DECODE,
-        TaskName.CONFIGURE_READS: Queue.DECODE,
         TaskName.DELIVER_WEBHOOK: Queue.WEBHOOKS,
         TaskName.EVICT: Queue.MAINTENANCE,
         TaskName.RETRAIN_PREDICTORS: Queue.MAINTENANCE,

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
+from importlib.metadata import entry_points
 
+from celery import Celery
 from celery.signals import worker_process_init, worker_process_shutdown
 from celery.utils.nodenames import host_format
 
@@ -21,6 +23,8 @@ from workers.registry import keep_record, starting_role
 from workers.role_switch import consumed_queues
 
 log = logging.getLogger(__name__)
+
+TASK_PLUGINS = "reprise.worker_tasks"  # entry points of register(app) functions (register_task_plugins)
 
 
 def worker_node_name(role: Role, settings: Settings, name: str | None = None) -> str:
@@ -93,6 +97,8 @@ def run_worker(
     import workers.task_signals
     import workers.tasks  # noqa: F401  (registers the task bodies on the app)
 
+    register_task_plugins(app)
+
     keep_record(settings, worker_name=hostname, role=role)
     if metrics_port is not None:  # the sum of every pool child's samples (workers.metrics)
         from workers.metrics import serve_worker_metrics
@@ -112,6 +118,16 @@ def run_worker(
     # count as a connection error: the worker stopped (chaos network, a worker exited at 60 s of resets).
     # What mingle syncs, revoked task ids, this service does not use (a cancel is a row in Postgres).
     app.worker_main([*argv, "--loglevel=INFO", "--task-events", "--without-gossip", "--without-mingle"])
+
+
+def register_task_plugins(app: Celery, group: str = TASK_PLUGINS) -> list[str]:
+    """Let an installed package declare tasks of its own on the worker's app: each entry point of `group`
+    is a `register(app)` function (the read benchmark's node set-up, bench.live.node_setup). Serving
+    never sends them. Returns the entry points' names."""
+    points = list(entry_points(group=group))
+    for point in points:
+        point.load()(app)
+    return [point.name for point in points]
 
 
 def chosen_queues(role: Role, settings: Settings, only: tuple[str, ...] | None) -> tuple[Queue, ...]:

@@ -156,14 +156,6 @@ def forget_images(context: WorkerContext, job_id: str) -> int:
     return decode_node(context).forget(job_id)
 
 
-def configure_reads(context: WorkerContext, changes: Mapping[str, Any]) -> dict[str, Any]:
-    """A new set-up for this node (the read benchmark's four); the cache starts empty."""
-    node = decode_node(context)
-    node.configure(node.setup.updated(changes))
-    beat(context)
-    return node.setup.as_json()
-
-
 def beat(context: WorkerContext) -> None:
     node = decode_node(context)
     heartbeat(context.broker(), node.name, node.snapshot(), ttl_s=context.settings.read_heartbeat_s)

@@ -154,11 +154,6 @@ def forget_images_task(job_id: str) -> None:
     decoding.forget_images(get_context(), job_id)
 
 
-@app.task(name=TaskName.CONFIGURE_READS.value)
-def configure_reads_task(changes: dict[str, Any]) -> dict[str, Any]:
-    return decoding.configure_reads(get_context(), changes)
-
-
 @app.task(name=TaskName.DELIVER_WEBHOOK.value)
 def deliver_webhook_task(job_id: str, event: str, attempt: int = 1, probe: bool = False) -> None:
     context = get_context()

@@ -2,7 +2,7 @@
 
 It generates N jobs through the API, reads each once to learn its PNG size (the footprint the paper
 sizes caches by, 6.1), then replays the same skewed, decaying read trace (bench.workload.reads) under four
-set-ups, configuring every decode node between them (reprise.configure_reads, an empty cache each):
+set-ups, configuring every decode node between them (bench.live.node_setup, an empty cache each):
 
     latents_only  alpha 0: the store keeps latents, every read decodes
     fixed         alpha 0.5, never moved (the paper's best static split, 6.5.2)
@@ -30,11 +30,11 @@ from typing import Any
 import httpx
 import numpy as np
 
+from bench.live.node_setup import send_setup
 from bench.workload.reads import ReadTraceSpec, read_trace, trace_statistics
 from core.settings import Settings
 from jobs.broker import broker_client
 from jobs.celery_app import make_celery_app
-from jobs.dispatch import CeleryDispatcher
 from jobs.read_routing import live_nodes, node_snapshots
 
 SETUPS: dict[str, dict[str, Any]] = {
@@ -162,7 +162,7 @@ class Nodes:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.redis = broker_client(settings)
-        self.dispatcher = CeleryDispatcher(make_celery_app(settings))
+        self.celery = make_celery_app(settings)
         self.names = live_nodes(self.redis, heartbeat_s=settings.read_heartbeat_s)
         if not self.names:
             raise ValueError("no decode node is alive: start the stack (`reprise run`) or a decode worker")
@@ -170,14 +170,17 @@ class Nodes:
     def configure(self, setup: Mapping[str, Any]) -> None:
         """Every node takes `setup` with an empty cache; returns once each one's heartbeat shows it."""
         for node in self.names:
-            self.dispatcher.configure_reads(node, setup)
+            send_setup(self.celery, node, setup)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             snaps = node_snapshots(self.redis, self.names).values()
             if all(_matches(snap.get("setup", {}), setup) and snap.get("reads") == 0 for snap in snaps):
                 return
             time.sleep(0.2)
-        raise RuntimeError(f"the decode nodes did not take the set-up {dict(setup)}")
+        raise RuntimeError(
+            f"the decode nodes did not take the set-up {dict(setup)}: do their workers run the bench's "
+            "task (bench.live.node_setup, the reprise.worker_tasks entry point of an installed checkout)?"
+        )
 
     def decodes(self) -> int:
         time.sleep(self.settings.read_heartbeat_s * 1.5)  # the next heartbeat carries the counters

@@ -22,6 +22,7 @@ import httpx
 import pytest
 import redis
 
+from bench.live.node_setup import send_setup
 from core.vocabulary import Role
 from db.blobs.local import LocalBlobStore
 from db.engine import session_scope
@@ -109,11 +110,11 @@ def images(stack: Stack, tenant: TenantCredentials) -> list[str]:
 
 def configure(stack: Stack, nodes: list[str], **setup: Any) -> None:
     """Every node takes `setup` with an empty cache (the read benchmark's control task)."""
-    dispatcher = CeleryDispatcher(make_celery_app(stack.settings))
+    celery = make_celery_app(stack.settings)
     # A window no other test uses proves the new set-up is in (unless the caller names one).
     marker = setup.pop("window", None) or uuid.uuid4().int % 10_000 + 1
     for node in nodes:
-        dispatcher.configure_reads(node, {**setup, "window": marker})
+        send_setup(celery, node, {**setup, "window": marker})
     client = redis.Redis.from_url(stack.settings.broker_url)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
