@@ -40,7 +40,13 @@ SKIPPED_STEPS = Histogram(
 )
 DENOISER_EVALUATIONS = Counter(
     "reprise_worker_denoiser_evaluations_total",
-    "UNet evaluations run (a classifier-free-guidance batch counts one), by role and model.",
+    "Full UNet evaluations run (a classifier-free-guidance batch counts one), by role and model.",
+    ["role", "model"],
+)
+STEP_CACHE_REUSED = Counter(
+    "reprise_worker_step_cache_reused_steps_total",
+    "Denoising steps that reused a full call's work (REPRISE_STEP_CACHE: TeaCache runs no call, "
+    "DeepCache its shallow branch), by role and model.",
     ["role", "model"],
 )
 STEP_SECONDS_METRIC = Histogram(
@@ -134,12 +140,17 @@ def timed(histogram: Histogram, **labels: str) -> Iterator[None]:
         histogram.labels(**labels).observe(time.perf_counter() - started)
 
 
-def observe_steps(role: str, model: str, step_ms: Sequence[float], *, device: object) -> None:
-    """A denoising run's steps: each one's time, the evaluations they were, and the device's memory."""
+def observe_steps(
+    role: str, model: str, step_ms: Sequence[float], *, device: object, reused: int = 0
+) -> None:
+    """A denoising run's steps: each one's time, the full evaluations and the reusing steps (a step
+    cache's) they were, and the device's memory."""
     histogram = STEP_SECONDS_METRIC.labels(role=role, model=model)
     for ms in step_ms:
         histogram.observe(ms / 1e3)
-    DENOISER_EVALUATIONS.labels(role=role, model=model).inc(len(step_ms))
+    DENOISER_EVALUATIONS.labels(role=role, model=model).inc(len(step_ms) - reused)
+    if reused:
+        STEP_CACHE_REUSED.labels(role=role, model=model).inc(reused)
     observe_gpu_memory(role, device)
 
 

@@ -152,7 +152,11 @@ class BatchMember:
         if self.step < self.steps:
             raise RuntimeError(f"the member is at step {self.step} of {self.steps}: not finished")
         return DenoiseRun(
-            latents=self.latents, captured=self.captured, step_ms=self.step_ms, shared_ms=self.shared_ms
+            latents=self.latents,
+            captured=self.captured,
+            step_ms=self.step_ms,
+            shared_ms=self.shared_ms,
+            reused_steps=0 if self.reuse is None else self.reuse.reused,
         )
 
     def model_input(self) -> torch.Tensor:

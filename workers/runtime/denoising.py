@@ -37,6 +37,7 @@ class DenoiseRun:
     captured: dict[int, Latent]
     step_ms: list[float]
     shared_ms: float = 0.0  # of step_ms, the time that ran other jobs' samples (a step-level batch)
+    reused_steps: int = 0  # of its steps, those that reused a full call's work (a step cache)
 
 
 def denoise(

@@ -425,7 +425,9 @@ class DiffusionRuntime(ModelHost):
         started: float,
         decodes: int,
     ) -> GenerationResult:
-        metrics.observe_steps(self.role.value, self.model_name, run.step_ms, device=self.device)
+        metrics.observe_steps(
+            self.role.value, self.model_name, run.step_ms, device=self.device, reused=run.reused_steps
+        )
         stages.add("denoise", sum(run.step_ms) - run.shared_ms)  # its rows' share of each batched call
         return GenerationResult(
             image=image,

@@ -260,3 +260,27 @@ def test_teacache_reads_no_indicator_for_a_run_with_every_cache_off(
     _results(runtime.generate_batch([vanilla, cached], max_batch=2))
     assert rows_read and set(rows_read) == {cached.samples}  # the guided pair of the cached job alone
     assert cached.reuse.reused > 0 and vanilla.reuse.reused == 0
+
+
+def test_reused_steps_are_counted_apart_from_full_evaluations(data_dir: Path) -> None:
+    """Operators see the step cache at work: reprise_worker_step_cache_reused_steps_total counts the
+    steps that reused a call, and the denoiser evaluations count only the full calls."""
+    from prometheus_client import REGISTRY
+
+    def sample(name: str) -> float:
+        return REGISTRY.get_sample_value(name, {"role": "large", "model": "lab-large"}) or 0.0
+
+    runtime = DiffusionRuntime(_settings(data_dir, "teacache:0.2"), Role.LARGE)
+    before = {
+        name: sample(f"reprise_worker_{name}")
+        for name in ("denoiser_evaluations_total", "step_cache_reused_steps_total")
+    }
+    member = runtime.generation_member(_params(2))
+    _results(runtime.generate_batch([member]))
+    full, reused = len(member.reuse.full_steps), member.reuse.reused
+    assert reused > 0 and full + reused == STEPS
+    assert (
+        sample("reprise_worker_step_cache_reused_steps_total") - before["step_cache_reused_steps_total"]
+        == reused
+    )
+    assert sample("reprise_worker_denoiser_evaluations_total") - before["denoiser_evaluations_total"] == full
