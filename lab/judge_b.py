@@ -25,9 +25,11 @@ SEED_OFFSET: Final = 30  # the run's seed + this: no other component trains from
 
 def _block(channels: int) -> nn.Module:
     return nn.Sequential(
-        nn.Conv2d(channels, channels, 5, padding=2), nn.GroupNorm(1, channels), nn.GELU(),
+        nn.Conv2d(channels, channels, 5, padding=2),
+        nn.GroupNorm(1, channels),
+        nn.GELU(),
         nn.Conv2d(channels, channels, 1),
-    )  # fmt: skip
+    )
 
 
 class _Residual(nn.Module):

@@ -32,19 +32,28 @@ SUPPORTED_PIPELINES = frozenset({"StableDiffusionPipeline", "StableDiffusionImg2
 EXAMPLE_REPO = "stable-diffusion-v1-5/stable-diffusion-v1-5"
 # What a pipeline needs and no more: configs, tokenizer, the default (non-variant) safetensors.
 DOWNLOAD_INCLUDES = (
-    "*.json", "tokenizer/*", "*/diffusion_pytorch_model.safetensors", "text_encoder/model.safetensors"
-)  # fmt: skip
+    "*.json",
+    "tokenizer/*",
+    "*/diffusion_pytorch_model.safetensors",
+    "text_encoder/model.safetensors",
+)
 PROBE_PROMPT = "a red lighthouse on a cliff at dusk"
 PROBE_SEED = 7
 HUB_CACHE = "Hugging Face cache"
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _DIFFUSERS_WEIGHTS = ("diffusion_pytorch_model.safetensors", "diffusion_pytorch_model.bin")
-WEIGHT_FILES = {"unet": _DIFFUSERS_WEIGHTS, "vae": _DIFFUSERS_WEIGHTS,
-                "text_encoder": ("model.safetensors", "pytorch_model.bin")}  # fmt: skip
+WEIGHT_FILES = {
+    "unet": _DIFFUSERS_WEIGHTS,
+    "vae": _DIFFUSERS_WEIGHTS,
+    "text_encoder": ("model.safetensors", "pytorch_model.bin"),
+}
 CONFIG_FILES = {
-    "unet": "config.json", "vae": "config.json", "text_encoder": "config.json",
-    "tokenizer": "tokenizer_config.json", "scheduler": "scheduler_config.json",
-}  # fmt: skip
+    "unet": "config.json",
+    "vae": "config.json",
+    "text_encoder": "config.json",
+    "tokenizer": "tokenizer_config.json",
+    "scheduler": "scheduler_config.json",
+}
 
 
 class Status(StrEnum):
@@ -68,8 +77,13 @@ class Check:
         return f"{self.status.value:4}  {self.subject:8} {self.name:9} {self.detail}"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"subject": self.subject, "check": self.name, "status": self.status.value,
-                "detail": self.detail, **self.values}  # fmt: skip
+        return {
+            "subject": self.subject,
+            "check": self.name,
+            "status": self.status.value,
+            "detail": self.detail,
+            **self.values,
+        }
 
 
 @dataclass(slots=True)
@@ -125,15 +139,19 @@ def locate(settings: Settings, source: str) -> Located:
             snapshot = snapshot_download(source, local_files_only=True)
         except (OSError, ValueError) as error:  # LocalEntryNotFoundError: not in the cache
             return Located(
-                source, None, "Hugging Face id",
+                source,
+                None,
+                "Hugging Face id",
                 f"{source}: no such directory, and not in the Hugging Face cache ({type(error).__name__}); "
                 f"the workers never download: {download_command(source)}",
-            )  # fmt: skip
+            )
         return Located(source, Path(snapshot), HUB_CACHE)
     return Located(
-        source, None, "local directory",
+        source,
+        None,
+        "local directory",
         f"{source}: no such directory; put a model there, e.g. {download_command(EXAMPLE_REPO, source)}",
-    )  # fmt: skip
+    )
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -210,16 +228,22 @@ def family_check(subject: str, directory: Path) -> Check:
     added, in_channels = unet.get("addition_embed_type"), unet.get("in_channels", 4)
     channels, scaling = vae_space(vae)
     refusals = (
-        ("XL" in class_name or added not in (None, "text"),
-         f"{class_name} (unet addition_embed_type={added!r}) is refused: SDXL-style UNets need added "
-         "conditioning (pooled text embeddings and size ids) that the runtime does not pass; configure a "
-         "Stable Diffusion 1.x/2.x layout model"),
-        (class_name not in SUPPORTED_PIPELINES,
-         f"{class_name} is not supported: configure a {' or '.join(sorted(SUPPORTED_PIPELINES))} model"),
-        (channels != in_channels,
-         f"vae latent_channels={channels} but unet in_channels={in_channels}: the UNet cannot denoise this "
-         "VAE's latents (an inpainting UNet takes 9): use a text-to-image model"),
-    )  # fmt: skip
+        (
+            "XL" in class_name or added not in (None, "text"),
+            f"{class_name} (unet addition_embed_type={added!r}) is refused: SDXL-style UNets need added "
+            "conditioning (pooled text embeddings and size ids) that the runtime does not pass; configure a "
+            "Stable Diffusion 1.x/2.x layout model",
+        ),
+        (
+            class_name not in SUPPORTED_PIPELINES,
+            f"{class_name} is not supported: configure a {' or '.join(sorted(SUPPORTED_PIPELINES))} model",
+        ),
+        (
+            channels != in_channels,
+            f"vae latent_channels={channels} but unet in_channels={in_channels}: the UNet cannot "
+            "denoise this VAE's latents (an inpainting UNet takes 9): use a text-to-image model",
+        ),
+    )
     for refused, why in refusals:
         if refused:
             return Check(subject, "family", Status.FAIL, why)
@@ -238,9 +262,11 @@ def family_pair_check(settings: Settings, large_vae: dict[str, Any], small_vae: 
         return Check("families", "family", Status.OK, detail)
     large, small = vae_space(large_vae), vae_space(small_vae)
     if large != small:
-        detail = (f"REPRISE_LARGE_FAMILY = REPRISE_SMALL_FAMILY = {large_family!r} but the VAEs "
-                  f"differ (latent channels, scaling factor: {large} vs {small}): set "
-                  "REPRISE_SMALL_FAMILY to another name: their latent spaces differ")  # fmt: skip
+        detail = (
+            f"REPRISE_LARGE_FAMILY = REPRISE_SMALL_FAMILY = {large_family!r} but the VAEs "
+            f"differ (latent channels, scaling factor: {large} vs {small}): set "
+            "REPRISE_SMALL_FAMILY to another name: their latent spaces differ"
+        )
         return Check("families", "family", Status.FAIL, detail)
     detail = f"both {large_family!r}: VAEs agree ({large[0]} latent channels, scaling factor {large[1]})"
     return Check("families", "family", Status.OK, detail)
@@ -421,9 +447,13 @@ def _clip_weights_check(name: str, pretrained: str | None) -> Check:
 
 
 def check_models(
-    settings: Settings, roles: Collection[str] = CHECK_ROLES, *,
-    steps: int = 2, size: int | None = None, tolerance: float = 1e-5,
-) -> CheckReport:  # fmt: skip
+    settings: Settings,
+    roles: Collection[str] = CHECK_ROLES,
+    *,
+    steps: int = 2,
+    size: int | None = None,
+    tolerance: float = 1e-5,
+) -> CheckReport:
     """Every check of the roles asked for (CHECK_ROLES), in order; the families check when both the large
     and the small model are checked and found."""
     if steps < 2:

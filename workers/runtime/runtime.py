@@ -148,9 +148,18 @@ class DiffusionRuntime(ModelHost):
             scheduler = self._new_scheduler(params.steps, start_step=k)
             # 4. Denoise
             run = denoise(
-                pipe, scheduler, latents, embeds, guided, params, k, set(), should_stop,
-                device=self.device, on_step=on_step,
-            )  # fmt: skip
+                pipe,
+                scheduler,
+                latents,
+                embeds,
+                guided,
+                params,
+                k,
+                set(),
+                should_stop,
+                device=self.device,
+                on_step=on_step,
+            )
             # 5. Decode, when pixels are asked for
             image = self._to_image(self._vae, run.latents) if decode else None
         return self._result(params.steps, run, image, start_step=k, started=started, decodes=int(decode))
@@ -203,9 +212,18 @@ class DiffusionRuntime(ModelHost):
         with torch.inference_mode():
             # 5. Denoise
             run = denoise(
-                pipe, scheduler, latents, embeds, guided, params, k, set(), should_stop,
-                device=self.device, on_step=on_step,
-            )  # fmt: skip
+                pipe,
+                scheduler,
+                latents,
+                embeds,
+                guided,
+                params,
+                k,
+                set(),
+                should_stop,
+                device=self.device,
+                on_step=on_step,
+            )
             # 6. Decode, when pixels are asked for
             image = self._to_image(self._vae, run.latents) if decode else None
         decodes = int(crossing) + int(decode)
@@ -328,9 +346,13 @@ class DiffusionRuntime(ModelHost):
         with torch.inference_mode():
             image = self._to_image(self._vae, run.latents) if decode else None
         return self._result(
-            member.steps, run, image,
-            start_step=member.start_step, started=member.created, decodes=int(decode),
-        )  # fmt: skip
+            member.steps,
+            run,
+            image,
+            start_step=member.start_step,
+            started=member.created,
+            decodes=int(decode),
+        )
 
     def generate_batch(
         self,
@@ -364,10 +386,17 @@ class DiffusionRuntime(ModelHost):
         on_step: OnStep | None,
     ) -> BatchMember:
         return BatchMember(
-            latents=latents, scheduler=scheduler, embeds=embeds, guidance=params.guidance,
-            steps=params.steps, step=start_step, seed=params.seed, capture=capture,
-            should_stop=should_stop, on_step=on_step,
-        )  # fmt: skip
+            latents=latents,
+            scheduler=scheduler,
+            embeds=embeds,
+            guidance=params.guidance,
+            steps=params.steps,
+            step=start_step,
+            seed=params.seed,
+            capture=capture,
+            should_stop=should_stop,
+            on_step=on_step,
+        )
 
     def _outcome(self, member: BatchMember, *, decode: bool) -> GenerationResult | GenerationCanceled:
         try:

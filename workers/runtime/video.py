@@ -143,9 +143,14 @@ class VideoRuntime:
         in k+1..T-1): T - k evaluations. Raises as generate, LatentError for a latent of another shape."""
         started = time.perf_counter()
         run = generate_video(
-            self._pipe, params, start_latent=latent, start_step=k, capture=capture,
-            should_stop=should_stop, on_step=on_step,
-        )  # fmt: skip
+            self._pipe,
+            params,
+            start_latent=latent,
+            start_step=k,
+            capture=capture,
+            should_stop=should_stop,
+            on_step=on_step,
+        )
         return self._result(run, role, started)
 
     def to_webp(self, final_latent: Latent, fps: int, *, frames: Frames | None = None) -> tuple[bytes, int]:
@@ -226,9 +231,18 @@ def generate_video(
             latents = start.unsqueeze(0).to(device, dtype)
         # 4. Denoise
         run = denoise(
-            pipe, scheduler, latents, embeds, guided, params, start_step, capture_steps, should_stop,
-            device=device, on_step=on_step,
-        )  # fmt: skip
+            pipe,
+            scheduler,
+            latents,
+            embeds,
+            guided,
+            params,
+            start_step,
+            capture_steps,
+            should_stop,
+            device=device,
+            on_step=on_step,
+        )
     return VideoRun(
         final_latent=to_numpy(run.latents),
         captured=run.captured,
