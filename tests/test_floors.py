@@ -155,6 +155,30 @@ def test_no_import_cycles() -> None:
     assert cycles(edges) == []
 
 
+def package_edges(root: Path, edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The module graph folded onto packages (a module file's package is its folder): an edge between
+    two packages neither of which contains the other, so that a package may lean on its own
+    subpackages and they on it, but two siblings (bench.quality, bench.run) never import each other
+    through any chain."""
+
+    def package(module: str) -> str:
+        parts = module.split(".")
+        return ".".join(parts[:-1]) if root.joinpath(*parts).with_suffix(".py").is_file() else module
+
+    folded: dict[str, set[str]] = {}
+    for module, targets in edges.items():
+        for target in targets:
+            source, into = package(module), package(target)
+            if not (source == into or into.startswith(source + ".") or source.startswith(into + ".")):
+                folded.setdefault(source, set()).add(into)
+    return folded
+
+
+def test_no_package_imports_its_sibling_back() -> None:
+    _, edges = import_graph(ROOT)
+    assert cycles(package_edges(ROOT, edges)) == []
+
+
 TYPE_ONLY = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    {}\n"
 
 
@@ -271,3 +295,19 @@ def test_no_serving_module_imports_the_lab(tmp_path: Path) -> None:
         "core/types.py:3 imports lab.judge, numpy",
         "workers/scoring.py:2 imports lab.models",
     ]
+
+
+def test_the_package_check_catches_siblings_that_import_each_other(tmp_path: Path) -> None:
+    # the shape bench had: quality's replay scoring read run's outcomes, and run's outcomes its drops
+    _plant(
+        tmp_path,
+        {
+            "bench/quality/replayed.py": "from bench.run.outcomes import RequestOutcome\n",
+            "bench/quality/drops.py": "",
+            "bench/run/outcomes.py": "from bench.quality import drops\n\n\nclass RequestOutcome: ...\n",
+            "bench/live/replay.py": "from bench.quality import drops\nfrom bench.run import outcomes\n",
+        },
+    )
+    _, edges = import_graph(tmp_path)
+    assert cycles(edges) == []  # no module circle: replayed -> outcomes -> drops
+    assert cycles(package_edges(tmp_path, edges)) == [["bench.quality", "bench.run"]]

@@ -3,7 +3,7 @@
 Each audited job's request (prompt, negative prompt, seed, steps, size, guidance, from the job object's
 `input`) is POSTed again with `cache: off`, so the stack neither looks it up nor caches it, and served
 as it serves any miss; the score of its image (its workers', else read and scored here by
-bench.live.judging) is the fresh quality the hit is compared with (bench.quality.replayed). Audits run
+bench.live.judging) is the fresh quality the hit is compared with (bench.run.replayed). Audits run
 after the replay, so they change none of its timings, and a few at a time (AUDIT_CONCURRENCY), as the
 replay's clients do.
 """
@@ -19,8 +19,8 @@ from typing import Any, Final
 import httpx
 
 from bench.live.judging import judge_unjudged
-from bench.quality.replayed import audit_sample
 from bench.run.outcomes import RequestOutcome
+from bench.run.replayed import audit_sample
 from core.scoring import Scorer
 
 AUDIT_CONCURRENCY: Final = 4  # the replay's default clients (bench.run.options)
@@ -98,7 +98,7 @@ def audit_hits(
     scorer: Scorer | None = None,
 ) -> dict[int, float | None]:
     """Index -> the judged quality of a fresh, cache-off generation of its request, for up to `sample`
-    judged hits drawn at random (bench.quality.replayed.audit_sample); its cost on stderr."""
+    judged hits drawn at random (bench.run.replayed.audit_sample); its cost on stderr."""
     picked = audit_sample([o for o, _ in replayed], [job for _, job in replayed], sample)
     if not picked:
         return {}

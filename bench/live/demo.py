@@ -22,9 +22,9 @@ from bench.live.audit import audit_hits
 from bench.live.judging import configured_scorer_of, judge_records
 from bench.live.records import JobRecord, outcome_from_record
 from bench.live.replay import ReplayOptions, replay_workload
-from bench.quality.replayed import replay_quality
 from bench.run.outcomes import RequestOutcome, percentile, summarize_quality
 from bench.run.profiles import ProfileName, build_profile
+from bench.run.replayed import replay_quality
 from bench.workload.trace import DEFAULT_PROMPTS, ArrivalKind, ArrivalSpec, build_workload, load_prompts
 from core.errors import TraceError
 from core.scoring import Scorer

@@ -44,11 +44,11 @@ from bench.live.records import (
     outcome_from_record,
 )
 from bench.live.stack import StackRecord, StackWatch
-from bench.quality.replayed import replay_quality
 from bench.run.costs import StepCosts
 from bench.run.outcomes import ReportContext, summarize
 from bench.run.profiles import Profile
 from bench.run.progress import ProgressBar
+from bench.run.replayed import replay_quality
 from bench.run.report import BenchReport
 from bench.workload.trace import ArrivalKind, Request, Workload
 from core.scoring import Scorer
@@ -94,7 +94,7 @@ def replay_report(
 ) -> BenchReport:
     """The report of a replay. The SLO base is T x large_step_ms + decode_ms from a measured costs
     file, else the median run time of this replay's misses. The judged quality of every job, and the
-    drop of the hits `audits` scored afresh (record index -> score: bench.quality.replayed)."""
+    drop of the hits `audits` scored afresh (record index -> score: bench.run.replayed)."""
     outcomes, quality_source = replay_quality(
         [outcome_from_record(r, step_cache=step_cache) for r in records],
         [r.job for r in records],

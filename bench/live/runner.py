@@ -54,7 +54,7 @@ class ReplayCliOptions:
     costs: Path | None = None
     steps: int | None = None
     fetch_images: int = 5
-    quality_sample: int = 64  # judged hits audited afresh (cache off) for their drop (bench.quality.replayed)
+    quality_sample: int = 64  # judged hits audited afresh (cache off) for their drop (bench.run.replayed)
     gpu_workers: int | None = None
     json_path: Path | None = None
     plots: Path | None = None

@@ -2,7 +2,7 @@
 
 A request's drop is the judged quality of a fresh generation of it (same prompt, seed and steps, cache
 off) minus the judged quality of what it was served. A miss is that fresh generation, so its drop is
-0; a hit's drop is known only where it was audited (bench.quality.replayed). When only a sample of the
+0; a hit's drop is known only where it was audited (bench.run.replayed). When only a sample of the
 hits is audited, the mean over the compared requests would weigh the hits by the sample, not by how
 many there were, so the mean over all requests is estimated by stratum (a stratified mean):
 
@@ -29,7 +29,7 @@ SIMILARITY_BINS: Final = (0.0, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.01)
 """The profiler's bins (bench.quality.profile.curve), so a live bin and a profiled one are the same bin."""
 BOOTSTRAP_RESAMPLES: Final = 2000  # the percentiles 2.5 and 97.5 of 2000 resamples move by < 0.002
 BOOTSTRAP_SEED: Final = 0
-AUDIT_SEED: Final = 0  # the seed of the uniform draw of audited hits (bench.quality.replayed)
+AUDIT_SEED: Final = 0  # the seed of the uniform draw of audited hits (bench.run.replayed)
 INTERVAL_METHOD: Final = "percentile bootstrap, hits and their drops resampled"
 
 

@@ -12,8 +12,8 @@ import pytest
 
 from bench.quality.drops import BinDrop, Strata, by_bin, drop_interval, stratified_drop
 from bench.quality.model import MIN_LIVE_PAIRS, QualityModel, live_drops, simulated_quality
-from bench.quality.replayed import audit_sample, replay_quality
 from bench.run.outcomes import RequestOutcome, summarize_quality
+from bench.run.replayed import audit_sample, replay_quality
 from core.vocabulary import HitPolicy
 
 
