@@ -1,7 +1,9 @@
 """Authentication: `Authorization: Bearer <API key>`, one key per tenant (or several).
 
-Missing or unknown keys get 401 with WWW-Authenticate (RFC 6750). Authorization is by scoping:
-every query filters on the tenant, so another tenant's job answers 404, never 403.
+Missing or unknown keys get 401 with WWW-Authenticate (RFC 6750), each counted against the client's
+address (api.rate_limit): an address that has spent its tokens is answered 429 before its key costs a
+lookup. Authorization is by scoping: every query filters on the tenant, so another tenant's job answers
+404, never 403.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from api.problems import Problem
+from api.rate_limit import AddressLimit
 from db.models import Tenant
 from db.tenants import find_key, hash_key
 
@@ -54,6 +57,22 @@ def caller_for_credentials(*, session: Session, credentials: HTTPAuthorizationCr
             error="invalid_token",
         )
     return Caller(tenant=key.tenant, admin=key.is_admin, expires_at=key.expires_at)
+
+
+def counted_caller(
+    *, session: Session, credentials: HTTPAuthorizationCredentials | None, address: AddressLimit
+) -> Caller:
+    """caller_for_credentials for a key the process has not cached: looked up only while the address has
+    a token, and its 401 charged to the address (a 429 instead once the address has none). A valid key
+    takes no token: its requests count against its tenant."""
+    if credentials is not None and credentials.credentials:
+        address.check()  # before the lookup: a key guesser is stopped before it costs the database
+    try:
+        return caller_for_credentials(session=session, credentials=credentials)
+    except Problem as refused:
+        if refused.status == 401:
+            address.charge()
+        raise
 
 
 class CallerCache:

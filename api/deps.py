@@ -16,10 +16,10 @@ from redis.exceptions import RedisError
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from api.auth import Caller, CallerCache, bearer_scheme, caller_for_credentials
+from api.auth import Caller, CallerCache, bearer_scheme, caller_for_credentials, counted_caller
+from api.client_address import client_address
 from api.feeds import JobFeeds
-from api.problems import Problem
-from api.rate_limit import RateLimiter
+from api.rate_limit import AddressLimit, RateLimiter, rate_limited
 from api.reads import ImageReader
 from api.revocations import RevocationListener
 from api.waiting import JobWaiter
@@ -48,6 +48,7 @@ class AppState:
     callers: CallerCache = field(default_factory=CallerCache, repr=False)
     waiter_: JobWaiter | None = field(default=None, repr=False)
     rate_limiter_: RateLimiter | None = field(default=None, repr=False)
+    address_limiter_: RateLimiter | None = field(default=None, repr=False)
     feeds_: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, JobFeeds] = field(
         default_factory=weakref.WeakKeyDictionary, repr=False
     )
@@ -115,6 +116,16 @@ class AppState:
         return self.rate_limiter_
 
     @property
+    def address_limiter(self) -> RateLimiter:
+        """The client addresses' buckets for requests without a valid key, in the same Redis."""
+        if self.address_limiter_ is None:
+            s = self.settings
+            self.address_limiter_ = RateLimiter(
+                self.redis, per_s=s.anonymous_rate_limit_per_s, burst=s.anonymous_rate_limit_burst
+            )
+        return self.address_limiter_
+
+    @property
     def limits(self) -> Limits:
         s = self.settings
         return Limits(max_prompt_chars=s.max_prompt_chars, max_steps=s.max_steps, max_side=s.max_side)
@@ -154,22 +165,52 @@ BaseUrlDep = Annotated[str, Depends(base_url)]
 BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)]
 
 
-def get_caller(credentials: BearerDep, state: StateDep, session: SessionDep) -> Caller:
-    """The tenant whose API key the request carries, and the key's role; 401 otherwise.
+def get_address(request: Request, state: StateDep) -> AddressLimit:
+    """The request's client address (api.client_address) and its bucket for requests without a valid key."""
+    return AddressLimit(state.address_limiter, client_address(request, state.settings.trusted_proxies))
+
+
+AddressDep = Annotated[AddressLimit, Depends(get_address)]
+
+
+async def limit_address(address: AddressDep) -> None:
+    """429 with Retry-After once the client address has spent its rate of requests without a key: a
+    dependency of the routes that take none (signed output links)."""
+    await run_in_threadpool(address.charge)
+
+
+def get_caller(
+    credentials: HTTPAuthorizationCredentials | None,
+    state: AppState,
+    session: Session,
+    address: AddressLimit | None = None,
+) -> Caller:
+    """The tenant whose API key the request carries, and the key's role; 401 otherwise, counted against
+    the client's address when given (429 once it has spent its rate: api.auth.counted_caller). A
+    `Prefer: wait` reload gives none: it is no new request.
 
     The lookup's transaction ends at once: a sync route runs its dependencies and its body in two trips
     through the thread pool, and a connection held between them can starve the pool under a burst."""
 
     def load() -> Caller:
         try:
-            return caller_for_credentials(session=session, credentials=credentials)
+            if address is None:
+                return caller_for_credentials(session=session, credentials=credentials)
+            return counted_caller(session=session, credentials=credentials, address=address)
         finally:
             session.commit()
 
     return state.callers.lookup(credentials, load, ttl_s=state.settings.auth_cache_s)
 
 
-CallerDep = Annotated[Caller, Depends(get_caller)]
+def request_caller(
+    credentials: BearerDep, state: StateDep, session: SessionDep, address: AddressDep
+) -> Caller:
+    """get_caller for the request's own key, its failures counted against its address."""
+    return get_caller(credentials, state, session, address)
+
+
+CallerDep = Annotated[Caller, Depends(request_caller)]
 
 
 def get_tenant(caller: CallerDep) -> Tenant:
@@ -199,10 +240,4 @@ async def limit_rate(caller: CallerDep, state: StateDep) -> None:
         return
     verdict = await run_in_threadpool(limiter.take, caller.tenant.id)
     if not verdict.allowed:
-        raise Problem(
-            429,
-            f"more than {limiter.per_s:g} requests per second (bursts of {limiter.burst}) from this tenant; "
-            f"retry in {verdict.retry_after} s",
-            slug="rate-limited",
-            headers={"Retry-After": str(verdict.retry_after)},
-        )
+        raise rate_limited(limiter, verdict, source="this tenant")

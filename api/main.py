@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import Depends, FastAPI
 from fastapi.routing import APIRoute
 
-from api.deps import AppState, hear_revocations, limit_rate
+from api.deps import AppState, hear_revocations, limit_address, limit_rate
 from api.middleware import BodyLimitMiddleware, MetricsMiddleware
 from api.problems import install_problem_handlers
 from api.reads import ImageReader, NodeReader
@@ -59,8 +59,13 @@ def create_app(
     per_key = [Depends(hear_revocations), Depends(limit_rate)]
     for router in (*keyed, deliveries):  # deliveries: a tenant's webhook deliveries, keyed too
         app.include_router(router, dependencies=per_key, responses=problem_responses(429))
-    for router in (outputs.router, health.router):  # a signed link's, or no key: nothing to count against
-        app.include_router(router)
+    # A signed link's download carries no key: it counts against the client's address. Health and metrics
+    # take none either; /metrics counts its own (a scrape with its token is not counted), /healthz and
+    # /readyz are the orchestrators'.
+    app.include_router(
+        outputs.router, dependencies=[Depends(limit_address)], responses=problem_responses(429)
+    )
+    app.include_router(health.router)
     routers = (*keyed, deliveries, outputs.router, health.router)
     install_problem_handlers(app, [r for router in routers for r in router.routes if isinstance(r, APIRoute)])
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)

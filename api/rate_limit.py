@@ -1,4 +1,5 @@
-"""The per-tenant request rate limit: a token bucket per tenant in Redis, shared by every API process.
+"""Request rate limits: token buckets in Redis, shared by every API process. A tenant has one for the
+requests of its keys; a client address has one for the requests that carry no valid key.
 
 Each tenant's bucket holds up to REPRISE_RATE_LIMIT_BURST tokens and refills at REPRISE_RATE_LIMIT_PER_S;
 every authenticated request takes one, and a request that finds none is answered 429 (`rate-limited`)
@@ -6,6 +7,11 @@ with Retry-After, the seconds until a token is back. The bucket is one Redis has
 script on Redis's own clock, so several API processes (and hosts) share it without a race. It sits beside
 the in-flight limit (how many of a tenant's jobs may be unfinished, checked at insert): this one bounds
 requests of every kind, reads and polls included.
+
+An address's bucket (REPRISE_ANONYMOUS_RATE_LIMIT_PER_S and _BURST; api.client_address says whose) is
+the same script under another key: signed output downloads and /metrics without its token take a token,
+and so does each 401, after the fact; a key that is not in the process's cache is looked up only while
+its address has a token left (`peek`), so that guessing keys costs the database no more than the limit.
 
 Admin keys (operators, the benchmarks) are not limited. An unreachable Redis limits nobody: the limiter
 then stays out of the way for FAIL_OPEN_S instead of costing every request a connection timeout.
@@ -23,16 +29,21 @@ from typing import Final
 
 import redis
 
+from api.problems import Problem
+
 log = logging.getLogger(__name__)
 
-KEY_PREFIX: Final = "reprise:ratelimit:"
+KEY_PREFIX: Final = "reprise:ratelimit:"  # then the tenant's id, or ADDRESS and the client's address
+ADDRESS: Final = "address:"
 FAIL_OPEN_S: Final = 5.0
 
-# KEYS[1] the tenant's bucket; ARGV rate (tokens/s), burst (capacity). Returns {allowed, wait_s as text}
-# (Lua numbers come back to Redis truncated to integers). The bucket lapses once it would be full again.
+# KEYS[1] the bucket; ARGV rate (tokens/s), burst (capacity), cost (1 takes a token, 0 only asks whether
+# one is there). Returns {allowed, wait_s as text} (Lua numbers come back to Redis truncated to integers).
+# The bucket lapses once it would be full again.
 TOKEN_BUCKET: Final = """
 local rate = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
 local held = redis.call('HMGET', KEYS[1], 'tokens', 'at')
@@ -42,7 +53,7 @@ tokens = math.min(burst, tokens + math.max(0, now - at) * rate)
 local allowed = 0
 local wait = 0
 if tokens >= 1 then
-  tokens = tokens - 1
+  tokens = tokens - cost
   allowed = 1
 else
   wait = (1 - tokens) / rate
@@ -67,7 +78,8 @@ class Verdict:
 
 
 class RateLimiter:
-    """Takes a token from a tenant's bucket in Redis. `per_s` 0 turns the limit off."""
+    """Takes tokens from buckets in Redis: a tenant's (its id) or an address's (`address_bucket`). `per_s`
+    0 turns the limit off."""
 
     def __init__(self, client: redis.Redis, *, per_s: float, burst: int) -> None:
         self.per_s = per_s
@@ -80,12 +92,19 @@ class RateLimiter:
     def enabled(self) -> bool:
         return self.per_s > 0
 
-    def take(self, tenant_id: uuid.UUID) -> Verdict:
-        """A token for the tenant, or how long to wait for one; allowed while Redis cannot be reached."""
+    def take(self, bucket: uuid.UUID | str) -> Verdict:
+        """A token from the bucket, or how long to wait for one; allowed while Redis cannot be reached."""
+        return self._ask(bucket, cost=1)
+
+    def peek(self, bucket: uuid.UUID | str) -> Verdict:
+        """Whether the bucket holds a token now, taking none."""
+        return self._ask(bucket, cost=0)
+
+    def _ask(self, bucket: uuid.UUID | str, *, cost: int) -> Verdict:
         if not self.enabled or time.monotonic() < self._down_until:
             return Verdict(True)
         try:
-            allowed, wait = self._script(keys=[f"{KEY_PREFIX}{tenant_id}"], args=[self.per_s, self.burst])
+            allowed, wait = self._script(keys=[f"{KEY_PREFIX}{bucket}"], args=[self.per_s, self.burst, cost])
         except redis.RedisError:
             with self._lock:
                 if time.monotonic() >= self._down_until:
@@ -93,3 +112,38 @@ class RateLimiter:
                     self._down_until = time.monotonic() + FAIL_OPEN_S
             return Verdict(True)
         return Verdict(bool(allowed), float(wait))
+
+
+def address_bucket(address: str) -> str:
+    """The bucket of a client address's requests that carry no valid key."""
+    return f"{ADDRESS}{address}"
+
+
+def rate_limited(limiter: RateLimiter, verdict: Verdict, *, source: str) -> Problem:
+    """The 429 for a request `source` (this tenant, this address) made past its limiter's rate."""
+    return Problem(
+        429,
+        f"more than {limiter.per_s:g} requests per second (bursts of {limiter.burst}) from {source}; "
+        f"retry in {verdict.retry_after} s",
+        slug="rate-limited",
+        headers={"Retry-After": str(verdict.retry_after)},
+    )
+
+
+class AddressLimit:
+    """One request's client address and its bucket: `check` before a cost only a valid key may incur,
+    `charge` for a request that turned out to carry none. Each raises the 429 when the bucket is empty."""
+
+    def __init__(self, limiter: RateLimiter, address: str) -> None:
+        self.limiter = limiter
+        self.address = address
+
+    def check(self) -> None:
+        self._enforce(self.limiter.peek(address_bucket(self.address)))
+
+    def charge(self) -> None:
+        self._enforce(self.limiter.take(address_bucket(self.address)))
+
+    def _enforce(self, verdict: Verdict) -> None:
+        if not verdict.allowed:
+            raise rate_limited(self.limiter, verdict, source="this address without a valid key")

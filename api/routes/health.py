@@ -1,20 +1,31 @@
-"""Liveness, readiness and Prometheus metrics: for orchestrators and scrapers, no authentication."""
+"""Liveness, readiness and Prometheus metrics: for orchestrators and scrapers, without an API key.
+
+/healthz and /readyz answer anyone, unlimited. /metrics on the API port asks for REPRISE_METRICS_TOKEN
+when one is set (401 otherwise), and a scrape without it counts against the client's address
+(api.rate_limit): each is a few queries of Postgres and Redis. On its own port (api.metrics_server) it
+is neither guarded nor counted."""
 
 from __future__ import annotations
 
+import hmac
 import logging
 from contextlib import nullcontext
 
 import redis
 from fastapi import APIRouter, Response
+from fastapi.security import HTTPAuthorizationCredentials
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy.exc import SQLAlchemyError
 
-from api.deps import SessionDep, StateDep
+from api.auth import unauthorized
+from api.deps import AddressDep, BearerDep, SessionDep, StateDep
 from api.exposition import Exposition, StoreCollector
 from api.problems import Problem
+from api.rate_limit import AddressLimit
 from api.routing import ReleasingRoute
 from api.schemas import problem_responses
+from core.settings import Settings
+from core.settings.credentials import secret_text
 from db.engine import ping
 
 log = logging.getLogger(__name__)
@@ -47,10 +58,26 @@ def readyz(session: SessionDep, state: StateDep) -> dict[str, str]:
     return {"status": "ready"}
 
 
+def scrape_allowed(
+    settings: Settings, credentials: HTTPAuthorizationCredentials | None, address: AddressLimit
+) -> None:
+    """The scraper's token when REPRISE_METRICS_TOKEN is set (401 otherwise); a scrape without one is
+    counted against its address (429 past its rate)."""
+    token = secret_text(settings.metrics_token)
+    given = credentials.credentials if credentials is not None else ""
+    if token and hmac.compare_digest(given.encode(), token.encode()):
+        return
+    address.charge()
+    if token:
+        detail = "/metrics asks for REPRISE_METRICS_TOKEN as 'Authorization: Bearer <token>'"
+        raise unauthorized(detail, error="invalid_token" if given else None)
+
+
 @router.get("/metrics", include_in_schema=False)
-def metrics(session: SessionDep, state: StateDep) -> Response:
+def metrics(session: SessionDep, state: StateDep, credentials: BearerDep, address: AddressDep) -> Response:
     """Prometheus metrics in the text exposition format; 404 when they have a port of their own."""
     if state.settings.metrics_port is not None:
         raise Problem(404, "metrics are served on their own port (REPRISE_METRICS_PORT)", slug="not-found")
+    scrape_allowed(state.settings, credentials, address)
     stores = StoreCollector(state.settings, state.redis, sessions=lambda: nullcontext(session))
     return Response(generate_latest(Exposition(stores)), media_type=CONTENT_TYPE_LATEST)

@@ -17,6 +17,7 @@ CREDENTIAL_SETTINGS: dict[str, str] = {
     "s3_access_key_id": "the S3 access key",
     "s3_secret_access_key": "the S3 secret key",
     "flower_basic_auth": "Flower's user:password",
+    "metrics_token": "the token /metrics asks for on the API port",
     "output_link_key": "the key that signs output links",
     "webhook_secret_keys": "a key that encrypts webhook secrets",
 }

@@ -12,6 +12,7 @@ from pydantic_settings import SettingsConfigDict
 
 from core.errors import SettingsError
 from core.settings.admission import AdmissionSettings
+from core.settings.anonymous import AnonymousSettings
 from core.settings.api import ApiSettings
 from core.settings.cache import CacheSettings
 from core.settings.cascade import CascadeSettings
@@ -43,6 +44,7 @@ ENV_PREFIX = "REPRISE_"
 class Settings(  # the subsystems, in the order docs/configuration.md lists them
     ServiceSettings,
     ApiSettings,
+    AnonymousSettings,
     WebhookSettings,
     KeySettings,
     ModelSettings,

@@ -1,5 +1,5 @@
-"""Observability: the Prometheus metrics listeners of the API and the workers, the log format, and
-Flower (the Celery dashboard) and its authentication."""
+"""Observability: the Prometheus metrics listeners of the API and the workers, the token /metrics asks
+for on the API port, the log format, and Flower (the Celery dashboard) and its authentication."""
 
 from __future__ import annotations
 
@@ -23,6 +23,13 @@ class ObservabilitySettings(BaseSettings):
         "public listener). Unset: /metrics on the API port.",
     )
     metrics_address: str = Field("127.0.0.1", description="Address of the separate /metrics listener.")
+    metrics_token: SecretStr | None = Field(
+        None,
+        description="When set, /metrics on the API port answers only `Authorization: Bearer <token>` (401 "
+        "otherwise; Prometheus: `authorization: {credentials: ...}`); the listener of REPRISE_METRICS_PORT "
+        "asks for none (it sits on metrics_address, off the public port). Unset: /metrics on the API port "
+        "is public, each scrape counted against its address (REPRISE_ANONYMOUS_RATE_LIMIT_PER_S).",
+    )
     worker_metrics_port: int | None = Field(
         None,
         ge=1,
