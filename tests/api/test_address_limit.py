@@ -15,7 +15,7 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
-from sqlalchemy import event
+from sqlalchemy import Engine, event
 
 from api.rate_limit import KEY_PREFIX, RateLimiter, address_bucket
 from core.server_keys import output_link_key
@@ -63,6 +63,20 @@ def _link(
     return f"/v1/outputs/{job}?expires={expires}&signature={signature}"
 
 
+def _with_statements(engine: Engine, call: Callable[[], Any]) -> tuple[Any, list[str]]:
+    """What `call` answers, and the SQL statements the API sent Postgres meanwhile."""
+    statements: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        statements.append(statement)
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        return call(), statements
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+
+
 def _assert_rate_limited(response: Any, *, retry_after: set[str] | None = None) -> None:
     assert response.status_code == 429, response.text
     assert response.headers["content-type"] == PROBLEM
@@ -98,18 +112,13 @@ def test_bad_keys_are_counted_and_past_the_burst_not_looked_up(
     answers = [guesser.get("/v1/generations", headers=BAD_KEY) for _ in range(2)]
     answers.append(guesser.get("/v1/generations"))  # no key at all: a 401 as well
     assert [answer.status_code for answer in answers] == [401, 401, 401]
-    statements: list[str] = []
     engine = engine_for(client.app.state.reprise.settings.sqlalchemy_url)  # type: ignore[attr-defined]
-    listen = lambda *args: statements.append(args[2])  # noqa: E731  (conn, cursor, statement, ...)
-    event.listen(engine, "before_cursor_execute", listen)
-    try:
-        refused = guesser.get("/v1/generations", headers=BAD_KEY)
-    finally:
-        event.remove(engine, "before_cursor_execute", listen)
+    refused, asked = _with_statements(engine, lambda: guesser.get("/v1/generations", headers=BAD_KEY))
     _assert_rate_limited(refused)
     assert int(refused.headers["retry-after"]) >= 999  # a token every 1000 s
-    assert statements == []  # refused before the key's lookup
-    assert bystander.get("/v1/generations", headers=BAD_KEY).status_code == 401
+    assert asked == []  # refused before the key's lookup
+    elsewhere, looked_up = _with_statements(engine, lambda: bystander.get("/v1/generations", headers=BAD_KEY))
+    assert elsewhere.status_code == 401 and looked_up  # another address: its key looked up, and unknown
 
 
 def test_a_valid_keys_requests_take_nothing_from_its_addresss_bucket(
