@@ -3,6 +3,9 @@
 Every change is conditional on the row's current state, so a redelivered task (at-least-once
 delivery) never runs a job twice at once, never completes it twice, and never revives a job that
 ended. The functions take a session and leave committing to the caller.
+
+Leases are timed by the database's clock (`now()`, the transaction's start), never a worker's: a
+worker whose clock runs ahead cannot take a live lease from another, nor one behind keep a lapsed one.
 """
 
 from __future__ import annotations
@@ -22,6 +25,12 @@ from db.models import Job
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def database_now(session: Session) -> datetime:
+    """The database's clock: `now()`, the start of the session's transaction."""
+    now: datetime = session.execute(select(func.now())).scalar_one()
+    return now
 
 
 class ClaimOutcome(StrEnum):
@@ -64,7 +73,7 @@ def claim_run(
         return Claim(ClaimOutcome.DONE, job)
     if job.route in refuse_routes:
         return Claim(ClaimOutcome.MOVED, job)
-    now = utcnow()
+    now = database_now(session)
     if job.cancel_requested:
         _end(job, JobStatus.CANCELED, now, error=None)
         return Claim(ClaimOutcome.CANCELED, job)
@@ -106,12 +115,12 @@ ERROR_CHARS = 500  # a run's error kept on the job: the exception's type and mes
 
 
 def renew_lease(session: Session, job_id: uuid.UUID, *, owner: str, lease_s: float) -> bool:
-    """Extend a running job's lease to lease_s from now (this host's clock, as claim_run). False when
+    """Extend a running job's lease to lease_s from now (the database's clock, as claim_run). False when
     this owner no longer holds it: the job ended, was rerouted, or another worker took it after a lapse."""
     result = session.execute(
         update(Job)
         .where(Job.id == job_id, Job.lease_owner == owner, Job.status == JobStatus.PROCESSING.value)
-        .values(lease_until=utcnow() + timedelta(seconds=lease_s))
+        .values(lease_until=func.now() + timedelta(seconds=lease_s))
     )
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
@@ -299,7 +308,7 @@ def find_stuck(session: Session, *, older_than_s: float, limit: int = 2000) -> l
     older_than_s, the oldest first: the caller tells those whose message is still queued
     (jobs.broker_contents) from the lost.
     """
-    now = utcnow()
+    now = database_now(session)
     cutoff = now - timedelta(seconds=older_than_s)
     expired = (
         select(Job.id, Job.admitted_at, Job.route, literal(True), Job.priority)

@@ -14,9 +14,11 @@ from db.job_runs import (
     ClaimOutcome,
     claim_run,
     complete,
+    database_now,
     find_stuck,
     finish,
     record_run_error,
+    renew_lease,
     reroute_to_miss,
     utcnow,
 )
@@ -47,6 +49,27 @@ def test_a_second_worker_waits_for_the_lease(db_settings: Settings) -> None:
     with session_scope(db_settings) as session:
         claim = claim_run(session, job_id, owner="w2", lease_s=60, max_attempts=3)
     assert claim.outcome is ClaimOutcome.LEASED and 55 < claim.retry_in_s <= 61
+
+
+def test_leases_are_timed_by_the_database_clock_not_a_worker_s(
+    db_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker whose clock runs an hour ahead neither takes a live lease from another nor sees it
+    lapsed; nor does its renewal push the lease an hour out."""
+    import db.job_runs as job_runs
+
+    job_id = _job(db_settings)
+    assert _claim(db_settings, job_id, "w1") is ClaimOutcome.CLAIMED
+    monkeypatch.setattr(job_runs, "utcnow", lambda: utcnow() + timedelta(hours=1))
+    assert _claim(db_settings, job_id, "w2") is ClaimOutcome.LEASED
+    with session_scope(db_settings) as session:
+        assert job_id not in {item.job_id for item in find_stuck(session, older_than_s=3600)}
+        assert renew_lease(session, job_id, owner="w1", lease_s=60)
+    with session_scope(db_settings) as session:
+        job = session.get_one(Job, job_id)
+        assert job.lease_until is not None
+        left = job.lease_until - database_now(session)
+    assert timedelta(seconds=55) < left <= timedelta(seconds=61)
 
 
 def test_only_the_lease_holder_completes_and_a_redelivery_finds_it_done(db_settings: Settings) -> None:
