@@ -47,6 +47,7 @@ class JobView:
     webhook_url: str | None = None
     webhook_events_filter: tuple[str, ...] = ()
     priority: str = Priority.NORMAL.value  # its messages' broker step (jobs.priority)
+    attempt: int = 0  # this run's claim (the job's attempts when claimed): its own blob keys
 
     @property
     def route(self) -> str:
@@ -82,6 +83,7 @@ def job_view(session: Session, job: Job) -> JobView:
         webhook_url=job.webhook_url,
         webhook_events_filter=tuple(job.webhook_events_filter or ()),
         priority=job.priority or Priority.NORMAL.value,
+        attempt=job.attempts or 0,
     )
 
 

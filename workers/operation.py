@@ -141,14 +141,13 @@ def complete_run(
     )
 
 
-def store_final_latent(
-    context: WorkerContext, job_id: uuid.UUID, result: GenerationResult
-) -> tuple[str, bytes]:
-    """The run's final latent, encoded (pcodec) and stored under the job: its key and blob."""
+def store_final_latent(context: WorkerContext, job: JobView, result: GenerationResult) -> tuple[str, bytes]:
+    """The run's final latent, encoded (pcodec) and stored under the job at its run's own key (fenced
+    by the lease: db.blobs.keys.job_final_latent_key): its key and blob."""
     with stages.stage("store"):
         with metrics.timed(metrics.CODEC_SECONDS, operation="encode"):
             blob = encode_latent(result.final_latent, family=result.family, k=None)
-        key = keys.job_prefix(job_id) + "final.latent"
+        key = keys.job_final_latent_key(job.id, job.attempt)
         context.blobs.put(key, blob)
     return key, blob
 

@@ -5,6 +5,7 @@
     entries/<entry_id>/k005.vstate      a video entry's compressed state at step k (db.codec.video)
     entries/<entry_id>/base.vbase       a video entry's base, which its states decode against
     entries/<entry_id>/mask.bits        a video entry's object mask, 1 bit a latent pixel
+    jobs/<job_id>/final.a<n>.latent     a job's final latent, as its n-th run (attempt) stored it
     jobs/<job_id>/image.<format>        an encoded image served for a job
     jobs/<job_id>/image.video<fps>      a video job's animated WebP (db.images.video_format)
 
@@ -72,6 +73,16 @@ def video_mask_key(entry_id: uuid.UUID | str) -> str:
 def job_prefix(job_id: uuid.UUID | str) -> str:
     """'jobs/<job_id>/': the prefix shared by all of one job's blobs."""
     return f"{JOBS}/{_id_segment(job_id, 'job id')}/"
+
+
+def job_final_latent_key(job_id: uuid.UUID | str, attempt: int) -> str:
+    """'jobs/<job_id>/final.a<attempt>.latent': the final latent a job's run stored. Each run (its
+    claim's attempt number) writes its own key and the completion records the key of the run that held
+    the lease, so a run that lost its lease and still stores cannot overwrite the one served: the write
+    is fenced by the lease. (Older jobs' rows name 'jobs/<job_id>/final.latent', read as recorded.)"""
+    if attempt < 0:
+        raise ValueError(f"attempt must be a non-negative integer, got {attempt!r}")
+    return f"{job_prefix(job_id)}final.a{attempt}{LATENT_SUFFIX}"
 
 
 def image_key(job_id: uuid.UUID | str, fmt: str) -> str:

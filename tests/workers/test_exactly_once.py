@@ -15,6 +15,7 @@ from sqlalchemy import select
 from core.settings import Settings
 from core.vocabulary import AdmissionOutcome, Role, WebhookEvent
 from db import cache, stats
+from db.blobs import keys
 from db.engine import session_scope
 from db.models import CacheEntry, CacheState, Job
 from jobs.queues import TaskName
@@ -172,3 +173,26 @@ def test_a_redelivered_task_counts_every_effect_once(
     assert _events(dispatcher, job_id) == [WebhookEvent.STARTED.value, WebhookEvent.COMPLETED.value]
     used = 1 if task == "reuse" else 0
     assert _uses(settings, entry_id) == (uses[0] + used, uses[1] + used)
+
+
+def test_each_run_stores_its_final_latent_at_its_own_key_and_the_completing_run_s_is_served(
+    task_settings: Settings,
+    context_for: Callable[[Role], WorkerContext],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run that stored its final latent and died before completing, then its redelivery: each wrote
+    its own key (a run that lost its lease cannot overwrite the one served), and the job names the run
+    that completed it."""
+    context = context_for(Role.LARGE)
+    job_id = make_job(task_settings, make_tenant(task_settings), PROMPT, route="miss")
+    with monkeypatch.context() as patched:
+        _die_at(patched, operation, "complete")
+        with pytest.raises(WorkerDied):
+            generate_job(context, job_id)
+    generate_job(context, job_id)
+    with session_scope(task_settings) as session:
+        job = session.get_one(Job, job_id)
+        served, attempts = job.final_latent_key, job.attempts
+    assert attempts == 2 and served == keys.job_final_latent_key(job_id, 2)
+    first = keys.job_final_latent_key(job_id, 1)
+    assert first != served and context.blobs.get(first) and context.blobs.get(served)

@@ -125,7 +125,7 @@ def finish_run(
     lease writes nothing (LeaseLost). `cascade`: the job's light stage, kept by the discriminator (this
     run is the light one) or escalated (this run is the heavy one: both models are the job's)."""
     lease.check()
-    final_key, final_blob = store_final_latent(context, job.id, result)
+    final_key, final_blob = store_final_latent(context, job, result)
     image, decodes = _pixels(context, job, result, cache_it=cache_it)
     entry = None
     if cache_it:

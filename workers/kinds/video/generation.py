@@ -181,7 +181,7 @@ def _finish(
     """Store the final latent, the WebP and the new entry, then complete the job; the sources' uses
     and the statistics commit with the completion, which only the lease holder's first one makes."""
     lease.check()
-    final_key, final_blob = store_final_latent(context, job.id, result)
+    final_key, final_blob = store_final_latent(context, job, result)
     quality, frames = _judged(context, params, result)
     output = None
     if job.decode_mode == DecodeMode.EAGER:  # else the decode pool decodes it on the first read
