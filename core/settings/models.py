@@ -53,13 +53,17 @@ class ModelSettings(BaseSettings):
     )
 
     step_cache: str = Field(
-        "off",
-        description="Reuse inside a request's denoising (core.step_cache): off, deepcache:N[:D] (DeepCache, "
-        "CVPR'24: a full UNet call every N steps, the outer D blocks between), or teacache:δ (TeaCache, "
-        "CVPR'25: skip a call while the rescaled input change stays below δ); one for every model, or "
-        "large=...,small=... per model role. Off by default: the lab's sweep (docs/results/step-cache.md, "
-        "500 prompts) finds large=teacache:0.2,small=deepcache:5 within 0.01 of drop, but a live replay "
-        "with it stacked on the approximate cache has not yet been judged.",
+        "auto",
+        description="Reuse inside a request's denoising (core.step_cache): off, deepcache:N[:D] "
+        "(DeepCache, CVPR'24: a full UNet call every N steps, the outer D blocks between), teacache:δ "
+        "(TeaCache, CVPR'25: skip a call while the rescaled input change stays below δ), or auto (the "
+        "setting the lab's sweep chose for the model hosted, workers/runtime/step_cache_choices.json; off "
+        "for a model never swept); one for every model, or large=...,small=... per model role. auto by "
+        "default: the sweep (docs/results/step-cache.md, 500 prompts a setting) chose teacache:0.2 for "
+        "lab:large and deepcache:5 for lab:small within 0.01 of judged drop, and stacked on the approximate "
+        "cache the default stack served 1.84x vanilla's requests/s at a judged drop of -0.025 on an unseen "
+        "lab trace (1.25x without it, docs/results/step-cache.md#on-the-live-stack). Requests with "
+        "cache: off run every step in full.",
     )
 
     @field_validator("step_cache")

@@ -19,13 +19,14 @@ class QualitySettings(BaseSettings):
     """
 
     quality_guard: bool = Field(
-        False,
-        description="Audit hits and move the k table's thresholds online to hold quality_drop_target. Off by "
-        "default: an audit is one more full generation on the large pool, and the default table is "
-        "measured within the target without it (docs/results/quality-lab.md; with it on, loose tables were "
-        "brought within the target inside 600 requests there); off, the configured k table is used "
-        "exactly as configured (REPRISE_K_TABLE). With it on the table only ever moves between the "
-        "configured thresholds and stricter ones.",
+        True,
+        description="Audit hits and move the k table's thresholds online to hold quality_drop_target. On by "
+        "default: on the live default stack (docs/results/step-cache.md#the-quality-guard-on-the-live-stack) "
+        "it served 6.70 requests/s against 6.37 with it off on the same unseen trace (no loss within the "
+        "spread between runs), its 11 audits taking 5.4% of the stack's CPU; an audit is one more full "
+        "generation on the large pool. With it on the table only ever moves between the configured "
+        "thresholds and stricter ones; off, the configured k table (REPRISE_K_TABLE) is used exactly as "
+        "configured.",
     )
     quality_drop_target: float = Field(
         0.02,

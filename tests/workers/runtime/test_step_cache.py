@@ -130,6 +130,17 @@ def test_auto_resolves_to_the_model_s_recorded_choice_or_off() -> None:
     assert str(parse_setting("large=auto")) == "large=auto,small=off"
 
 
+def test_the_shipped_defaults_stack_the_step_cache_and_the_guard(monkeypatch: pytest.MonkeyPatch) -> None:
+    for pinned in (
+        "REPRISE_STEP_CACHE",
+        "REPRISE_QUALITY_GUARD",
+    ):  # the suite pins both off (tests/conftest.py)
+        monkeypatch.delenv(pinned, raising=False)
+    shipped = load_settings()
+    assert shipped.step_cache == "auto" and shipped.step_cache_setting.for_role("large") == AUTO
+    assert shipped.quality_guard  # guarding the total drop, step cache included
+
+
 def test_auto_hosts_each_lab_model_s_recorded_choice_and_off_for_a_model_without_one(
     data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
