@@ -183,6 +183,7 @@ class SimulateOptions:
     profiles: tuple[str, ...]
     costs: Path | None = None
     batch_table: Path | None = None  # a `bench runtime --batch --json` output: its batch slowdowns
+    step_cache_costs: Path | None = None  # `bench runtime --json` under the stack's REPRISE_STEP_CACHE
     cache_bytes: int | None = None
     large_workers: int = 3
     small_workers: int = 1

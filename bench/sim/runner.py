@@ -216,6 +216,23 @@ def simulate_main(settings: Settings, options: SimulateOptions) -> int:
     return 0
 
 
+def _step_cache_costs(options: SimulateOptions, costs: StepCosts) -> StepCosts | None:
+    """The step costs of a stack whose runs reuse work inside the denoiser (REPRISE_STEP_CACHE): its
+    steps at `bench runtime`'s mean over whole runs under it. A batch slows as the full runs' batch
+    does (--costs' table), since a batched step calls the model on the rows of the members due a full
+    call only (workers.runtime.step_cache); the step cache's own batch table, medians of steps of two
+    costs, would price a batch of one at its cheap step. Only the caching profiles run these costs:
+    vanilla turns every cache off, the step cache too."""
+    if options.step_cache_costs is None:
+        return None
+    measured = load_costs(options.step_cache_costs)
+    _note(
+        f"step cache: caching profiles at large {measured.large_step_ms:.1f} ms/step, small "
+        f"{measured.small_step_ms:.1f} ms/step ({measured.source}); vanilla at --costs"
+    )
+    return replace(measured, batch_slowdown=costs.batch_slowdown)
+
+
 _Planned = tuple[_Run, int, str]
 """A run, its cache budget and its policy label (the sweep's columns)."""
 
@@ -231,10 +248,12 @@ def _config_factory(
     profiles that have one. With a replay to compare with (`replayed`), the allocation follows the
     stack's instead of a monitor of the simulator's."""
 
+    step_cached = _step_cache_costs(options, costs)
+
     def config(profile: Profile, cache_bytes: int) -> SimConfig:
         return SimConfig(
             profile=profile,
-            costs=costs,
+            costs=step_cached if profile.caches and step_cached is not None else costs,
             cache_bytes=cache_bytes,
             large_workers=options.large_workers,
             small_workers=options.small_workers,

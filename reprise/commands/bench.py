@@ -83,6 +83,14 @@ BatchTableOpt = Annotated[
         "(default: the --costs file's table; none: one job a worker).",
     ),
 ]
+StepCacheCostsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--step-cache-costs",
+        help="A `reprise bench runtime --json` output measured under the stack's REPRISE_STEP_CACHE: the "
+        "caching profiles' steps are priced at it, vanilla's (every cache off) at --costs.",
+    ),
+]
 CacheBytesOpt = Annotated[
     str | None, typer.Option("--cache-bytes", help="Budget, e.g. 1GiB (default: settings).")
 ]
@@ -213,6 +221,7 @@ def simulate_command(
     profile: ProfilesOpt = "nirvana",
     costs: CostsOpt = None,
     batch_table: BatchTableOpt = None,
+    step_cache_costs: StepCacheCostsOpt = None,
     cache_bytes: CacheBytesOpt = None,
     large_workers: LargeWorkersOpt = 3,
     small_workers: SmallWorkersOpt = 1,

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from bench.run.costs import StepCosts
+from bench.run.costs import StepCosts, load_costs
 from bench.run.options import SimulateOptions, WorkloadOptions
 from bench.run.profiles import build_profile
 from bench.run.report import SWEEP_FIELDS
 from bench.sim.config import SimConfig, SimResult
 from bench.sim.pools import MonitorSnapshot, PoolTargets
-from bench.sim.runner import simulate_main
+from bench.sim.runner import _config_factory, simulate_main
 from bench.sim.simulate import run_simulation
 from bench.workload.embeddings import TraceEmbeddings
 from bench.workload.trace import ArrivalKind, ArrivalSpec, Prompts, Workload, build_workload
@@ -241,3 +241,28 @@ def test_large_workers_leave_hits_to_the_small_pool_when_told(
 
     assert hits_on_large(True) > 0  # an idle large worker takes a waiting hit
     assert hits_on_large(False) == 0
+
+
+def test_step_cache_costs_price_the_caching_profiles_and_vanilla_keeps_the_full_steps(
+    bench_settings: Settings, tmp_path: Path
+) -> None:
+    """A stack running a step cache: its caching runs at the step cache's measured step (bench runtime
+    under REPRISE_STEP_CACHE), vanilla (every cache off, the step cache too) at the full one."""
+    full = tmp_path / "full.json"
+    cached = tmp_path / "step-cache.json"
+    full.write_text(json.dumps({"large_step_ms": 20.0, "small_step_ms": 12.0, "decode_ms": 9.0}))
+    cached.write_text(json.dumps({"large_step_ms": 8.0, "small_step_ms": 10.0, "decode_ms": 9.0}))
+    options = SimulateOptions(
+        workload=WorkloadOptions(trace=tmp_path / "unused.txt"),
+        profiles=("configured", "vanilla"),
+        costs=full,
+        step_cache_costs=cached,
+        progress=False,
+    )
+    config = _config_factory(bench_settings, options, load_costs(full))
+    configured = config(build_profile("configured", bench_settings), 2**20)
+    vanilla = config(build_profile("vanilla", bench_settings), 2**20)
+    assert (configured.costs.large_step_ms, configured.costs.small_step_ms) == (8.0, 10.0)
+    assert (vanilla.costs.large_step_ms, vanilla.costs.small_step_ms) == (20.0, 12.0)
+    plain = _config_factory(bench_settings, replace(options, step_cache_costs=None), load_costs(full))
+    assert plain(build_profile("configured", bench_settings), 2**20).costs.large_step_ms == 20.0
