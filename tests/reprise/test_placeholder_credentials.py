@@ -29,6 +29,7 @@ PLACEHOLDERS = {
     "flower_basic_auth": f"flower-operator:{PLACEHOLDER}",
     "output_link_key": f"{PLACEHOLDER}-and-enough-characters-for-a-key",
     "webhook_secret_keys": f"{PLACEHOLDER}-and-enough-characters-for-a-key",
+    "metrics_token": PLACEHOLDER,
 }
 NOT_SHOWN = ("svc-db-user", "db-host-1", "redis-host-1", "flower-operator")
 REPRISE = Path(sys.executable).with_name("reprise")  # the console script, as the images run it
