@@ -168,13 +168,14 @@ def record_choices(report: dict[str, Any], source: str, choices: Path | None = N
     """Write each swept model's choice where the runtime's `auto` reads it (workers/runtime/
     step_cache_choices.json, keyed by the model's name in compute accounting, 'lab-large' for
     'lab:large'), with its speedup, drop and the sweep it came from; a model with no choice runs off."""
+    from workers.runtime.loading import model_name
     from workers.runtime.step_cache import CHOICES
 
     path = choices or CHOICES
     recorded: dict[str, Any] = {}
     for model, run in choose_per_model(report["runs"]).items():
         if run is not None:
-            recorded[model.replace(":", "-")] = {
+            recorded[model_name(model)] = {
                 "setting": run["setting"],
                 "speedup": run["speedup"],
                 "drop": run["drop"],

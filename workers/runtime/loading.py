@@ -108,8 +108,8 @@ def resolve_model_sources(settings: Settings) -> ModelSources:
         decode=decode,
         large_family=settings.large_family,
         small_family=settings.small_family,
-        large_name=_display_name(large),
-        small_name=_display_name(small),
+        large_name=model_name(large),
+        small_name=model_name(small),
     )
 
 
@@ -123,7 +123,7 @@ def builtin_path(settings: Settings, source: str) -> str:
     return str(plugins.model_path(settings, source))
 
 
-def _display_name(source: str) -> str:
+def model_name(source: str) -> str:
     """The model's name in compute accounting: 'lab-large' for 'lab:large', else the source."""
     return source.replace(":", "-") if source in BUILTIN_FAMILIES else source
 
